@@ -1,0 +1,76 @@
+"""torch-dataloader-utils: structured data on object storage and lakehouses into PyTorch.
+
+Every row exactly once per epoch, equal batches on every rank, real row shuffling.
+
+Example:
+    >>> import torch_dataloader_utils as tdu  # doctest: +SKIP
+    >>> loader = tdu.create_dataloader("data/", format="parquet", batch_size=1024, shuffle=True)
+    >>> for epoch in range(3):
+    ...     loader.set_epoch(epoch)
+    ...     for batch in loader:
+    ...         ...
+"""
+
+from __future__ import annotations
+
+import logging
+
+from .convert import Converter
+from .dataset import StructuredDataset
+from .errors import (
+    ColumnNotFoundError,
+    CorruptFileError,
+    DataError,
+    FilterTypeError,
+    InvalidArgumentError,
+    InvalidSourceError,
+    NullValueError,
+    SchemaMismatchError,
+    StorageError,
+    StorageNotFoundError,
+    StoragePermissionError,
+    TorchDataloaderUtilsError,
+    UnknownFormatError,
+    UnsupportedTypeError,
+)
+from .formats import Format, FormatPlan, ReadOptions, available_formats, get_format
+from .loader import TabularDataLoader, create_dataloader
+from .planning import Chunk, Piece, Plan, Topology
+
+__version__ = "0.3.0.dev0"
+
+__all__ = [
+    "Chunk",
+    "ColumnNotFoundError",
+    "Converter",
+    "CorruptFileError",
+    "DataError",
+    "FilterTypeError",
+    "Format",
+    "FormatPlan",
+    "InvalidArgumentError",
+    "InvalidSourceError",
+    "NullValueError",
+    "Piece",
+    "Plan",
+    "ReadOptions",
+    "SchemaMismatchError",
+    "StorageError",
+    "StorageNotFoundError",
+    "StoragePermissionError",
+    "StructuredDataset",
+    "TabularDataLoader",
+    "Topology",
+    "TorchDataloaderUtilsError",
+    "UnknownFormatError",
+    "UnsupportedTypeError",
+    "__version__",
+    "available_formats",
+    "create_dataloader",
+    "get_format",
+]
+
+if __all__ != sorted(__all__):  # keep the public list curated and sorted
+    raise ImportError("torch_dataloader_utils.__all__ must be sorted")
+
+logging.getLogger(__name__).addHandler(logging.NullHandler())

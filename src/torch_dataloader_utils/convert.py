@@ -1,0 +1,310 @@
+"""Arrow → torch / numpy / dict: the only place tensors are made.
+
+Every column's conversion is decided once, from the schema, before any worker starts
+(:class:`Converter` raises :class:`UnsupportedTypeError` there). Per batch the work is vectorised:
+no per-row Python except for string/binary columns, which become Python lists.
+
+Mapping (``output_format="torch"``; ``"numpy"`` gives the same shapes as numpy arrays):
+
+==============================  ===========================================================
+Arrow type                      output
+==============================  ===========================================================
+int*/uint*/float*               1-D tensor of the same dtype (zero-copy when possible)
+bool                            1-D ``torch.bool`` tensor
+timestamp/date/time/duration    1-D int tensor of the stored unit (int64, date32 → int32)
+fixed_size_list<numeric>        2-D tensor ``[rows, size]``
+list<numeric>                   ``list_format``: ``"padded"`` (default) → ``col`` ``[rows,
+                                longest]`` padded with ``pad_value`` plus ``col_lengths``;
+                                ``"offsets"`` → ``col`` (all values) plus ``col_offsets``
+                                (``rows + 1``); ``"nested"`` → a jagged nested tensor
+string/binary/other             Python list
+==============================  ===========================================================
+
+Nulls never change a dtype: ``null_policy="error"`` (default) raises :class:`NullValueError`
+naming the column; ``"fill"`` fills numeric nulls with NaN (floats), 0 (ints) or False;
+``"mask"`` fills the same way and adds a boolean ``col_valid``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal, TypeAlias
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import torch
+
+from .errors import InvalidArgumentError, NullValueError, UnsupportedTypeError
+
+__all__ = [
+    "LIST_FORMATS",
+    "NULL_POLICIES",
+    "OUTPUT_FORMATS",
+    "Converter",
+    "Field",
+    "ListFormat",
+    "NullPolicy",
+    "OutputFormat",
+]
+
+OutputFormat = Literal["torch", "numpy", "arrow", "dict"]
+ListFormat = Literal["padded", "offsets", "nested"]
+NullPolicy = Literal["error", "fill", "mask"]
+OUTPUT_FORMATS: tuple[OutputFormat, ...] = ("torch", "numpy", "arrow", "dict")
+LIST_FORMATS: tuple[ListFormat, ...] = ("padded", "offsets", "nested")
+NULL_POLICIES: tuple[NullPolicy, ...] = ("error", "fill", "mask")
+
+Data: TypeAlias = "pa.Array | np.ndarray | list[Any]"
+
+
+@dataclass(slots=True)
+class Field:
+    """One converted output value before it becomes a tensor or array.
+
+    Attributes:
+        key: the output key.
+        data: a null-free primitive Arrow array (zero-copy source), a numpy array, or a Python
+            list (``shape`` is then ``None``).
+        shape: the output shape.
+    """
+
+    key: str
+    data: Data
+    shape: tuple[int, ...] | None
+
+
+def _is_numeric(t: pa.DataType) -> bool:
+    return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
+
+
+def _temporal_int(t: pa.DataType) -> pa.DataType | None:
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return pa.int32()
+    if (
+        pa.types.is_timestamp(t)
+        or pa.types.is_date64(t)
+        or pa.types.is_time64(t)
+        or pa.types.is_duration(t)
+    ):
+        return pa.int64()
+    return None
+
+
+def _fill_value(t: pa.DataType) -> Any:
+    if pa.types.is_floating(t):
+        return float("nan")
+    if pa.types.is_boolean(t):
+        return False
+    return 0
+
+
+_Rule = Callable[[pa.Array, int], list[Field]]
+
+
+class Converter:
+    """Converts Arrow record batches of one schema to the chosen output format.
+
+    Args:
+        schema: the schema of the batches.
+        output_format: ``"torch"``, ``"numpy"``, ``"arrow"`` or ``"dict"``.
+        list_format: how variable-length numeric lists become tensors.
+        null_policy: what nulls in numeric columns do.
+        pad_value: the padding value of ``list_format="padded"``.
+
+    Raises:
+        InvalidArgumentError: an option has an unknown value, or an added key (``col_lengths``,
+            ``col_offsets``, ``col_valid``) collides with a column.
+        UnsupportedTypeError: a column's type has no mapping.
+    """
+
+    def __init__(
+        self,
+        schema: pa.Schema,
+        *,
+        output_format: OutputFormat = "torch",
+        list_format: ListFormat = "padded",
+        null_policy: NullPolicy = "error",
+        pad_value: int | float = 0,
+    ) -> None:
+        for name, value, allowed in (
+            ("output_format", output_format, OUTPUT_FORMATS),
+            ("list_format", list_format, LIST_FORMATS),
+            ("null_policy", null_policy, NULL_POLICIES),
+        ):
+            if value not in allowed:
+                raise InvalidArgumentError(f"{name} must be one of {allowed}, got {value!r}")
+        if list_format == "nested" and output_format != "torch":
+            raise InvalidArgumentError('list_format="nested" needs output_format="torch"')
+        self.schema = schema
+        self.output_format = output_format
+        self.list_format = list_format
+        self.null_policy = null_policy
+        self.pad_value = pad_value
+        self._rules: list[tuple[str, _Rule]] = []
+        self._nested: list[str] = []
+        if output_format in ("torch", "numpy"):
+            keys: set[str] = set(schema.names)
+            for field in schema:
+                rule, added = self._rule_for(field)
+                for key in added:
+                    if key in keys:
+                        raise InvalidArgumentError(
+                            f"column {field.name!r} adds the output key {key!r}, which is also "
+                            "a column; rename or drop one of them"
+                        )
+                    keys.add(key)
+                self._rules.append((field.name, rule))
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Rules are closures; rebuild them from the arguments in the receiving process.
+        return {
+            "schema": self.schema,
+            "output_format": self.output_format,
+            "list_format": self.list_format,
+            "null_policy": self.null_policy,
+            "pad_value": self.pad_value,
+        }
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        schema = state.pop("schema")
+        self.__init__(schema, **state)  # type: ignore[misc]
+
+    # --- planning: one rule per column --------------------------------------------------------
+
+    def _rule_for(self, field: pa.Field) -> tuple[_Rule, list[str]]:
+        t, name = field.type, field.name
+        if pa.types.is_dictionary(t):
+            inner, _ = self._rule_for(pa.field(name, t.value_type))
+            return (lambda a, n: inner(a.dictionary_decode(), n)), []
+        if _is_numeric(t) or pa.types.is_boolean(t):
+            added = [f"{name}_valid"] if self.null_policy == "mask" else []
+            return (lambda a, n: self._primitive(name, a, n)), added
+        as_int = _temporal_int(t)
+        if as_int is not None:
+            added = [f"{name}_valid"] if self.null_policy == "mask" else []
+            return (lambda a, n: self._primitive(name, a.view(as_int), n)), added
+        if pa.types.is_fixed_size_list(t) and _is_numeric(t.value_type):
+            size = t.list_size
+            return (lambda a, n: self._fixed_list(name, a, n, size)), []
+        if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_numeric(t.value_type):
+            if self.list_format == "padded":
+                return (lambda a, n: self._padded(name, a, n)), [f"{name}_lengths"]
+            if self.list_format == "nested":
+                self._nested.append(name)
+            return (lambda a, n: self._offsets(name, a, n)), [f"{name}_offsets"]
+        if pa.types.is_null(t):
+            raise UnsupportedTypeError(f"column {name!r} has type null: it holds no values")
+        # Strings, binary, decimals, structs, maps, nested lists: Python objects.
+        return (lambda a, n: [Field(name, a.to_pylist(), None)]), []
+
+    # --- per batch ----------------------------------------------------------------------------
+
+    def _nulls(self, name: str, array: pa.Array) -> None:
+        raise NullValueError(
+            f"column {name!r} holds {array.null_count} null(s) in a batch and "
+            'null_policy="error"; pass null_policy="fill" or "mask", or filter the nulls out'
+        )
+
+    def _primitive(self, name: str, array: pa.Array, n: int) -> list[Field]:
+        fields: list[Field] = []
+        if array.null_count:
+            if self.null_policy == "error":
+                self._nulls(name, array)
+            if self.null_policy == "mask":
+                valid = array.is_valid().to_numpy(zero_copy_only=False)
+                fields.append(Field(f"{name}_valid", valid, (n,)))
+            array = pc.fill_null(array, pa.scalar(_fill_value(array.type), array.type))
+        if pa.types.is_boolean(array.type):
+            fields.insert(0, Field(name, array.to_numpy(zero_copy_only=False), (n,)))
+        else:
+            fields.insert(0, Field(name, array, (n,)))
+        return fields
+
+    def _fixed_list(self, name: str, array: pa.Array, n: int, size: int) -> list[Field]:
+        values = array.flatten()  # .values would ignore the slice offset
+        if array.null_count or values.null_count or len(values) != n * size:
+            raise NullValueError(
+                f"column {name!r} (fixed-size list) holds nulls; lists with nulls cannot "
+                "become a dense tensor: fill them before reading"
+            )
+        return [Field(name, values, (n, size))]
+
+    def _list_parts(self, name: str, array: pa.Array) -> tuple[pa.Array, np.ndarray]:
+        if array.null_count or array.flatten().null_count:
+            raise NullValueError(
+                f"column {name!r} (list) holds null lists or null values; fill or filter them "
+                "before reading"
+            )
+        offsets = array.offsets.to_numpy()
+        offsets = (offsets - offsets[0]).astype(np.int64, copy=False)  # sliced lists keep offsets
+        return array.flatten(), offsets
+
+    def _offsets(self, name: str, array: pa.Array, n: int) -> list[Field]:
+        values, offsets = self._list_parts(name, array)
+        return [
+            Field(name, values, (len(values),)),
+            Field(f"{name}_offsets", offsets, (n + 1,)),
+        ]
+
+    def _padded(self, name: str, array: pa.Array, n: int) -> list[Field]:
+        values, offsets = self._list_parts(name, array)
+        lengths = np.diff(offsets)
+        longest = int(lengths.max()) if n else 0
+        dtype = values.type.to_pandas_dtype()
+        padded = np.full((n, longest), self.pad_value, dtype=dtype)
+        padded[np.arange(longest) < lengths[:, None]] = values.to_numpy(zero_copy_only=False)
+        return [Field(name, padded, (n, longest)), Field(f"{name}_lengths", lengths, (n,))]
+
+    def fields(self, batch: pa.RecordBatch) -> list[Field]:
+        """The converted fields of ``batch`` (torch/numpy output formats)."""
+        n = batch.num_rows
+        out: list[Field] = []
+        for name, rule in self._rules:
+            out.extend(rule(batch.column(name), n))
+        return out
+
+    def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """Build nested tensors from values and offsets (``list_format="nested"``)."""
+        for name in self._nested:
+            offsets = batch.pop(f"{name}_offsets")
+            lengths = offsets[1:] - offsets[:-1]
+            batch[name] = torch.nested.nested_tensor_from_jagged(
+                batch[name], offsets, max_seqlen=int(lengths.max()) if len(lengths) else 0
+            )
+        return batch
+
+    def __call__(self, batch: pa.RecordBatch) -> Any:
+        """Convert one record batch to the output format."""
+        if self.output_format == "arrow":
+            return batch
+        if self.output_format == "dict":
+            return batch.to_pydict()
+        fields = self.fields(batch)
+        if self.output_format == "numpy":
+            return {f.key: as_numpy(f) for f in fields}
+        return self.finish_torch({f.key: as_tensor(f) for f in fields})
+
+
+def as_numpy(field: Field) -> Any:
+    """A field as a numpy array (read-only when it is a zero-copy view of Arrow memory)."""
+    data = field.data
+    if field.shape is None:
+        return data
+    if isinstance(data, pa.Array):
+        data = data.to_numpy(zero_copy_only=True)
+    return data.reshape(field.shape)
+
+
+def as_tensor(field: Field) -> Any:
+    """A field as a tensor: zero-copy through DLPack from Arrow, or from a numpy array."""
+    data = field.data
+    if field.shape is None:
+        return data
+    if isinstance(data, pa.Array):
+        tensor = torch.from_dlpack(data)
+    else:
+        tensor = torch.from_numpy(data)
+    return tensor.view(field.shape)
+

@@ -1,0 +1,340 @@
+"""The IterableDataset: plans once in the main process, resolves its stream in each worker."""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import torch
+from torch.utils.data import IterableDataset
+
+from .batching import BatchOptions, cut_batches, shuffled_blocks
+from .convert import Converter, ListFormat, NullPolicy, OutputFormat
+from .errors import ColumnNotFoundError, InvalidArgumentError
+from .filters import filter_columns
+from .formats import Format, ReadOptions, get_format
+from .fs import FileSystemSpec, Source, hive_partitions, list_files
+from .planning import (
+    REMAINDER_POLICIES,
+    Piece,
+    Plan,
+    Remainder,
+    Topology,
+    assign_stream,
+    rank_span,
+    resolve_rank,
+)
+from .prefetch import Prefetcher
+from .transport import Bundle, bundle_rows, pack
+
+if TYPE_CHECKING:
+    from .loader import TabularDataLoader
+
+__all__ = ["StructuredDataset"]
+
+logger = logging.getLogger(__name__)
+
+DEFAULT_SHUFFLE_BLOCK_BYTES = 64 * 2**20
+# The first block of a stream is small so the first batch comes quickly; blocks then double.
+_FIRST_BLOCK_ROWS = 16_384
+
+
+class StructuredDataset(IterableDataset[Any]):
+    """Batches of structured data (Parquet, ...) read exactly once per epoch.
+
+    The dataset plans in its constructor (main process): lists the files, reads footers, builds
+    the :class:`~torch_dataloader_utils.planning.Plan`. Each time it is iterated it works out
+    its own stream from the rank and the real DataLoader worker it runs in, so it never depends
+    on the constructor knowing ``num_workers``. It yields whole batches: use it with
+    ``DataLoader(batch_size=None)``, or better, :meth:`create_dataloader`.
+
+    Args:
+        path: a path or URL, a directory, a glob, a brace pattern, or a list of them.
+        format: the format name (``"parquet"``) or a :class:`~torch_dataloader_utils.Format`.
+        batch_size: rows per batch.
+        columns: columns to read (``None``: all). Partition columns may be named.
+        filters: a ``pyarrow.compute.Expression``; prunes row groups at plan time and
+            filters rows when reading.
+        shuffle: shuffle chunk order per epoch and rows inside blocks.
+        shuffle_seed: the seed; with ``set_epoch`` it fixes every epoch's order.
+        split_bytes: target compressed bytes per chunk (``None``: one row group per chunk).
+        split_rows: target rows per chunk.
+        storage_options: options for the fsspec filesystem (credentials, endpoint).
+        partitioning: ``"hive"`` adds ``key=value`` directory columns.
+        output_format: ``"torch"`` (default), ``"numpy"``, ``"arrow"`` or ``"dict"``.
+        list_format: variable-length lists as ``"padded"`` (default), ``"offsets"``,
+            ``"nested"``.
+        null_policy: ``"error"`` (default), ``"fill"`` or ``"mask"``.
+        pad_value: padding of ``list_format="padded"``.
+        drop_last: drop each rank's last short batch.
+        shuffle_block_size: rows shuffled together (``None``: about ``shuffle_block_bytes``).
+        shuffle_block_bytes: decoded bytes shuffled together when ``shuffle_block_size`` is
+            ``None``; bounds memory per worker.
+        rank: data-parallel rank (default: from torch.distributed, else ``RANK``, else 0).
+        world_size: data-parallel ranks (default: likewise, else 1).
+        remainder: rows that do not divide among ranks: ``"drop"`` (default), ``"pad"``
+            (wrap to the start), ``"uneven"``.
+        collate_fn: applied to every batch after conversion, in the worker.
+
+    Raises:
+        UnknownFormatError: ``format`` is not registered.
+        StorageNotFoundError: ``path`` does not exist.
+        ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
+        FilterTypeError: ``filters`` is not a ``pyarrow.compute.Expression``.
+        CorruptFileError: a file cannot be parsed.
+        SchemaMismatchError: files disagree on the schema of the columns read.
+        UnsupportedTypeError: a column has no mapping to ``output_format``.
+
+    Example:
+        >>> loader, dataset = StructuredDataset.create_dataloader(  # doctest: +SKIP
+        ...     path="data/", format="parquet", batch_size=1024, shuffle=True, num_workers=2)
+        >>> for epoch in range(3):  # doctest: +SKIP
+        ...     dataset.set_epoch(epoch)
+        ...     for batch in loader:
+        ...         ...
+    """
+
+    def __init__(
+        self,
+        path: Source,
+        format: str | Format = "parquet",
+        *,
+        batch_size: int = 1024,
+        columns: Sequence[str] | None = None,
+        filters: Any = None,
+        shuffle: bool = False,
+        shuffle_seed: int = 42,
+        split_bytes: int | None = None,
+        split_rows: int | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        partitioning: str | None = None,
+        output_format: OutputFormat = "torch",
+        list_format: ListFormat = "padded",
+        null_policy: NullPolicy = "error",
+        pad_value: int | float = 0,
+        drop_last: bool = False,
+        shuffle_block_size: int | None = None,
+        shuffle_block_bytes: int = DEFAULT_SHUFFLE_BLOCK_BYTES,
+        rank: int | None = None,
+        world_size: int | None = None,
+        remainder: Remainder = "drop",
+        collate_fn: Callable[[Any], Any] | None = None,
+    ) -> None:
+        super().__init__()
+        _check_positive(batch_size=batch_size, shuffle_block_bytes=shuffle_block_bytes)
+        _check_positive(split_bytes=split_bytes, split_rows=split_rows)
+        _check_positive(shuffle_block_size=shuffle_block_size)
+        if shuffle_seed < 0:
+            raise InvalidArgumentError(f"shuffle_seed must be >= 0, got {shuffle_seed}")
+        if remainder not in REMAINDER_POLICIES:
+            raise InvalidArgumentError(
+                f"remainder must be one of {REMAINDER_POLICIES}, got {remainder!r}"
+            )
+        if partitioning not in (None, "hive"):
+            raise InvalidArgumentError(f'partitioning must be None or "hive", got {partitioning!r}')
+        if isinstance(columns, str):
+            raise InvalidArgumentError(f"columns must be a list of names, got the string {columns!r}")
+        self.format = get_format(format)
+        first = os.fspath(path if isinstance(path, str | os.PathLike) else next(iter(path), ""))
+        self.fs = FileSystemSpec.for_path(first, storage_options)
+        self.batch_size = batch_size
+        self.shuffle = shuffle
+        self.shuffle_seed = shuffle_seed
+        self.drop_last = drop_last
+        self.remainder: Remainder = remainder
+        self.collate_fn = collate_fn
+        self._rank = rank
+        self._world_size = world_size
+        if rank is not None or world_size is not None:
+            resolve_rank(rank, world_size)  # validate now, before any worker starts
+            Topology(rank or 0, world_size or 1)
+        # The epoch lives in shared memory so set_epoch reaches persistent workers.
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+
+        files = list_files(path, self.fs)
+        if partitioning == "hive":
+            partition_schema, partitions = hive_partitions(files)
+        else:
+            partition_schema, partitions = pa.schema([]), [() for _ in files]
+        file_schema = self.format.schema(files[0], self.fs)
+        available = pa.schema(list(file_schema) + list(partition_schema))
+        if columns is not None:
+            missing = [c for c in columns if c not in available.names]
+            if missing:
+                raise ColumnNotFoundError(
+                    f"column(s) {missing} not found in {self.fs.url(files[0].path)}; "
+                    f"available columns: {available.names}"
+                )
+        needed = filter_columns(filters, available)
+        wanted = list(columns) if columns is not None else list(available.names)
+        read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
+        self.read_options = ReadOptions(
+            columns=tuple(read) if columns is not None or needed else None,
+            filter=filters,
+            split_bytes=split_bytes,
+            split_rows=split_rows,
+            partition_schema=partition_schema,
+        )
+        planned = self.format.plan(files, partitions, self.fs, self.read_options)
+        schema = pa.schema(list(planned.schema) + list(partition_schema))
+        output = pa.schema([schema.field(c) for c in wanted])
+        self.plan = Plan(
+            chunks=tuple(planned.chunks),
+            schema=output,
+            row_bytes=planned.row_bytes,
+            details=Plan.details_of(
+                format=self.format.name, columns=wanted, filter=filters, hive=partitioning
+            ),
+        )
+        self._output_columns = tuple(wanted) if needed or columns is not None else None
+        self.converter = Converter(
+            output,
+            output_format=output_format,
+            list_format=list_format,
+            null_policy=null_policy,
+            pad_value=pad_value,
+        )
+        self.block_rows = shuffle_block_size or max(
+            batch_size, int(shuffle_block_bytes // max(self.plan.row_bytes, 1.0))
+        )
+        logger.info("%s", self.plan.summary())
+
+    # --- epochs ---------------------------------------------------------------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch: with ``shuffle=True`` each epoch has its own order.
+
+        Call it before iterating the loader each epoch; it reaches persistent workers.
+        """
+        if epoch < 0:
+            raise InvalidArgumentError(f"epoch must be >= 0, got {epoch}")
+        self._epoch[0] = epoch
+
+    @property
+    def epoch(self) -> int:
+        """The current epoch."""
+        return int(self._epoch[0])
+
+    # --- the stream of one worker ---------------------------------------------------------------
+
+    def topology(self) -> Topology:
+        """The topology of the calling process (rank, and the DataLoader worker it runs in)."""
+        rank, world_size = resolve_rank(self._rank, self._world_size)
+        return Topology(rank, world_size).with_worker()
+
+    def pieces(self, topology: Topology, epoch: int) -> list[Piece]:
+        """The pieces ``topology``'s stream reads in ``epoch``."""
+        return assign_stream(
+            self.plan.chunk_rows,
+            topology,
+            epoch=epoch,
+            seed=self.shuffle_seed,
+            shuffle=self.shuffle,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            remainder=self.remainder,
+        )
+
+    def _rows(self, pieces: Sequence[Piece]) -> Iterator[pa.RecordBatch]:
+        chunks = self.plan.chunks
+        try:
+            for piece in pieces:
+                chunk = chunks[piece.chunk]
+                for batch in self.format.read(
+                    chunk, piece.start, piece.stop, self.fs, self.read_options
+                ):
+                    for key, value in chunk.partition:
+                        field = self.read_options.partition_schema.field(key)  # type: ignore[union-attr]
+                        column = pa.repeat(pa.scalar(value, field.type), batch.num_rows)
+                        batch = batch.append_column(field, column)
+                    yield batch
+        finally:
+            self.format.close()
+
+    def batches(self, topology: Topology, epoch: int) -> Iterator[pa.RecordBatch]:
+        """The Arrow record batches of ``topology``'s stream in ``epoch``, before conversion."""
+        pieces = self.pieces(topology, epoch)
+        length = sum(p.num_rows for p in pieces)
+        options = BatchOptions(
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            block_rows=self.block_rows,
+            first_block_rows=min(self.block_rows, max(self.batch_size, _FIRST_BLOCK_ROWS)),
+            seed=self.shuffle_seed,
+            filter=self.read_options.filter,
+            output_columns=self._output_columns,
+        )
+        rows = Prefetcher(self._rows(pieces), depth=2)
+        blocks = shuffled_blocks(rows, length, options, epoch=epoch, stream=topology.stream)
+        yield from cut_batches(blocks, self.batch_size)
+
+    def __iter__(self) -> Iterator[Any]:
+        topology = self.topology()
+        batches = self.batches(topology, self.epoch)
+        convert = self.converter
+        collate = self.collate_fn
+        per_bundle = math.ceil(bundle_rows() / self.batch_size) if bundle_rows() else 0
+        if per_bundle and collate is None and convert.output_format == "torch":
+            # In a TabularDataLoader worker: several batches, one shared buffer, one message.
+            while group := list(islice(batches, per_bundle)):
+                yield pack([convert.fields(b) for b in group])
+            return
+        outputs = (convert(b) for b in batches)
+        if collate is not None:
+            outputs = (collate(o) for o in outputs)
+        if per_bundle:
+            while items := list(islice(outputs, per_bundle)):
+                yield Bundle(items)
+            return
+        yield from outputs
+
+    def __len__(self) -> int:
+        """Batches this rank yields per epoch (whatever the number of workers).
+
+        Raises:
+            TypeError: a row filter makes the count unknown until the data is read.
+        """
+        if self.read_options.filter is not None:
+            raise TypeError("the number of batches is unknown with a row filter")
+        rank, world_size = resolve_rank(self._rank, self._world_size)
+        start, stop = rank_span(
+            self.plan.num_rows,
+            rank=rank,
+            world_size=world_size,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            remainder=self.remainder,
+        )
+        return -(-(stop - start) // self.batch_size)
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(format={self.format.name!r}, fs={self.fs!r}, "
+            f"chunks={len(self.plan.chunks)}, rows={self.plan.num_rows}, "
+            f"batch_size={self.batch_size}, shuffle={self.shuffle})"
+        )
+
+    @classmethod
+    def create_dataloader(
+        cls, path: Source, format: str | Format = "parquet", **kwargs: Any
+    ) -> tuple[TabularDataLoader, StructuredDataset]:
+        """Build the dataset and a DataLoader over it; see :func:`create_dataloader`.
+
+        Returns:
+            ``(loader, dataset)``: call ``dataset.set_epoch(epoch)`` before each epoch.
+        """
+        from .loader import create_dataloader
+
+        loader = create_dataloader(path, format=format, dataset_class=cls, **kwargs)
+        return loader, loader.dataset
+
+
+def _check_positive(**values: int | None) -> None:
+    for name, value in values.items():
+        if value is not None and (isinstance(value, bool) or value <= 0):
+            raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")

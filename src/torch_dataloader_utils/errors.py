@@ -1,0 +1,91 @@
+"""The whole exception hierarchy of torch-dataloader-utils.
+
+Every error raised by the library derives from :class:`TorchDataloaderUtilsError` and also from the
+nearest builtin, so ``except FileNotFoundError`` or ``except ValueError`` keep working in user code.
+Each class takes a single message argument: the DataLoader re-raises worker exceptions in the main
+process by calling ``type(exc)(message)``, so the type survives the trip from a worker.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "ColumnNotFoundError",
+    "CorruptFileError",
+    "DataError",
+    "FilterTypeError",
+    "InvalidArgumentError",
+    "InvalidSourceError",
+    "NullValueError",
+    "SchemaMismatchError",
+    "StorageError",
+    "StorageNotFoundError",
+    "StoragePermissionError",
+    "TorchDataloaderUtilsError",
+    "UnknownFormatError",
+    "UnsupportedTypeError",
+]
+
+
+class TorchDataloaderUtilsError(Exception):
+    """Root of every error raised by torch-dataloader-utils."""
+
+
+# --- configuration: raised in the main process, before any worker starts -----------------------
+
+
+class InvalidArgumentError(TorchDataloaderUtilsError, ValueError):
+    """An argument has a value the library cannot work with."""
+
+
+class UnknownFormatError(InvalidArgumentError):
+    """The ``format`` names no registered format."""
+
+
+class ColumnNotFoundError(InvalidArgumentError):
+    """A requested column (in ``columns`` or ``filters``) is not in the data."""
+
+
+class InvalidSourceError(InvalidArgumentError):
+    """The source (path, glob, list) is malformed: duplicates, nothing matched, bad pattern."""
+
+
+class FilterTypeError(TorchDataloaderUtilsError, TypeError):
+    """``filters`` is not a ``pyarrow.compute.Expression``."""
+
+
+class UnsupportedTypeError(TorchDataloaderUtilsError, TypeError):
+    """A column's Arrow type has no mapping to the requested output format."""
+
+
+# --- storage ---------------------------------------------------------------------------------
+
+
+class StorageError(TorchDataloaderUtilsError, OSError):
+    """Reading from a filesystem or object store failed."""
+
+
+class StorageNotFoundError(StorageError, FileNotFoundError):
+    """A path, file or bucket does not exist."""
+
+
+class StoragePermissionError(StorageError, PermissionError):
+    """The credentials given may not read a path."""
+
+
+# --- data ------------------------------------------------------------------------------------
+
+
+class DataError(TorchDataloaderUtilsError, ValueError):
+    """The data itself is bad; the message names the file and range."""
+
+
+class CorruptFileError(DataError):
+    """A file is truncated, corrupt, or not in the format it claims."""
+
+
+class SchemaMismatchError(DataError):
+    """Files of one source disagree on the schema of the columns read."""
+
+
+class NullValueError(DataError):
+    """A column holds nulls and the null policy is ``"error"``."""

@@ -1,0 +1,110 @@
+"""The format plug-in point: ``plan`` (main process, metadata only) and ``read`` (worker)."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from ..fs import FileSystemSpec, SourceFile
+from ..planning import Chunk
+
+__all__ = ["Format", "FormatPlan", "ReadOptions"]
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """What to read, shared by planning and reading.
+
+    Attributes:
+        columns: the file columns to read (``None``: all); includes columns the row filter needs.
+        filter: the row filter; formats may use it to prune chunks at plan time, the dataset
+            applies it to rows.
+        split_bytes: target compressed bytes per chunk (``None``: one native unit per chunk).
+        split_rows: target rows per chunk (``None``: no row target).
+        partition_schema: hive partition columns, which the filter may reference.
+    """
+
+    columns: tuple[str, ...] | None = None
+    filter: pc.Expression | None = None
+    split_bytes: int | None = None
+    split_rows: int | None = None
+    partition_schema: pa.Schema | None = None
+
+
+@dataclass(frozen=True)
+class FormatPlan:
+    """What a format's ``plan`` returns.
+
+    Attributes:
+        chunks: chunks in canonical order.
+        schema: the schema of what ``read`` yields (the projected file columns).
+        row_bytes: estimated decoded bytes per row.
+    """
+
+    chunks: list[Chunk]
+    schema: pa.Schema
+    row_bytes: float
+
+
+class Format(ABC):
+    """A file format: how to plan a list of files into chunks and read a chunk's rows.
+
+    Subclasses are stateless and picklable; the dataset pickles its format into every worker.
+    ``read`` must be deterministic: the same chunk and rows give the same batches in the same
+    order, which exact resume depends on.
+    """
+
+    name: str = ""
+
+    @abstractmethod
+    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+        """The schema of one file (all its columns), reading metadata only.
+
+        Raises:
+            CorruptFileError: the file cannot be parsed.
+        """
+
+    @abstractmethod
+    def plan(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> FormatPlan:
+        """Plan ``files`` into chunks, reading metadata only.
+
+        Args:
+            files: the listed files, in canonical order.
+            partitions: hive ``(key, value)`` pairs per file (empty tuples without hive).
+            fs: the filesystem.
+            options: the read options.
+
+        Raises:
+            CorruptFileError: a file cannot be parsed.
+            SchemaMismatchError: files disagree on the columns read.
+            ColumnNotFoundError: a requested column is in no file.
+        """
+
+    @abstractmethod
+    def read(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> Iterator[pa.RecordBatch]:
+        """Yield rows ``[row_start, row_stop)`` of ``chunk`` (before any row filter), in order.
+
+        Raises:
+            CorruptFileError: the chunk's bytes cannot be decoded.
+            StorageError: the storage failed.
+        """
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release cached handles (open files); called when a stream ends."""

@@ -1,0 +1,120 @@
+"""Turn a source (path, directory, glob, brace pattern or list of them) into a list of files.
+
+The order is deterministic: each directory or glob expands in sorted order, and a list keeps the
+order the user gave. Hidden files and directories (``.name``) and marker or metadata files
+(``_SUCCESS``, ``_metadata``, ``_temporary/``) are skipped inside directories and globs; a file
+named explicitly is always read. A file reached twice is an error, never read twice.
+"""
+
+from __future__ import annotations
+
+import os
+import posixpath
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from braceexpand import braceexpand
+
+from ..errors import InvalidSourceError
+from .errors import translate_os_error
+from .spec import FileSystemSpec
+
+__all__ = ["Source", "SourceFile", "list_files"]
+
+Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+
+_GLOB_CHARS = frozenset("*?[")
+
+
+@dataclass(frozen=True, slots=True)
+class SourceFile:
+    """One file of a source.
+
+    Attributes:
+        path: the path without protocol, as the filesystem expects it.
+        size: size in bytes.
+        base: the directory the file was found under (for hive partition parsing), or its parent
+            when named explicitly.
+    """
+
+    path: str
+    size: int
+    base: str
+
+
+def _is_hidden(relative: str) -> bool:
+    return any(part.startswith((".", "_")) for part in relative.split("/") if part)
+
+
+def _glob_base(pattern: str) -> str:
+    parts = pattern.split("/")
+    for i, part in enumerate(parts):
+        if _GLOB_CHARS & set(part):
+            return "/".join(parts[:i])
+    return posixpath.dirname(pattern)
+
+
+def _expand_one(pattern: str, fs: FileSystemSpec) -> list[SourceFile]:
+    fsys = fs.fsspec()
+    path = fs.strip(pattern)
+    url = fs.url(path)
+    try:
+        if _GLOB_CHARS & set(path):
+            base = _glob_base(path)
+            found = fsys.glob(path, detail=True)
+            files = [
+                SourceFile(p, int(info.get("size") or 0), base)
+                for p, info in sorted(found.items())
+                if info.get("type") == "file"
+                and not _is_hidden(posixpath.relpath(p, base) if base else p)
+            ]
+            if not files:
+                raise InvalidSourceError(f"{url}: the pattern matched no files")
+            return files
+        info = fsys.info(path)
+        if info.get("type") == "directory":
+            found = fsys.find(path, detail=True)
+            files = [
+                SourceFile(p, int(i.get("size") or 0), path)
+                for p, i in sorted(found.items())
+                if i.get("type") == "file" and not _is_hidden(posixpath.relpath(p, path))
+            ]
+            if not files:
+                raise InvalidSourceError(f"{url}: the directory holds no data files")
+            return files
+        return [SourceFile(path, int(info.get("size") or 0), posixpath.dirname(path))]
+    except OSError as exc:
+        raise translate_os_error(exc, url) from exc
+
+
+def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:
+    """Expand ``source`` into files, in a deterministic order.
+
+    Args:
+        source: a path or URL, a directory (read recursively), a glob (``*.parquet``), a brace
+            pattern (``part-{000..127}.parquet``, ``{a,b}``), or a list of any of these.
+        fs: the filesystem the paths live on.
+
+    Returns:
+        The files, each once.
+
+    Raises:
+        StorageNotFoundError: a named path does not exist.
+        InvalidSourceError: nothing matched, or a file is reached twice.
+    """
+    entries = [source] if isinstance(source, str | os.PathLike) else list(source)
+    if not entries:
+        raise InvalidSourceError("the source is an empty list")
+    files: list[SourceFile] = []
+    for entry in entries:
+        for pattern in braceexpand(os.fspath(entry)):
+            files.extend(_expand_one(pattern, fs))
+    seen: set[str] = set()
+    for f in files:
+        if f.path in seen:
+            raise InvalidSourceError(
+                f"{fs.url(f.path)}: the source names this file more than once; "
+                "each file must appear once or its rows would be read twice"
+            )
+        seen.add(f.path)
+    return files

@@ -1,0 +1,170 @@
+"""The assignment: which rows each stream reads in an epoch. Pure functions of small inputs.
+
+One global row order per epoch (chunks permuted by ``(seed, epoch)``, concatenated) is cut into
+equal spans per rank, and each rank's span into contiguous, batch-aligned spans per worker. A span
+is then mapped back to pieces ``(chunk, row_start, row_stop)``; only the ends of a span cut inside
+a chunk. See ``docs/concepts/model.md``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+import numpy as np
+
+from ..errors import InvalidArgumentError
+from .topology import Topology
+
+__all__ = [
+    "REMAINDER_POLICIES",
+    "Piece",
+    "Remainder",
+    "assign_stream",
+    "chunk_order",
+    "rank_span",
+    "span_pieces",
+    "worker_span",
+]
+
+Remainder = Literal["drop", "pad", "uneven"]
+REMAINDER_POLICIES: tuple[Remainder, ...] = ("drop", "pad", "uneven")
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    """Rows ``[start, stop)`` of chunk number ``chunk`` of the plan."""
+
+    chunk: int
+    start: int
+    stop: int
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the piece."""
+        return self.stop - self.start
+
+
+def chunk_order(num_chunks: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The order chunks are concatenated in for ``epoch``: a permutation by ``(seed, epoch)``."""
+    if not shuffle:
+        return np.arange(num_chunks)
+    return np.random.default_rng([seed, epoch, 0x0C]).permutation(num_chunks)
+
+
+def rank_span(
+    total: int,
+    *,
+    rank: int,
+    world_size: int,
+    batch_size: int,
+    drop_last: bool,
+    remainder: Remainder,
+) -> tuple[int, int]:
+    """Positions ``[start, stop)`` of the global row sequence that ``rank`` reads.
+
+    ``drop`` gives every rank ``total // world_size`` rows; ``pad`` gives every rank
+    ``ceil(total / world_size)`` rows, positions past ``total`` wrapping to the start; ``uneven``
+    gives the first ``total % world_size`` ranks one row more. ``drop_last`` then trims each
+    rank's span to whole batches.
+    """
+    if remainder == "drop":
+        share = total // world_size
+        start = rank * share
+    elif remainder == "pad":
+        share = -(-total // world_size) if total else 0
+        start = rank * share
+    elif remainder == "uneven":
+        base, extra = divmod(total, world_size)
+        share = base + (rank < extra)
+        start = rank * base + min(rank, extra)
+    else:
+        raise InvalidArgumentError(
+            f"remainder must be one of {REMAINDER_POLICIES}, got {remainder!r}"
+        )
+    if drop_last:
+        share -= share % batch_size
+    return start, start + share
+
+
+def worker_span(
+    span: tuple[int, int], *, worker: int, num_workers: int, batch_size: int
+) -> tuple[int, int]:
+    """The contiguous, batch-aligned part of a rank's span that ``worker`` reads.
+
+    Workers get whole batches, as equal in number as possible (±1); only the last batch of the
+    rank, which may be short, makes the last non-empty worker's stream shorter.
+    """
+    start, stop = span
+    num_batches = -(-(stop - start) // batch_size)
+    base, extra = divmod(num_batches, num_workers)
+    first = worker * base + min(worker, extra)
+    last = first + base + (worker < extra)
+    return min(start + first * batch_size, stop), min(start + last * batch_size, stop)
+
+
+def span_pieces(
+    rows_in_order: Sequence[int], order: Sequence[int], start: int, stop: int
+) -> list[Piece]:
+    """Map positions ``[start, stop)`` of the concatenation to pieces of chunks.
+
+    Args:
+        rows_in_order: rows of each chunk, in concatenation order.
+        order: the plan index of each chunk in concatenation order.
+        start: first position; may be past the total (then it wraps, for padding).
+        stop: one past the last position.
+    """
+    total = int(sum(rows_in_order))
+    if stop <= start or total == 0:
+        return []
+    ends = np.cumsum(rows_in_order)
+    pieces: list[Piece] = []
+    pos = start
+    while pos < stop:
+        lap, at = divmod(pos, total)
+        i = int(np.searchsorted(ends, at, side="right"))
+        chunk_start = int(ends[i]) - int(rows_in_order[i])
+        take = min(int(ends[i]) - at, stop - pos)
+        pieces.append(Piece(int(order[i]), at - chunk_start, at - chunk_start + take))
+        pos += take
+    return pieces
+
+
+def assign_stream(
+    chunk_rows: Sequence[int],
+    topology: Topology,
+    *,
+    epoch: int,
+    seed: int,
+    shuffle: bool,
+    batch_size: int,
+    drop_last: bool = False,
+    remainder: Remainder = "drop",
+) -> list[Piece]:
+    """The pieces one stream reads in ``epoch``, in reading order.
+
+    Args:
+        chunk_rows: rows of each chunk, in plan order.
+        topology: rank, world size, worker and workers of the stream.
+        epoch: the epoch (chunks are permuted by ``(seed, epoch)`` when ``shuffle``).
+        seed: the shuffle seed.
+        shuffle: permute chunks per epoch.
+        batch_size: rows per batch (streams are batch-aligned).
+        drop_last: trim each rank's span to whole batches.
+        remainder: what to do with the rows that do not divide among ranks.
+    """
+    order = chunk_order(len(chunk_rows), seed=seed, epoch=epoch, shuffle=shuffle)
+    rows_in_order = [chunk_rows[i] for i in order]
+    span = rank_span(
+        int(sum(chunk_rows)),
+        rank=topology.rank,
+        world_size=topology.world_size,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        remainder=remainder,
+    )
+    start, stop = worker_span(
+        span, worker=topology.worker, num_workers=topology.num_workers, batch_size=batch_size
+    )
+    return span_pieces(rows_in_order, order, start, stop)

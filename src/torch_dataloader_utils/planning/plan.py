@@ -1,0 +1,88 @@
+"""The plan: the canonical list of chunks a source is read as, and its fingerprint."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pyarrow as pa
+
+__all__ = ["Chunk", "Plan"]
+
+
+@dataclass(frozen=True, slots=True)
+class Chunk:
+    """The planned unit: a file plus a format-native range of it.
+
+    Attributes:
+        path: the file, without protocol.
+        start: first native unit (Parquet row group, ORC stripe, ...) of the range.
+        stop: one past the last native unit.
+        num_rows: rows in the range before any row filter.
+        num_bytes: bytes to read for the projected columns (used for balancing).
+        unit_rows: rows of each native unit in ``[start, stop)``, so a reader can seek to a row.
+        partition: ``(key, value)`` pairs of hive partition columns for this file.
+    """
+
+    path: str
+    start: int
+    stop: int
+    num_rows: int
+    num_bytes: int
+    unit_rows: tuple[int, ...] = ()
+    partition: tuple[tuple[str, Any], ...] = ()
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Chunks in canonical order (files sorted as listed, natural order inside each file).
+
+    Attributes:
+        chunks: the chunks.
+        schema: the schema of the batches the dataset yields (projection and partition columns
+            applied).
+        row_bytes: estimated decoded bytes per row of the projected columns (sizes shuffle
+            blocks).
+        details: what else identifies the read (format, columns, filter), for the fingerprint.
+    """
+
+    chunks: tuple[Chunk, ...]
+    schema: pa.Schema
+    row_bytes: float
+    details: tuple[tuple[str, str], ...] = ()
+    fingerprint: str = field(init=False)
+
+    def __post_init__(self) -> None:
+        digest = hashlib.sha256()
+        digest.update(json.dumps(self.details).encode())
+        digest.update(self.schema.to_string(show_schema_metadata=False).encode())
+        for c in self.chunks:
+            digest.update(
+                json.dumps([c.path, c.start, c.stop, c.num_rows, list(c.unit_rows)]).encode()
+            )
+        object.__setattr__(self, "fingerprint", digest.hexdigest()[:16])
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the whole plan before any row filter."""
+        return sum(c.num_rows for c in self.chunks)
+
+    @property
+    def chunk_rows(self) -> list[int]:
+        """Row count of every chunk, in plan order."""
+        return [c.num_rows for c in self.chunks]
+
+    def summary(self) -> str:
+        """One line for the log."""
+        files = len({c.path for c in self.chunks})
+        return (
+            f"plan {self.fingerprint}: {files} files, {len(self.chunks)} chunks, "
+            f"{self.num_rows} rows, {len(self.schema)} columns"
+        )
+
+    @staticmethod
+    def details_of(**items: object) -> tuple[tuple[str, str], ...]:
+        """Normalise fingerprint details to sorted string pairs."""
+        return tuple(sorted((k, str(v)) for k, v in items.items()))

@@ -1,0 +1,29 @@
+"""Row shuffling inside a stream: block boundaries and per-block permutations (pure)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+__all__ = ["block_bounds", "block_permutation"]
+
+
+def block_bounds(length: int, *, block_rows: int, first_block_rows: int) -> list[tuple[int, int]]:
+    """Split ``length`` stream rows into blocks shuffled together.
+
+    Blocks ramp up from ``first_block_rows``, doubling, to ``block_rows``, so the first batch
+    comes after a small read while later blocks mix widely.
+    """
+    bounds: list[tuple[int, int]] = []
+    size = max(1, min(first_block_rows, block_rows))
+    pos = 0
+    while pos < length:
+        stop = min(pos + size, length)
+        bounds.append((pos, stop))
+        pos = stop
+        size = min(size * 2, block_rows)
+    return bounds
+
+
+def block_permutation(*, seed: int, epoch: int, stream: int, block: int, n: int) -> np.ndarray:
+    """The permutation of block ``block`` of ``stream`` in ``epoch``: a function of those alone."""
+    return np.random.default_rng([seed, epoch, stream, block]).permutation(n)
