@@ -36,7 +36,9 @@ class BatchOptions:
     output_columns: tuple[str, ...] | None = None
 
 
-def _groups(batches: Iterable[pa.RecordBatch], sizes: Iterable[int]) -> Iterator[list[pa.RecordBatch]]:
+def _groups(
+    batches: Iterable[pa.RecordBatch], sizes: Iterable[int]
+) -> Iterator[list[pa.RecordBatch]]:
     """Cut the concatenation of ``batches`` into consecutive groups of ``sizes`` rows."""
     it = iter(batches)
     carry: pa.RecordBatch | None = None

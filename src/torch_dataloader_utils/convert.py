@@ -35,6 +35,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
+from torch.utils.dlpack import from_dlpack
 
 from .errors import InvalidArgumentError, NullValueError, UnsupportedTypeError
 
@@ -294,7 +295,7 @@ def as_numpy(field: Field) -> Any:
         return data
     if isinstance(data, pa.Array):
         data = data.to_numpy(zero_copy_only=True)
-    return data.reshape(field.shape)
+    return np.asarray(data).reshape(field.shape)
 
 
 def as_tensor(field: Field) -> Any:
@@ -302,9 +303,5 @@ def as_tensor(field: Field) -> Any:
     data = field.data
     if field.shape is None:
         return data
-    if isinstance(data, pa.Array):
-        tensor = torch.from_dlpack(data)
-    else:
-        tensor = torch.from_numpy(data)
+    tensor = from_dlpack(data) if isinstance(data, pa.Array) else torch.from_numpy(data)
     return tensor.view(field.shape)
-

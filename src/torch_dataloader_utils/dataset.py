@@ -138,7 +138,9 @@ class StructuredDataset(IterableDataset[Any]):
         if partitioning not in (None, "hive"):
             raise InvalidArgumentError(f'partitioning must be None or "hive", got {partitioning!r}')
         if isinstance(columns, str):
-            raise InvalidArgumentError(f"columns must be a list of names, got the string {columns!r}")
+            raise InvalidArgumentError(
+                f"columns must be a list of names, got the string {columns!r}"
+            )
         self.format = get_format(format)
         first = os.fspath(path if isinstance(path, str | os.PathLike) else next(iter(path), ""))
         self.fs = FileSystemSpec.for_path(first, storage_options)
@@ -154,7 +156,7 @@ class StructuredDataset(IterableDataset[Any]):
             resolve_rank(rank, world_size)  # validate now, before any worker starts
             Topology(rank or 0, world_size or 1)
         # The epoch lives in shared memory so set_epoch reaches persistent workers.
-        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()
+        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
 
         files = list_files(path, self.fs)
         if partitioning == "hive":
@@ -248,11 +250,7 @@ class StructuredDataset(IterableDataset[Any]):
                 for batch in self.format.read(
                     chunk, piece.start, piece.stop, self.fs, self.read_options
                 ):
-                    for key, value in chunk.partition:
-                        field = self.read_options.partition_schema.field(key)  # type: ignore[union-attr]
-                        column = pa.repeat(pa.scalar(value, field.type), batch.num_rows)
-                        batch = batch.append_column(field, column)
-                    yield batch
+                    yield _with_partition(batch, chunk.partition, self.read_options)
         finally:
             self.format.close()
 
@@ -310,7 +308,7 @@ class StructuredDataset(IterableDataset[Any]):
             drop_last=self.drop_last,
             remainder=self.remainder,
         )
-        return -(-(stop - start) // self.batch_size)
+        return (stop - start + self.batch_size - 1) // self.batch_size
 
     def __repr__(self) -> str:
         return (
@@ -332,6 +330,17 @@ class StructuredDataset(IterableDataset[Any]):
 
         loader = create_dataloader(path, format=format, dataset_class=cls, **kwargs)
         return loader, loader.dataset
+
+
+def _with_partition(
+    batch: pa.RecordBatch, partition: tuple[tuple[str, Any], ...], options: ReadOptions
+) -> pa.RecordBatch:
+    """Append the file's hive partition values as constant columns."""
+    for key, value in partition:
+        assert options.partition_schema is not None  # set whenever files have partitions
+        field = options.partition_schema.field(key)
+        batch = batch.append_column(field, pa.repeat(pa.scalar(value, field.type), batch.num_rows))
+    return batch
 
 
 def _check_positive(**values: int | None) -> None:

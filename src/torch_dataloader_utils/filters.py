@@ -52,7 +52,5 @@ def filter_columns(filters: Any, schema: pa.Schema) -> tuple[str, ...]:
                 f"filters {filters} do not apply to the data: {exc}; columns: {schema.names}"
             ) from exc
     return tuple(
-        name
-        for i, name in enumerate(schema.names)
-        if not _evaluates(filters, schema.remove(i))
+        name for i, name in enumerate(schema.names) if not _evaluates(filters, schema.remove(i))
     )

@@ -46,9 +46,7 @@ def bundle_rows() -> int:
     return _bundle_rows
 
 
-def init_worker(
-    rows: int, user_init: Callable[[int], None] | None, worker_id: int
-) -> None:
+def init_worker(rows: int, user_init: Callable[[int], None] | None, worker_id: int) -> None:
     """``worker_init_fn`` of a TabularDataLoader: switch bundling on, then run the user's."""
     enable_bundles(rows)
     if user_init is not None:
@@ -130,7 +128,7 @@ class PackedBundle:
 
 def _shared_buffer(nbytes: int) -> torch.Tensor:
     # Allocating straight into shared memory saves the copy DataLoader's pickler would make.
-    storage = torch.UntypedStorage._new_shared(max(nbytes, 1))
+    storage = torch.UntypedStorage._new_shared(max(nbytes, 1))  # type: ignore[no-untyped-call]
     return torch.empty(0, dtype=torch.uint8).set_(storage)[:nbytes]
 
 

@@ -90,7 +90,10 @@ def _project(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:
 
 
 def _check_schemas(
-    files: Sequence[SourceFile], facts: Sequence[_FileFacts], fs: FileSystemSpec, options: ReadOptions
+    files: Sequence[SourceFile],
+    facts: Sequence[_FileFacts],
+    fs: FileSystemSpec,
+    options: ReadOptions,
 ) -> pa.Schema:
     columns = options.columns
     if columns is not None:

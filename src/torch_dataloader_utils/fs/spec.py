@@ -66,9 +66,8 @@ class FileSystemSpec:
         text = os.fspath(path)
         if self.is_local:
             _, bare = split_protocol(text)
-            return os.path.abspath(os.path.expanduser(bare))
-        stripped: str = self.fsspec()._strip_protocol(text)
-        return stripped
+            return os.path.abspath(os.path.expanduser(str(bare)))
+        return str(self.fsspec()._strip_protocol(text))
 
     def url(self, path: str) -> str:
         """``path`` with its protocol, for messages and fingerprints."""

@@ -105,7 +105,7 @@ def worker_span(
 
 
 def span_pieces(
-    rows_in_order: Sequence[int], order: Sequence[int], start: int, stop: int
+    rows_in_order: Sequence[int], order: Sequence[int] | np.ndarray, start: int, stop: int
 ) -> list[Piece]:
     """Map positions ``[start, stop)`` of the concatenation to pieces of chunks.
 
@@ -122,7 +122,7 @@ def span_pieces(
     pieces: list[Piece] = []
     pos = start
     while pos < stop:
-        lap, at = divmod(pos, total)
+        at = pos % total
         i = int(np.searchsorted(ends, at, side="right"))
         chunk_start = int(ends[i]) - int(rows_in_order[i])
         take = min(int(ends[i]) - at, stop - pos)

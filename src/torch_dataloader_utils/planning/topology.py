@@ -1,4 +1,4 @@
-"""Where a reader sits: its rank among data-parallel ranks and its worker among DataLoader workers."""
+"""Where a reader sits: its data-parallel rank and its DataLoader worker."""
 
 from __future__ import annotations
 

@@ -1,0 +1,210 @@
+"""Throughput against the practical limit, measured in the same run.
+
+The limit: raw pyarrow ``ParquetFile.iter_batches`` + zero-copy torch conversion, one process,
+no shuffle. Ours: ``create_dataloader`` with shuffle on, ``num_workers`` 0 and 2. Every
+configuration runs in its own subprocess so its peak RSS is its own. Prints rows/s, MB/s (decoded
+Arrow bytes), time to first batch, peak RSS, and the ratio to the limit.
+
+Usage::
+
+    python benchmarks/throughput.py                 # tabular + token datasets
+    python benchmarks/throughput.py --rows 500000   # smaller
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+HERE = Path(__file__).resolve().parent
+DATA = HERE / ".data"
+
+
+def make_tabular(root: Path, rows: int, files: int = 8) -> Path:
+    """8 float32, 2 int64, a 20-char string, a 64-float embedding (FACTS.md's dataset)."""
+    out = root / f"tabular-{rows}"
+    if (out / "_done").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    per = rows // files
+    for f in range(files):
+        n = per if f < files - 1 else rows - per * (files - 1)
+        ids = np.arange(f * per, f * per + n)
+        cols: dict[str, pa.Array] = {"id": pa.array(ids)}
+        for j in range(8):
+            cols[f"f{j}"] = pa.array(rng.random(n, dtype=np.float32))
+        cols["i1"] = pa.array(rng.integers(0, 1000, n))
+        cols["s"] = pa.array([f"{i:020d}" for i in ids])
+        emb = pa.array(rng.random(n * 64, dtype=np.float32))
+        cols["emb"] = pa.FixedSizeListArray.from_arrays(emb, 64)
+        pq.write_table(pa.table(cols), out / f"part-{f:03d}.parquet", row_group_size=131_072)
+    (out / "_done").touch()
+    return out
+
+
+def make_tokens(root: Path, rows: int, files: int = 4) -> Path:
+    """Variable-length int32 token lists (16..256 tokens) plus an id."""
+    out = root / f"tokens-{rows}"
+    if (out / "_done").exists():
+        return out
+    out.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(1)
+    per = rows // files
+    for f in range(files):
+        n = per if f < files - 1 else rows - per * (files - 1)
+        lengths = rng.integers(16, 257, n)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
+        table = pa.table(
+            {
+                "id": pa.array(np.arange(f * per, f * per + n)),
+                "tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(values)),
+            }
+        )
+        pq.write_table(table, out / f"part-{f:03d}.parquet", row_group_size=65_536)
+    (out / "_done").touch()
+    return out
+
+
+def _raw_convert(batch: pa.RecordBatch) -> dict[str, object]:
+    import torch
+
+    out: dict[str, object] = {}
+    for name, col in zip(batch.schema.names, batch.columns, strict=True):
+        t = col.type
+        if pa.types.is_fixed_size_list(t):
+            out[name] = torch.from_dlpack(col.flatten()).view(-1, t.list_size)
+        elif pa.types.is_list(t):
+            offsets = col.offsets.to_numpy()
+            out[name] = torch.from_dlpack(col.flatten())
+            out[name + "_offsets"] = torch.from_numpy(offsets - offsets[0])
+        elif pa.types.is_string(t):
+            out[name] = col.to_pylist()
+        else:
+            out[name] = torch.from_dlpack(col)
+    return out
+
+
+def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[str, float]:
+    """Run one configuration in this process; returns its measurements."""
+    import torch
+
+    files = sorted(str(p) for p in data.glob("*.parquet"))
+    start = time.perf_counter()
+    first = None
+    rows = 0
+    nbytes = 0
+    if kind == "raw":
+        for path in files:
+            for batch in pq.ParquetFile(path).iter_batches(batch_size=batch_size):
+                out = _raw_convert(batch)
+                if first is None:
+                    first = time.perf_counter() - start
+                rows += batch.num_rows
+                nbytes += batch.nbytes
+                del out
+    else:
+        import torch_dataloader_utils as tdu
+
+        workers = int(kind.removeprefix("ours-w"))
+        loader = tdu.create_dataloader(
+            str(data),
+            batch_size=batch_size,
+            shuffle=True,
+            num_workers=workers,
+            list_format=list_format,
+        )
+        row_bytes = loader.dataset.plan.row_bytes
+        for batch in loader:
+            if first is None:
+                first = time.perf_counter() - start
+            n = len(batch["id"])
+            rows += n
+            nbytes += int(n * row_bytes)
+    elapsed = time.perf_counter() - start
+    del torch
+    rss_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    rss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
+    return {
+        "rows": rows,
+        "seconds": elapsed,
+        "rows_per_s": rows / elapsed,
+        "mb_per_s": nbytes / elapsed / 1e6,
+        "first_batch_s": first or float("nan"),
+        "rss_mb": rss_self,
+        "worker_rss_mb": rss_children,
+    }
+
+
+def _subprocess(kind: str, data: Path, batch_size: int, list_format: str) -> dict[str, float]:
+    cmd = [
+        sys.executable,
+        __file__,
+        "--one",
+        kind,
+        "--data",
+        str(data),
+        "--batch-size",
+        str(batch_size),
+        "--list-format",
+        list_format,
+    ]
+    done = subprocess.run(cmd, check=True, capture_output=True, text=True)
+    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rows", type=int, default=2_000_000)
+    parser.add_argument("--token-rows", type=int, default=400_000)
+    parser.add_argument("--batch-size", type=int, default=1024)
+    parser.add_argument("--repeat", type=int, default=2, help="runs per config; best is kept")
+    parser.add_argument("--one", help=argparse.SUPPRESS)
+    parser.add_argument("--data", help=argparse.SUPPRESS)
+    parser.add_argument("--list-format", default="padded", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.one:
+        print(json.dumps(run_one(args.one, Path(args.data), args.batch_size, args.list_format)))
+        return
+    tabular = make_tabular(DATA, args.rows)
+    tokens = make_tokens(DATA, args.token_rows)
+    cases = [
+        ("tabular", tabular, "padded", ["raw", "ours-w0", "ours-w2"]),
+        ("tokens (padded)", tokens, "padded", ["raw", "ours-w0", "ours-w2"]),
+        ("tokens (offsets)", tokens, "offsets", ["ours-w0", "ours-w2"]),
+    ]
+    print(f"cpus={os.cpu_count()} batch_size={args.batch_size} best of {args.repeat}")
+    header = f"{'dataset':18} {'config':8} {'rows/s':>11} {'MB/s':>8} {'1st batch':>10} "
+    print(header + f"{'RSS MB':>8} {'wrk RSS':>8} {'x limit':>8}")
+    limits: dict[Path, float] = {}
+    for label, data, list_format, kinds in cases:
+        for kind in kinds:
+            runs = [
+                _subprocess(kind, data, args.batch_size, list_format) for _ in range(args.repeat)
+            ]
+            best = max(runs, key=lambda r: r["rows_per_s"])
+            if kind == "raw":
+                limits[data] = best["rows_per_s"]
+            ratio = best["rows_per_s"] / limits[data]
+            print(
+                f"{label:18} {kind:8} {best['rows_per_s']:11,.0f} {best['mb_per_s']:8.0f} "
+                f"{best['first_batch_s']:9.3f}s {best['rss_mb']:8.0f} "
+                f"{best['worker_rss_mb']:8.0f} {ratio:8.2f}",
+                flush=True,
+            )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# The whole test suite: set up, lint, types, docs, tests. CI runs exactly this (.ci/run).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/bootstrap.sh dev
+export PATH="$PWD/.venv/bin:$PATH"
+echo "== ruff";   ruff check . && ruff format --check .
+echo "== mypy";   mypy
+echo "== docs";   mkdocs build --strict --quiet -d "$(mktemp -d)"
+echo "== pytest"; pytest -q -p no:cacheprovider "$@"

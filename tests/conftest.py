@@ -1,0 +1,72 @@
+"""Shared data factories: every test makes the small files it reads (no committed binaries)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+
+def make_table(ids: np.ndarray, *, seed: int = 0, emb_dim: int = 4) -> pa.Table:
+    """A table whose rows are identified by ``id``, with every column kind the library maps.
+
+    Values are functions of the id, so a test can check a row's content from its id alone.
+    """
+    ids = np.asarray(ids, dtype=np.int64)
+    n = len(ids)
+    lengths = (ids % 5).astype(np.int32)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    tokens = np.concatenate([np.arange(k, dtype=np.int32) + int(i) for i, k in zip(ids, lengths)]) if n else np.array([], np.int32)
+    emb = (ids[:, None] * 10 + np.arange(emb_dim)[None, :]).astype(np.float32).reshape(-1)
+    return pa.table(
+        {
+            "id": pa.array(ids),
+            "x": pa.array((ids * 0.5).astype(np.float32)),
+            "label": pa.array((ids % 7).astype(np.int64)),
+            "flag": pa.array(ids % 2 == 0),
+            "name": pa.array([f"row-{i}" for i in ids], pa.string()),
+            "emb": pa.FixedSizeListArray.from_arrays(pa.array(emb), emb_dim),
+            "tokens": pa.ListArray.from_arrays(pa.array(offsets), pa.array(tokens, pa.int32())),
+        }
+    )
+
+
+def write_parquet(path: Path, ids: np.ndarray, *, row_group_size: int = 100, **kw: object) -> Path:
+    """Write ``make_table(ids)`` to ``path`` with small row groups."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(make_table(ids, **kw), path, row_group_size=row_group_size)
+    return path
+
+
+MakeParquetDir = Callable[..., tuple[Path, int]]
+
+
+@pytest.fixture
+def parquet_dir(tmp_path: Path) -> MakeParquetDir:
+    """Factory: a directory of Parquet files with the given row counts; returns (dir, rows).
+
+    Ids run 0..rows-1 across the files in name order.
+    """
+
+    def make(
+        sizes: Sequence[int] = (250, 1000, 0, 333, 17),
+        *,
+        row_group_size: int = 100,
+        name: str = "data",
+    ) -> tuple[Path, int]:
+        root = tmp_path / name
+        start = 0
+        for i, size in enumerate(sizes):
+            write_parquet(
+                root / f"part-{i:03d}.parquet",
+                np.arange(start, start + size),
+                row_group_size=row_group_size,
+            )
+            start += size
+        return root, start
+
+    return make
