@@ -6,5 +6,5 @@ scripts/bootstrap.sh dev
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff";   ruff check . && ruff format --check .
 echo "== mypy";   mypy
-echo "== docs";   mkdocs build --strict --quiet -d "$(mktemp -d)"
+echo "== docs";   NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet -d "$(mktemp -d)"
 echo "== pytest"; pytest -q -p no:cacheprovider "$@"

@@ -20,7 +20,13 @@ def make_table(ids: np.ndarray, *, seed: int = 0, emb_dim: int = 4) -> pa.Table:
     n = len(ids)
     lengths = (ids % 5).astype(np.int32)
     offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
-    tokens = np.concatenate([np.arange(k, dtype=np.int32) + int(i) for i, k in zip(ids, lengths)]) if n else np.array([], np.int32)
+    tokens = (
+        np.concatenate(
+            [np.arange(k, dtype=np.int32) + int(i) for i, k in zip(ids, lengths, strict=True)]
+        )
+        if n
+        else np.array([], np.int32)
+    )
     emb = (ids[:, None] * 10 + np.arange(emb_dim)[None, :]).astype(np.float32).reshape(-1)
     return pa.table(
         {

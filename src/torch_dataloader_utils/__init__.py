@@ -2,7 +2,7 @@
 
 Every row exactly once per epoch, equal batches on every rank, real row shuffling.
 
-Example:
+Examples:
     >>> import torch_dataloader_utils as tdu  # doctest: +SKIP
     >>> loader = tdu.create_dataloader("data/", format="parquet", batch_size=1024, shuffle=True)
     >>> for epoch in range(3):

@@ -92,11 +92,14 @@ def shuffled_blocks(
     for index, group in enumerate(_groups(batches, [b - a for a, b in bounds])):
         if not group:
             continue
-        table = _finish(pa.Table.from_batches(group), options).combine_chunks()
+        table = _finish(pa.Table.from_batches(group), options)
+        del group  # hold one copy of the block at a time: the shuffled one
         perm = block_permutation(
             seed=options.seed, epoch=epoch, stream=stream, block=index, n=table.num_rows
         )
-        yield table.take(perm)
+        shuffled = table.take(perm)
+        del table
+        yield shuffled
 
 
 def cut_batches(tables: Iterable[pa.Table], batch_size: int) -> Iterator[pa.RecordBatch]:

@@ -1,7 +1,7 @@
 """Arrow → torch / numpy / dict: the only place tensors are made.
 
 Every column's conversion is decided once, from the schema, before any worker starts
-(:class:`Converter` raises :class:`UnsupportedTypeError` there). Per batch the work is vectorised:
+(`Converter` raises `UnsupportedTypeError` there). Per batch the work is vectorised:
 no per-row Python except for string/binary columns, which become Python lists.
 
 Mapping (``output_format="torch"``; ``"numpy"`` gives the same shapes as numpy arrays):
@@ -20,7 +20,7 @@ list<numeric>                   ``list_format``: ``"padded"`` (default) → ``co
 string/binary/other             Python list
 ==============================  ===========================================================
 
-Nulls never change a dtype: ``null_policy="error"`` (default) raises :class:`NullValueError`
+Nulls never change a dtype: ``null_policy="error"`` (default) raises `NullValueError`
 naming the column; ``"fill"`` fills numeric nulls with NaN (floats), 0 (ints) or False;
 ``"mask"`` fills the same way and adds a boolean ``col_valid``.
 """
@@ -210,12 +210,12 @@ class Converter:
 
     def _primitive(self, name: str, array: pa.Array, n: int) -> list[Field]:
         fields: list[Field] = []
+        if self.null_policy == "mask":  # the key is there in every batch, nulls or not
+            valid = array.is_valid().to_numpy(zero_copy_only=False)
+            fields.append(Field(f"{name}_valid", valid, (n,)))
         if array.null_count:
             if self.null_policy == "error":
                 self._nulls(name, array)
-            if self.null_policy == "mask":
-                valid = array.is_valid().to_numpy(zero_copy_only=False)
-                fields.append(Field(f"{name}_valid", valid, (n,)))
             array = pc.fill_null(array, pa.scalar(_fill_value(array.type), array.type))
         if pa.types.is_boolean(array.type):
             fields.insert(0, Field(name, array.to_numpy(zero_copy_only=False), (n,)))

@@ -48,14 +48,14 @@ class StructuredDataset(IterableDataset[Any]):
     """Batches of structured data (Parquet, ...) read exactly once per epoch.
 
     The dataset plans in its constructor (main process): lists the files, reads footers, builds
-    the :class:`~torch_dataloader_utils.planning.Plan`. Each time it is iterated it works out
+    the `Plan`. Each time it is iterated it works out
     its own stream from the rank and the real DataLoader worker it runs in, so it never depends
     on the constructor knowing ``num_workers``. It yields whole batches: use it with
-    ``DataLoader(batch_size=None)``, or better, :meth:`create_dataloader`.
+    ``DataLoader(batch_size=None)``, or better, `create_dataloader`.
 
     Args:
         path: a path or URL, a directory, a glob, a brace pattern, or a list of them.
-        format: the format name (``"parquet"``) or a :class:`~torch_dataloader_utils.Format`.
+        format: the format name (``"parquet"``) or a `Format`.
         batch_size: rows per batch.
         columns: columns to read (``None``: all). Partition columns may be named.
         filters: a ``pyarrow.compute.Expression``; prunes row groups at plan time and
@@ -90,7 +90,7 @@ class StructuredDataset(IterableDataset[Any]):
         SchemaMismatchError: files disagree on the schema of the columns read.
         UnsupportedTypeError: a column has no mapping to ``output_format``.
 
-    Example:
+    Examples:
         >>> loader, dataset = StructuredDataset.create_dataloader(  # doctest: +SKIP
         ...     path="data/", format="parquet", batch_size=1024, shuffle=True, num_workers=2)
         >>> for epoch in range(3):  # doctest: +SKIP
@@ -321,7 +321,7 @@ class StructuredDataset(IterableDataset[Any]):
     def create_dataloader(
         cls, path: Source, format: str | Format = "parquet", **kwargs: Any
     ) -> tuple[TabularDataLoader, StructuredDataset]:
-        """Build the dataset and a DataLoader over it; see :func:`create_dataloader`.
+        """Build the dataset and a DataLoader over it; see `create_dataloader`.
 
         Returns:
             ``(loader, dataset)``: call ``dataset.set_epoch(epoch)`` before each epoch.

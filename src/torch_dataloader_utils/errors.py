@@ -1,6 +1,6 @@
 """The whole exception hierarchy of torch-dataloader-utils.
 
-Every error raised by the library derives from :class:`TorchDataloaderUtilsError` and also from the
+Every error raised by the library derives from `TorchDataloaderUtilsError` and also from the
 nearest builtin, so ``except FileNotFoundError`` or ``except ValueError`` keep working in user code.
 Each class takes a single message argument: the DataLoader re-raises worker exceptions in the main
 process by calling ``type(exc)(message)``, so the type survives the trip from a worker.

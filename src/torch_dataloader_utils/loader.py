@@ -27,10 +27,10 @@ def _identity(batch: Any) -> Any:
 
 
 class TabularDataLoader(DataLoader[Any]):
-    """A ``torch.utils.data.DataLoader`` over a :class:`StructuredDataset`.
+    """A ``torch.utils.data.DataLoader`` over a `StructuredDataset`.
 
     It is an ordinary DataLoader (``batch_size=None``: the dataset yields whole batches) with two
-    additions: :meth:`set_epoch`, and a cheaper worker→main transport (several batches per
+    additions: `set_epoch`, and a cheaper worker→main transport (several batches per
     message, packed into one shared buffer) that is invisible to the user, who still receives
     one batch per iteration.
 
@@ -97,11 +97,11 @@ def create_dataloader(
     dataset_class: type[StructuredDataset] = StructuredDataset,
     **dataset_options: Any,
 ) -> TabularDataLoader:
-    """Build a :class:`StructuredDataset` over ``source`` and a DataLoader that reads it.
+    """Build a `StructuredDataset` over ``source`` and a DataLoader that reads it.
 
     Args:
         source: a path or URL, directory, glob, brace pattern, or a list of them.
-        format: format name (``"parquet"``) or a :class:`Format` instance.
+        format: format name (``"parquet"``) or a `Format` instance.
         num_workers: worker processes (default: ``min(4, cpu_count)``; 0 reads in-process).
         pin_memory: pin batches for fast host→GPU copies.
         persistent_workers: keep workers alive between epochs (``set_epoch`` still reaches
@@ -112,7 +112,7 @@ def create_dataloader(
         worker_init_fn: called in each worker with its id.
         bundle_rows: rows per worker→main message; batches are unchanged (0: one per batch).
         dataset_class: the dataset class to build.
-        **dataset_options: everything :class:`StructuredDataset` accepts (``batch_size``,
+        **dataset_options: everything `StructuredDataset` accepts (``batch_size``,
             ``columns``, ``filters``, ``shuffle``, ``shuffle_seed``, ``drop_last``,
             ``output_format``, ``storage_options``, ``partitioning``, ...).
 
@@ -122,10 +122,14 @@ def create_dataloader(
 
     Raises:
         InvalidArgumentError: an option is out of range.
-        UnknownFormatError, StorageNotFoundError, ColumnNotFoundError, FilterTypeError,
-        CorruptFileError, SchemaMismatchError: see :class:`StructuredDataset`.
+        UnknownFormatError: ``format`` is not registered.
+        StorageNotFoundError: ``source`` does not exist.
+        ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
+        FilterTypeError: ``filters`` is not a ``pyarrow.compute.Expression``.
+        CorruptFileError: a file cannot be parsed.
+        SchemaMismatchError: files disagree on the schema of the columns read.
 
-    Example:
+    Examples:
         >>> import torch_dataloader_utils as tdu  # doctest: +SKIP
         >>> loader = tdu.create_dataloader("data/*.parquet", batch_size=1024, shuffle=True)
         >>> for epoch in range(2):

@@ -2,7 +2,7 @@
 
 Measured (FACTS.md): each tensor that crosses from a worker costs ~0.35 ms, most of it creating
 and passing a new shared-memory segment, not copying bytes. So a worker of a
-:class:`~torch_dataloader_utils.loader.TabularDataLoader` sends *bundles*: several consecutive
+`TabularDataLoader` sends *bundles*: several consecutive
 batches in one message, and for torch output all their numeric data packed into ONE shared
 buffer, allocated directly in shared memory. The main process slices the buffer into per-batch
 views (a few microseconds) and yields the batches one by one, so users see ordinary batches.

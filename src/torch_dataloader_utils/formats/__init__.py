@@ -1,4 +1,4 @@
-"""Formats: one plug-in point (:class:`Format`), a registry of built-ins by name."""
+"""Formats: one plug-in point (`Format`), a registry of built-ins by name."""
 
 from __future__ import annotations
 
@@ -23,7 +23,7 @@ def available_formats() -> list[str]:
 
 
 def get_format(name: str | Format) -> Format:
-    """The format registered under ``name`` (a :class:`Format` instance passes through).
+    """The format registered under ``name`` (a `Format` instance passes through).
 
     Raises:
         UnknownFormatError: no format has that name.

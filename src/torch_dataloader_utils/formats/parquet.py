@@ -22,9 +22,10 @@ __all__ = ["ParquetFormat"]
 # Footers are read by threads: the work is I/O (one small request per file on object storage).
 _PLAN_THREADS = 32
 # Rows per decoded batch inside a row group: bounds memory per worker and time to first batch.
-_READ_BATCH_ROWS = 65_536
-# Open files kept per worker; a stream reads its pieces in order, so a few suffice.
-_OPEN_FILES = 8
+_READ_BATCH_ROWS = 16_384
+# Open files kept per worker. An open ParquetFile keeps its pre-buffered row group alive (measured:
+# 8 cached files held ~360 MB), and shuffled streams rarely revisit a file, so keep one.
+_OPEN_FILES = 1
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ __all__ = ["translate_os_error"]
 
 
 def translate_os_error(exc: OSError, url: str) -> StorageError:
-    """Map an ``OSError`` raised while touching ``url`` to the matching :class:`StorageError`.
+    """Map an ``OSError`` raised while touching ``url`` to the matching `StorageError`.
 
     The caller raises the result ``from exc``.
     """
