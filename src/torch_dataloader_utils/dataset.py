@@ -277,19 +277,25 @@ class StructuredDataset(IterableDataset[Any]):
         convert = self.converter
         collate = self.collate_fn
         per_bundle = math.ceil(bundle_rows() / self.batch_size) if bundle_rows() else 0
-        if per_bundle and collate is None and convert.output_format == "torch":
-            # In a TabularDataLoader worker: several batches, one shared buffer, one message.
-            while group := list(islice(batches, per_bundle)):
+        if not per_bundle:
+            outputs = (convert(b) for b in batches)
+            yield from outputs if collate is None else (collate(o) for o in outputs)
+            return
+        # In a TabularDataLoader worker: several batches per message. Bundles ramp up 1, 2, 4 ...
+        # batches so the first batch leaves the worker as soon as it is ready.
+        size = 1
+        if collate is None and convert.output_format == "torch":
+            # All numeric data of a bundle in one shared buffer: one segment per message.
+            while group := list(islice(batches, size)):
                 yield pack([convert.fields(b) for b in group])
+                size = min(size * 2, per_bundle)
             return
         outputs = (convert(b) for b in batches)
         if collate is not None:
             outputs = (collate(o) for o in outputs)
-        if per_bundle:
-            while items := list(islice(outputs, per_bundle)):
-                yield Bundle(items)
-            return
-        yield from outputs
+        while items := list(islice(outputs, size)):
+            yield Bundle(items)
+            size = min(size * 2, per_bundle)
 
     def __len__(self) -> int:
         """Batches this rank yields per epoch (whatever the number of workers).
