@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
+
 __all__ = ["block_bounds", "block_permutation"]
 
 
@@ -13,6 +15,8 @@ def block_bounds(length: int, *, block_rows: int, first_block_rows: int) -> list
     Blocks ramp up from ``first_block_rows``, doubling, to ``block_rows``, so the first batch
     comes after a small read while later blocks mix widely.
     """
+    if block_rows < 1:
+        raise InvalidArgumentError(f"block_rows must be >= 1, got {block_rows}")
     bounds: list[tuple[int, int]] = []
     size = max(1, min(first_block_rows, block_rows))
     pos = 0

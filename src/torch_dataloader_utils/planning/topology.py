@@ -65,9 +65,27 @@ def resolve_rank(rank: int | None = None, world_size: int | None = None) -> tupl
     if rank is not None or world_size is not None:
         if rank is None or world_size is None:
             raise InvalidArgumentError("pass both rank= and world_size=, or neither")
-        return rank, world_size
+        return _checked(rank, world_size, "rank=/world_size=")
     if dist.is_available() and dist.is_initialized():
         return dist.get_rank(), dist.get_world_size()
-    if "WORLD_SIZE" in os.environ:
-        return int(os.environ.get("RANK", "0")), int(os.environ["WORLD_SIZE"])
-    return 0, 1
+    env_rank, env_world = os.environ.get("RANK"), os.environ.get("WORLD_SIZE")
+    if env_rank is None and env_world is None:
+        return 0, 1
+    if env_rank is None or env_world is None:
+        raise InvalidArgumentError(
+            f"RANK={env_rank} and WORLD_SIZE={env_world}: set both (torchrun does), or neither"
+        )
+    try:
+        return _checked(int(env_rank), int(env_world), "RANK/WORLD_SIZE")
+    except ValueError as exc:
+        if isinstance(exc, InvalidArgumentError):
+            raise
+        raise InvalidArgumentError(
+            f"RANK={env_rank!r} and WORLD_SIZE={env_world!r} must be integers"
+        ) from exc
+
+
+def _checked(rank: int, world_size: int, source: str) -> tuple[int, int]:
+    if world_size < 1 or not 0 <= rank < world_size:
+        raise InvalidArgumentError(f"{source}: rank {rank} is not in [0, world_size={world_size})")
+    return rank, world_size

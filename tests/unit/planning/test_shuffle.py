@@ -66,10 +66,6 @@ def test_block_bounds_property(length, block_rows, first_block_rows):
     check_bounds(length, block_rows, first_block_rows)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="block_bounds loops forever when block_rows < 1 (size ramps to 0); see the report",
-)
 @pytest.mark.timeout(0.5, method="signal")
 @pytest.mark.parametrize("block_rows", [0, -1])
 def test_block_bounds_rejects_a_block_size_below_one(block_rows):

@@ -101,9 +101,20 @@ def test_resolve_rank_reads_the_torchrun_environment(clean_env):
     assert all(type(v) is int for v in resolve_rank())
 
 
-def test_resolve_rank_without_rank_in_the_environment_is_rank_zero(clean_env):
-    clean_env.setenv("WORLD_SIZE", "3")
-    assert resolve_rank() == (0, 3)
+@pytest.mark.parametrize(("name", "value"), [("WORLD_SIZE", "3"), ("RANK", "1")])
+def test_resolve_rank_with_half_the_environment_is_an_error(clean_env, name, value):
+    # Every process would otherwise be rank 0 of its own world and read the same rows.
+    clean_env.setenv(name, value)
+    with pytest.raises(InvalidArgumentError, match="RANK"):
+        resolve_rank()
+
+
+@pytest.mark.parametrize(("rank", "world"), [("x", "2"), ("3", "2"), ("0", "0")])
+def test_resolve_rank_rejects_a_bad_environment(clean_env, rank, world):
+    clean_env.setenv("RANK", rank)
+    clean_env.setenv("WORLD_SIZE", world)
+    with pytest.raises(InvalidArgumentError):
+        resolve_rank()
 
 
 @pytest.mark.parametrize(("rank", "world_size"), [(1, 3), (0, 1), (5, 8)])
