@@ -93,6 +93,20 @@ def _temporal_int(t: pa.DataType) -> pa.DataType | None:
     return None
 
 
+def _check_pad_value(name: str, pad_value: float, value_type: pa.DataType) -> None:
+    dtype = np.dtype(value_type.to_pandas_dtype())
+    try:
+        with np.errstate(invalid="ignore", over="ignore"):
+            cast = np.array(pad_value).astype(dtype)
+        exact = bool(cast == pad_value) or (np.isnan(pad_value) and dtype.kind == "f")
+    except (OverflowError, ValueError):
+        exact = False
+    if not exact:
+        raise InvalidArgumentError(
+            f"pad_value={pad_value!r} cannot be stored in column {name!r} of type {value_type}"
+        )
+
+
 def _fill_value(t: pa.DataType) -> Any:
     if pa.types.is_floating(t):
         return float("nan")
@@ -177,8 +191,8 @@ class Converter:
     def _rule_for(self, field: pa.Field) -> tuple[_Rule, list[str]]:
         t, name = field.type, field.name
         if pa.types.is_dictionary(t):
-            inner, _ = self._rule_for(pa.field(name, t.value_type))
-            return (lambda a, n: inner(a.dictionary_decode(), n)), []
+            inner, added = self._rule_for(pa.field(name, t.value_type))
+            return (lambda a, n: inner(a.dictionary_decode(), n)), added
         if _is_numeric(t) or pa.types.is_boolean(t):
             added = [f"{name}_valid"] if self.null_policy == "mask" else []
             return (lambda a, n: self._primitive(name, a, n)), added
@@ -191,6 +205,7 @@ class Converter:
             return (lambda a, n: self._fixed_list(name, a, n, size)), []
         if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_numeric(t.value_type):
             if self.list_format == "padded":
+                _check_pad_value(name, self.pad_value, t.value_type)
                 return (lambda a, n: self._padded(name, a, n)), [f"{name}_lengths"]
             if self.list_format == "nested":
                 self._nested.append(name)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+import numbers
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
@@ -15,7 +16,7 @@ from torch.utils.data import IterableDataset
 
 from .batching import BatchOptions, cut_batches, shuffled_blocks
 from .convert import Converter, ListFormat, NullPolicy, OutputFormat
-from .errors import ColumnNotFoundError, InvalidArgumentError
+from .errors import InvalidArgumentError
 from .filters import filter_columns
 from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, Source, hive_partitions, list_files
@@ -165,13 +166,8 @@ class StructuredDataset(IterableDataset[Any]):
             partition_schema, partitions = pa.schema([]), [() for _ in files]
         file_schema = self.format.schema(files[0], self.fs)
         available = pa.schema(list(file_schema) + list(partition_schema))
-        if columns is not None:
-            missing = [c for c in columns if c not in available.names]
-            if missing:
-                raise ColumnNotFoundError(
-                    f"column(s) {missing} not found in {self.fs.url(files[0].path)}; "
-                    f"available columns: {available.names}"
-                )
+        # Requested columns are checked against every file by the format's plan (missing
+        # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
         needed = filter_columns(filters, available)
         wanted = list(columns) if columns is not None else list(available.names)
         read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
@@ -349,7 +345,9 @@ def _with_partition(
     return batch
 
 
-def _check_positive(**values: int | None) -> None:
+def _check_positive(**values: object) -> None:
     for name, value in values.items():
-        if value is not None and (isinstance(value, bool) or value <= 0):
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0
+        ):
             raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")

@@ -23,8 +23,10 @@ class ReadOptions:
         columns: the file columns to read (``None``: all); includes columns the row filter needs.
         filter: the row filter; formats may use it to prune chunks at plan time, the dataset
             applies it to rows.
-        split_bytes: target compressed bytes per chunk (``None``: one native unit per chunk).
-        split_rows: target rows per chunk (``None``: no row target).
+        split_bytes: target compressed bytes per chunk: consecutive native units (row groups)
+            are grouped until the target is reached.
+        split_rows: target rows per chunk, likewise; with both, whichever is reached first
+            closes the chunk; with neither, a chunk is one native unit.
         partition_schema: hive partition columns, which the filter may reference.
     """
 

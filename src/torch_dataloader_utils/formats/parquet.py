@@ -41,6 +41,19 @@ def _partition_expression(partition: tuple[tuple[str, object], ...]) -> pc.Expre
     return expr
 
 
+def _open(path: str, fs: FileSystemSpec) -> pa.NativeFile:
+    """Open ``path``; storage failures (missing, denied, unreachable) are raised here, so that
+    any error while parsing afterwards means the bytes are bad (pyarrow raises some parse
+    errors, like a footer that does not deserialize, as ``OSError``)."""
+    try:
+        return fs.arrow().open_input_file(path)
+    except OSError as exc:
+        raise translate_os_error(exc, fs.url(path)) from exc
+
+
+_PARSE_ERRORS = (OSError, pa.ArrowException)
+
+
 def _read_facts(
     f: SourceFile,
     partition: tuple[tuple[str, object], ...],
@@ -50,9 +63,10 @@ def _read_facts(
     url = fs.url(f.path)
     if f.size == 0:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
+    source = _open(f.path, fs)
     try:
         fragment = ds.ParquetFileFormat().make_fragment(
-            f.path, filesystem=fs.arrow(), partition_expression=_partition_expression(partition)
+            source, partition_expression=_partition_expression(partition)
         )
         fragment.ensure_complete_metadata()
         metadata = fragment.metadata
@@ -64,10 +78,10 @@ def _read_facts(
                 full = full.append(field)
             subset = fragment.subset(filter=options.filter, schema=full)
             kept = {rg.id for rg in subset.row_groups}
-    except OSError as exc:
-        raise translate_os_error(exc, url) from exc
-    except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+    except _PARSE_ERRORS as exc:
         raise CorruptFileError(f"{url}: not a readable Parquet file ({exc})") from exc
+    finally:
+        source.close()
     wanted = set(options.columns) if options.columns is not None else None
     row_groups = []
     for i in range(metadata.num_row_groups):
@@ -106,12 +120,17 @@ def _check_schemas(
             )
     reference: pa.Schema | None = None
     reference_file = ""
-    for f, fact in zip(files, facts, strict=True):
-        if not fact.row_groups and reference is not None:
-            continue  # a file without rows (to read) contributes nothing: its schema is moot
+    pairs = list(zip(files, facts, strict=True))
+    # Files with rows first: a file without rows to read contributes nothing, so its schema is
+    # moot (it is only the reference when no file has rows).
+    ordered = [p for p in pairs if p[1].row_groups] or pairs[:1]
+    for f, fact in ordered:
         if columns is not None and any(c not in fact.schema.names for c in columns):
             absent = [c for c in columns if c not in fact.schema.names]
-            raise SchemaMismatchError(f"{fs.url(f.path)}: has no column(s) {absent}")
+            having = next(g for g, other in pairs if any(c in other.schema.names for c in absent))
+            raise SchemaMismatchError(
+                f"{fs.url(f.path)}: has no column(s) {absent}, which {fs.url(having.path)} has"
+            )
         projected = _project(fact.schema, columns).remove_metadata()
         if reference is None:
             reference, reference_file = projected, fs.url(f.path)
@@ -155,10 +174,12 @@ def _group(
         run.append(rg)
         rows = sum(r[1] for r in run)
         size = sum(r[2] for r in run)
-        full_rows = options.split_rows is None or rows >= options.split_rows
-        full_bytes = options.split_bytes is None or size >= options.split_bytes
-        if full_rows and full_bytes:
-            flush()
+        if options.split_rows is None and options.split_bytes is None:
+            flush()  # default: one row group per chunk
+        elif (options.split_rows is not None and rows >= options.split_rows) or (
+            options.split_bytes is not None and size >= options.split_bytes
+        ):
+            flush()  # whichever target is reached first closes the chunk
     flush()
     return chunks
 
@@ -178,22 +199,20 @@ class ParquetFormat(Format):
     def __init__(self) -> None:
         self._open: OrderedDict[str, pq.ParquetFile] = OrderedDict()
 
-    def __getstate__(self) -> dict[str, object]:
-        return {}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        self.__init__()  # type: ignore[misc]
+    def __reduce__(self) -> tuple[type[ParquetFormat], tuple[()]]:
+        return (type(self), ())  # open files stay behind: each process opens its own
 
     def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
         url = fs.url(file.path)
         if file.size == 0:
             raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
+        source = _open(file.path, fs)
         try:
-            return pq.read_schema(file.path, filesystem=fs.arrow()).remove_metadata()
-        except OSError as exc:
-            raise translate_os_error(exc, url) from exc
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+            return pq.read_schema(source).remove_metadata()
+        except _PARSE_ERRORS as exc:
             raise CorruptFileError(f"{url}: not a readable Parquet file ({exc})") from exc
+        finally:
+            source.close()
 
     def plan(
         self,
@@ -223,7 +242,12 @@ class ParquetFormat(Format):
     def _file(self, path: str, fs: FileSystemSpec) -> pq.ParquetFile:
         handle = self._open.get(path)
         if handle is None:
-            handle = pq.ParquetFile(fs.arrow().open_input_file(path))
+            source = _open(path, fs)
+            try:
+                handle = pq.ParquetFile(source)
+            except _PARSE_ERRORS as exc:
+                source.close()
+                raise CorruptFileError(f"{fs.url(path)}: not a readable Parquet file") from exc
             self._open[path] = handle
             if len(self._open) > _OPEN_FILES:
                 _, old = self._open.popitem(last=False)
@@ -247,15 +271,13 @@ class ParquetFormat(Format):
             lo, hi = max(row_start, first), min(row_stop, first + rg_rows)
             if lo < hi:
                 where = f"{url} row group {rg} (rows {lo - first}:{hi - first})"
+                handle = self._file(chunk.path, fs)
                 try:
-                    handle = self._file(chunk.path, fs)
                     batches = handle.iter_batches(
                         batch_size=_READ_BATCH_ROWS, row_groups=[rg], columns=columns
                     )
                     yield from _slice_batches(batches, lo - first, hi - first, where)
-                except OSError as exc:
-                    raise translate_os_error(exc, where) from exc
-                except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as exc:
+                except _PARSE_ERRORS as exc:
                     raise CorruptFileError(f"{where}: cannot decode ({exc})") from exc
             first += rg_rows
             if first >= row_stop:

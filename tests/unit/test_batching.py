@@ -1,0 +1,196 @@
+"""``shuffled_blocks`` + ``cut_batches``: a stream's rows become shuffled, equal-size batches."""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Iterator
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pytest
+
+from tests.conftest import make_table
+from torch_dataloader_utils.batching import BatchOptions, cut_batches, shuffled_blocks
+
+
+def split(table: pa.Table, pieces: int) -> list[pa.RecordBatch]:
+    """The table's rows as ``pieces`` record batches of uneven sizes (some may be empty)."""
+    rb = table.combine_chunks().to_batches()[0] if table.num_rows else None
+    if rb is None:
+        return []
+    rng = np.random.default_rng(pieces)
+    cuts = np.sort(rng.integers(0, table.num_rows + 1, size=pieces - 1))
+    bounds = [0, *cuts.tolist(), table.num_rows]
+    return [rb.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
+
+
+def run(
+    table: pa.Table,
+    options: BatchOptions,
+    *,
+    pieces: int = 7,
+    epoch: int = 0,
+    stream: int = 0,
+) -> list[pa.RecordBatch]:
+    blocks = shuffled_blocks(
+        iter(split(table, pieces)), table.num_rows, options, epoch=epoch, stream=stream
+    )
+    return list(cut_batches(blocks, options.batch_size))
+
+
+def ids_of(batches: list[pa.RecordBatch]) -> list[int]:
+    return [i for b in batches for i in b.column("id").to_pylist()]
+
+
+def options(**kw: object) -> BatchOptions:
+    base: dict[str, object] = {
+        "batch_size": 32,
+        "shuffle": True,
+        "block_rows": 100,
+        "first_block_rows": 100,
+        "seed": 11,
+    }
+    base.update(kw)
+    return BatchOptions(**base)  # type: ignore[arg-type]
+
+
+TABLE = make_table(np.arange(1000, 1537))  # 537 rows: not a multiple of batch or block sizes
+
+
+def check_sizes(batches: list[pa.RecordBatch], total: int, batch_size: int) -> None:
+    sizes = [b.num_rows for b in batches]
+    assert sum(sizes) == total
+    assert all(s == batch_size for s in sizes[:-1]), sizes
+    if sizes:
+        assert 0 < sizes[-1] <= batch_size, sizes
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("batch_size", [1, 7, 32, 100, 537, 1000])
+def test_rows_preserved_and_only_the_last_batch_short(shuffle: bool, batch_size: int) -> None:
+    opts = options(shuffle=shuffle, batch_size=batch_size, first_block_rows=13)
+    batches = run(TABLE, opts)
+    check_sizes(batches, TABLE.num_rows, batch_size)
+    assert sorted(ids_of(batches)) == TABLE.column("id").to_pylist()
+    # Whole rows move together: every column still agrees with the id.
+    got = pa.Table.from_batches(batches)
+    by_id = make_table(np.array(got.column("id").to_pylist()))
+    assert got.equals(by_id)
+
+
+def test_no_shuffle_keeps_order() -> None:
+    for pieces in [1, 7, 100]:
+        batches = run(TABLE, options(shuffle=False), pieces=pieces)
+        assert pa.Table.from_batches(batches).equals(TABLE.combine_chunks())
+
+
+def test_shuffle_changes_the_order_within_blocks() -> None:
+    block = 100
+    batches = run(TABLE, options(block_rows=block, first_block_rows=block, batch_size=50))
+    got = ids_of(batches)
+    original = TABLE.column("id").to_pylist()
+    assert got != original
+    # Rows are shuffled inside their block only: each block of output holds exactly the rows of
+    # the same block of input.
+    for start in range(0, len(original), block):
+        assert sorted(got[start : start + block]) == original[start : start + block]
+    # And each block is really permuted, not left in order.
+    assert all(
+        got[start : start + block] != original[start : start + block]
+        for start in range(0, len(original) - block, block)
+    )
+
+
+def test_deterministic_for_the_same_seed_epoch_and_stream() -> None:
+    reference = ids_of(run(TABLE, options()))
+    assert ids_of(run(TABLE, options())) == reference
+    # Each of seed, epoch and stream changes the order.
+    assert ids_of(run(TABLE, options(seed=12))) != reference
+    assert ids_of(run(TABLE, options(), epoch=1)) != reference
+    assert ids_of(run(TABLE, options(), stream=1)) != reference
+    assert ids_of(run(TABLE, options(), epoch=1)) == ids_of(run(TABLE, options(), epoch=1))
+
+
+@pytest.mark.parametrize(
+    "opts",
+    [
+        options(),
+        options(first_block_rows=5, block_rows=64, batch_size=10),
+        options(shuffle=False, batch_size=10),
+        options(filter=pc.field("label") != 3, first_block_rows=8),
+        options(filter=pc.field("label") == 5, shuffle=False),
+        options(output_columns=("name", "id"), block_rows=1000, first_block_rows=1000),
+    ],
+    ids=["shuffle", "ramp", "no-shuffle", "filter", "filter-no-shuffle", "columns"],
+)
+def test_result_does_not_depend_on_how_the_input_was_split(opts: BatchOptions) -> None:
+    outputs = [run(TABLE, opts, pieces=pieces, epoch=2, stream=3) for pieces in (1, 7, 100)]
+    for other in outputs[1:]:
+        assert [b.num_rows for b in other] == [b.num_rows for b in outputs[0]]
+        assert all(a.equals(b) for a, b in zip(outputs[0], other, strict=True))
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_filter_is_applied(shuffle: bool) -> None:
+    expr = (pc.field("label") != 3) & (pc.field("x") > 600.0)
+    opts = options(shuffle=shuffle, filter=expr, batch_size=16)
+    batches = run(TABLE, opts)
+    ids = TABLE.column("id").to_numpy()
+    keep = ((ids % 7) != 3) & ((ids * 0.5) > 600.0)
+    assert sorted(ids_of(batches)) == ids[keep].tolist()
+    check_sizes(batches, int(keep.sum()), 16)
+
+
+def test_filter_can_use_a_column_that_is_not_output() -> None:
+    opts = options(filter=pc.field("label") == 0, output_columns=("id",))
+    batches = run(TABLE, opts)
+    ids = TABLE.column("id").to_numpy()
+    assert sorted(ids_of(batches)) == ids[ids % 7 == 0].tolist()
+    assert all(b.schema.names == ["id"] for b in batches)
+
+
+@pytest.mark.parametrize("shuffle", [True, False])
+def test_output_columns_are_selected_in_order(shuffle: bool) -> None:
+    opts = options(shuffle=shuffle, output_columns=("tokens", "id", "x"))
+    batches = run(TABLE, opts)
+    assert all(b.schema.names == ["tokens", "id", "x"] for b in batches)
+    got = pa.Table.from_batches(batches)
+    assert got.equals(
+        make_table(np.array(got.column("id").to_pylist())).select(["tokens", "id", "x"])
+    )
+
+
+def test_empty_stream_gives_no_batches() -> None:
+    empty = TABLE.slice(0, 0)
+    for shuffle in [True, False]:
+        assert run(empty, options(shuffle=shuffle), pieces=1) == []
+    everything_filtered = options(filter=pc.field("id") < 0)
+    assert sum(b.num_rows for b in run(TABLE, everything_filtered)) == 0
+
+
+# --- cut_batches alone ------------------------------------------------------------------------
+
+
+def blocks(sizes: list[int]) -> Iterator[pa.RecordBatch]:
+    """Consecutive record batches of ``sizes`` rows, ids running on from 0."""
+    start = 0
+    for size in sizes:
+        table = make_table(np.arange(start, start + size))
+        yield pa.RecordBatch.from_arrays(
+            [c.combine_chunks() for c in table.columns], schema=table.schema
+        )
+        start += size
+
+
+@pytest.mark.parametrize(
+    "sizes", [[], [0], [5], [3, 0, 4, 9, 1, 0, 20], [64, 64], [100, 1, 1, 1, 37]]
+)
+@pytest.mark.parametrize("batch_size", [1, 4, 10, 64])
+def test_cut_batches_concatenates_and_cuts_exactly(sizes: list[int], batch_size: int) -> None:
+    batches = list(cut_batches(blocks(sizes), batch_size))
+    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+    check_sizes(batches, sum(sizes), batch_size)
+    assert ids_of(batches) == list(range(sum(sizes)))
+    if batches:
+        assert pa.Table.from_batches(batches).equals(make_table(np.arange(sum(sizes))))

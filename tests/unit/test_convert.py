@@ -1,0 +1,533 @@
+"""``Converter``: every mapping of convert.py's table, checked value by value against Arrow."""
+
+from __future__ import annotations
+
+import math
+import pickle
+from decimal import Decimal
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pytest
+import torch
+
+from tests.conftest import make_table
+from torch_dataloader_utils.convert import Converter
+from torch_dataloader_utils.errors import (
+    InvalidArgumentError,
+    NullValueError,
+    TorchDataloaderUtilsError,
+    UnsupportedTypeError,
+)
+
+RNG_SEED = 7
+
+NUMERIC: list[tuple[pa.DataType, torch.dtype, Any]] = [
+    (pa.int8(), torch.int8, np.int8),
+    (pa.int16(), torch.int16, np.int16),
+    (pa.int32(), torch.int32, np.int32),
+    (pa.int64(), torch.int64, np.int64),
+    (pa.uint8(), torch.uint8, np.uint8),
+    (pa.uint16(), torch.uint16, np.uint16),
+    (pa.uint32(), torch.uint32, np.uint32),
+    (pa.uint64(), torch.uint64, np.uint64),
+    (pa.float16(), torch.float16, np.float16),
+    (pa.float32(), torch.float32, np.float32),
+    (pa.float64(), torch.float64, np.float64),
+]
+
+
+def numeric_array(t: pa.DataType, np_dtype: Any, n: int = 12) -> pa.Array:
+    """Random values spanning the type's range (so a narrowing conversion would show)."""
+    rng = np.random.default_rng(RNG_SEED)
+    if np.issubdtype(np_dtype, np.integer):
+        info = np.iinfo(np_dtype)
+        values = rng.integers(info.min, info.max, size=n, dtype=np_dtype, endpoint=True)
+        values[:2] = [info.min, info.max]
+    else:
+        values = (rng.standard_normal(n) * 1000).astype(np_dtype)
+    return pa.array(values, type=t)
+
+
+def batch(**columns: pa.Array) -> pa.RecordBatch:
+    return pa.RecordBatch.from_arrays(list(columns.values()), names=list(columns))
+
+
+def as_np(value: torch.Tensor) -> np.ndarray:
+    """A tensor's values as numpy (uint16/32/64 tensors have no ``.numpy()`` everywhere)."""
+    if value.dtype in (torch.uint16, torch.uint32, torch.uint64):
+        return (
+            value.contiguous()
+            .view(torch.int8)
+            .numpy()
+            .view(
+                {torch.uint16: np.uint16, torch.uint32: np.uint32, torch.uint64: np.uint64}[
+                    value.dtype
+                ]
+            )
+            .reshape(value.shape)
+        )
+    return value.numpy()
+
+
+def convert(rb: pa.RecordBatch, **kw: Any) -> dict[str, Any]:
+    out: dict[str, Any] = Converter(rb.schema, **kw)(rb)
+    return out
+
+
+# --- numeric, bool, temporal ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("arrow_type", "torch_dtype", "np_dtype"), NUMERIC, ids=str)
+def test_numeric_dtype_and_values_are_preserved(arrow_type, torch_dtype, np_dtype) -> None:
+    array = numeric_array(arrow_type, np_dtype)
+    expected = np.asarray(array.to_pylist(), dtype=np_dtype)
+    for rb, want in [(batch(c=array), expected), (batch(c=array).slice(3, 5), expected[3:8])]:
+        t = convert(rb)["c"]
+        assert isinstance(t, torch.Tensor)
+        assert t.dtype == torch_dtype
+        assert t.shape == (len(want),)
+        np.testing.assert_array_equal(as_np(t), want)
+        a = convert(rb, output_format="numpy")["c"]
+        assert isinstance(a, np.ndarray)
+        assert a.dtype == np.dtype(np_dtype)
+        np.testing.assert_array_equal(a, want)
+
+
+def test_bool_becomes_a_bool_tensor() -> None:
+    values = [True, False, False, True, True, False, True, False, False, True]
+    rb = batch(b=pa.array(values))
+    for sub, want in [(rb, values), (rb.slice(3, 5), values[3:8])]:
+        t = convert(sub)["b"]
+        assert t.dtype == torch.bool
+        assert t.tolist() == want
+        a = convert(sub, output_format="numpy")["b"]
+        assert a.dtype == np.bool_
+        assert a.tolist() == want
+
+
+TEMPORAL: list[tuple[pa.DataType, torch.dtype]] = [
+    (pa.timestamp("s"), torch.int64),
+    (pa.timestamp("ms"), torch.int64),
+    (pa.timestamp("us"), torch.int64),
+    (pa.timestamp("ns", tz="Europe/Paris"), torch.int64),
+    (pa.date32(), torch.int32),
+    (pa.date64(), torch.int64),
+    (pa.time32("s"), torch.int32),
+    (pa.time32("ms"), torch.int32),
+    (pa.time64("us"), torch.int64),
+    (pa.time64("ns"), torch.int64),
+    (pa.duration("s"), torch.int64),
+    (pa.duration("ns"), torch.int64),
+]
+
+
+@pytest.mark.parametrize(("arrow_type", "torch_dtype"), TEMPORAL, ids=str)
+def test_temporal_types_become_ints_of_the_stored_unit(arrow_type, torch_dtype) -> None:
+    stored = [0, 1, 86_400, 12_345, 7, 3_600, 59, 86_399, 2, 40_000]
+    if arrow_type == pa.date64():
+        stored = [d * 86_400_000 for d in stored]  # date64 is milliseconds of whole days
+    int_type = pa.int32() if torch_dtype == torch.int32 else pa.int64()
+    array = pa.array(stored, int_type).cast(arrow_type)
+    rb = batch(t=array)
+    for sub, want in [(rb, stored), (rb.slice(3, 5), stored[3:8])]:
+        t = convert(sub)["t"]
+        assert t.dtype == torch_dtype
+        assert t.tolist() == want
+        a = convert(sub, output_format="numpy")["t"]
+        assert a.dtype == (np.int32 if torch_dtype == torch.int32 else np.int64)
+        assert a.tolist() == want
+
+
+# --- lists ------------------------------------------------------------------------------------
+
+
+def test_fixed_size_list_becomes_2d() -> None:
+    table = make_table(np.arange(10), emb_dim=3)
+    rb = table.to_batches()[0]
+    rows = table.column("emb").to_pylist()
+    for sub, want in [(rb, rows), (rb.slice(3, 5), rows[3:8])]:
+        t = convert(sub.select(["emb"]))["emb"]
+        assert t.dtype == torch.float32
+        assert t.shape == (len(want), 3)
+        assert t.tolist() == want
+        a = convert(sub.select(["emb"]), output_format="numpy")["emb"]
+        assert a.shape == (len(want), 3)
+        np.testing.assert_array_equal(a, np.array(want, dtype=np.float32))
+
+
+LISTS = [[1, 2], [], [3], [4, 5, 6, 7], [], [8], [9, 10, 11], [12, 13], [], [14]]
+
+
+def list_batch(*, large: bool = False) -> pa.RecordBatch:
+    list_type = pa.large_list(pa.int32()) if large else pa.list_(pa.int32())
+    return batch(tokens=pa.array(LISTS, list_type), id=pa.array(range(len(LISTS)), pa.int64()))
+
+
+def padded(rows: list[list[Any]], pad: Any) -> list[list[Any]]:
+    width = max((len(r) for r in rows), default=0)
+    return [r + [pad] * (width - len(r)) for r in rows]
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_list_padded_with_lengths(large: bool) -> None:
+    rb = list_batch(large=large)
+    for sub, rows in [(rb, LISTS), (rb.slice(3, 5), LISTS[3:8]), (rb.slice(1, 1), LISTS[1:2])]:
+        for output_format in ["torch", "numpy"]:
+            out = convert(sub, output_format=output_format, pad_value=-1)
+            assert list(out) == ["tokens", "tokens_lengths", "id"]
+            values = out["tokens"]
+            assert values.tolist() == padded(rows, -1)
+            assert str(values.dtype).endswith("int32")
+            assert values.shape == (len(rows), max(len(r) for r in rows))
+            assert out["tokens_lengths"].tolist() == [len(r) for r in rows]
+
+
+def test_float_list_padded_with_nan() -> None:
+    rows = [[0.5], [], [1.5, 2.5]]
+    rb = batch(v=pa.array(rows, pa.list_(pa.float64())))
+    out = convert(rb, pad_value=float("nan"))
+    assert out["v"].dtype == torch.float64
+    got = out["v"].tolist()
+    assert got[0][0] == 0.5 and math.isnan(got[0][1])
+    assert all(math.isnan(x) for x in got[1])
+    assert got[2] == [1.5, 2.5]
+    assert out["v_lengths"].tolist() == [1, 0, 2]
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_list_offsets_are_rebased_for_sliced_batches(large: bool) -> None:
+    rb = list_batch(large=large)
+    for sub, rows in [(rb, LISTS), (rb.slice(3, 5), LISTS[3:8]), (rb.slice(9, 1), LISTS[9:])]:
+        for output_format in ["torch", "numpy"]:
+            out = convert(sub, output_format=output_format, list_format="offsets")
+            assert list(out) == ["tokens", "tokens_offsets", "id"]
+            assert out["tokens"].tolist() == [v for r in rows for v in r]
+            expected_offsets = np.concatenate([[0], np.cumsum([len(r) for r in rows])])
+            assert out["tokens_offsets"].tolist() == expected_offsets.tolist()
+            assert out["id"].tolist() == sub.column("id").to_pylist()
+
+
+def test_list_nested_is_a_jagged_nested_tensor() -> None:
+    rb = list_batch()
+    for sub, rows in [(rb, LISTS), (rb.slice(3, 5), LISTS[3:8])]:
+        out = convert(sub, list_format="nested")
+        assert set(out) == {"tokens", "id"}  # the offsets live inside the nested tensor
+        nested = out["tokens"]
+        assert nested.is_nested
+        assert nested.dtype == torch.int32
+        assert nested.size(0) == len(rows)
+        assert [t.tolist() for t in nested.unbind()] == rows
+        assert nested.offsets().tolist() == np.cumsum([0] + [len(r) for r in rows]).tolist()
+
+
+def test_zero_row_batch() -> None:
+    rb = make_table(np.arange(10)).to_batches()[0].slice(0, 0)
+    out = convert(rb)
+    assert out["id"].shape == (0,)
+    assert out["emb"].shape == (0, 4)
+    assert out["tokens"].shape[0] == 0
+    assert out["tokens_lengths"].shape == (0,)
+    assert out["name"] == []
+    assert convert(rb, list_format="offsets")["tokens_offsets"].tolist() == [0]
+
+
+# --- strings and other types ------------------------------------------------------------------
+
+
+def test_strings_and_binary_become_python_lists() -> None:
+    names = ["a", "", "héllo", None, "x" * 100, "b", "c", "d"]
+    blobs = [b"\x00\x01", b"", None, b"z", b"y", b"x", b"w", b"v"]
+    rb = batch(
+        s=pa.array(names, pa.string()),
+        ls=pa.array(names, pa.large_string()),
+        b=pa.array(blobs, pa.binary()),
+        dec=pa.array([Decimal(f"{k}.25") for k in range(8)], pa.decimal128(10, 2)),
+    )
+    for sub, sl in [(rb, slice(None)), (rb.slice(3, 5), slice(3, 8))]:
+        for output_format in ["torch", "numpy"]:
+            out = convert(sub, output_format=output_format)
+            assert out["s"] == names[sl]
+            assert out["ls"] == names[sl]
+            assert out["b"] == blobs[sl]
+            assert out["dec"] == sub.column("dec").to_pylist()
+
+
+def test_dictionary_columns_are_decoded() -> None:
+    rb = batch(
+        d=pa.array([3, 1, 3, 2]).dictionary_encode(),
+        s=pa.array(["x", "y", "x", "z"]).dictionary_encode(),
+    )
+    out = convert(rb)
+    assert out["d"].dtype == torch.int64
+    assert out["d"].tolist() == [3, 1, 3, 2]
+    assert out["s"] == ["x", "y", "x", "z"]
+
+
+# --- output formats arrow and dict ------------------------------------------------------------
+
+
+def test_arrow_output_is_the_batch_and_dict_is_python_values() -> None:
+    rb = make_table(np.arange(20)).to_batches()[0].slice(3, 5)
+    arrow = Converter(rb.schema, output_format="arrow")(rb)
+    assert isinstance(arrow, pa.RecordBatch)
+    assert arrow.equals(rb)
+    as_dict = Converter(rb.schema, output_format="dict")(rb)
+    assert list(as_dict) == rb.schema.names
+    for name in rb.schema.names:
+        assert as_dict[name] == rb.column(name).to_pylist()
+    assert as_dict["id"] == list(range(3, 8))
+
+
+def test_every_output_format_on_the_shared_table() -> None:
+    table = make_table(np.arange(30))
+    rb = table.to_batches()[0].slice(3, 5)
+    ids = list(range(3, 8))
+    out = convert(rb)
+    assert out["id"].tolist() == ids
+    assert out["x"].tolist() == [i * 0.5 for i in ids]
+    assert out["label"].tolist() == [i % 7 for i in ids]
+    assert out["flag"].tolist() == [i % 2 == 0 for i in ids]
+    assert out["name"] == [f"row-{i}" for i in ids]
+    assert out["emb"].tolist() == [[i * 10 + d for d in range(4)] for i in ids]
+    token_rows = [list(range(i, i + i % 5)) for i in ids]
+    assert out["tokens"].tolist() == padded(token_rows, 0)
+    assert out["tokens_lengths"].tolist() == [len(r) for r in token_rows]
+    numpy_out = convert(rb, output_format="numpy")
+    assert set(numpy_out) == set(out)
+    for key, value in out.items():
+        if isinstance(value, torch.Tensor):
+            assert isinstance(numpy_out[key], np.ndarray)
+            np.testing.assert_array_equal(numpy_out[key], value.numpy())
+        else:
+            assert numpy_out[key] == value
+
+
+# --- nulls ------------------------------------------------------------------------------------
+
+NULLABLE = {
+    "i": pa.array([1, None, 3, 4, None, 6, 7, 8], pa.int32()),
+    "u": pa.array([None, 2, 3, 4, 5, 6, 7, None], pa.uint64()),
+    "f": pa.array([1.5, 2.5, None, 4.5, 5.5, None, 7.5, 8.5], pa.float32()),
+    "b": pa.array([True, None, True, False, None, True, True, None], pa.bool_()),
+    "t": pa.array([1, 2, None, 4, 5, 6, None, 8], pa.int64()).cast(pa.timestamp("ms")),
+}
+FILL = {"i": 0, "u": 0, "f": float("nan"), "b": False, "t": 0}
+DTYPE = {"i": "int32", "u": "uint64", "f": "float32", "b": "bool", "t": "int64"}
+
+
+def same(got: list[Any], want: list[Any]) -> bool:
+    """Equality with NaN equal to NaN."""
+    return len(got) == len(want) and all(
+        (isinstance(g, float) and isinstance(w, float) and math.isnan(g) and math.isnan(w))
+        or g == w
+        for g, w in zip(got, want, strict=True)
+    )
+
+
+@pytest.mark.parametrize("name", sorted(NULLABLE))
+def test_nulls_raise_by_default_naming_the_column(name: str) -> None:
+    rb = batch(ok=pa.array(range(8)), **{f"col_{name}": NULLABLE[name]})
+    for output_format in ["torch", "numpy"]:
+        with pytest.raises(NullValueError) as info:
+            convert(rb, output_format=output_format)
+        assert f"col_{name}" in str(info.value)
+        assert isinstance(info.value, ValueError)
+    # Row 3 of every column is valid: a batch without nulls converts.
+    assert convert(rb.slice(3, 1))[f"col_{name}"].tolist() == [
+        NULLABLE[name].cast(pa.int64() if name == "t" else NULLABLE[name].type)[3].as_py()
+    ]
+
+
+@pytest.mark.parametrize("name", sorted(NULLABLE))
+@pytest.mark.parametrize("policy", ["fill", "mask"])
+def test_fill_and_mask_keep_the_dtype(name: str, policy: str) -> None:
+    array = NULLABLE[name]
+    rb = batch(c=array)
+    for sub, lo, hi in [(rb, 0, 8), (rb.slice(3, 5), 3, 8)]:
+        source = array.slice(lo, hi - lo)
+        raw = source.to_pylist() if name != "t" else source.cast(pa.int64()).to_pylist()
+        want = [FILL[name] if v is None else v for v in raw]
+        for output_format in ["torch", "numpy"]:
+            out = convert(sub, output_format=output_format, null_policy=policy)
+            values = out["c"]
+            assert same(values.tolist(), want), (values, want)
+            assert str(values.dtype).split(".")[-1] == DTYPE[name]
+            if policy == "mask":
+                assert list(out) == ["c", "c_valid"]
+                assert out["c_valid"].tolist() == [v is not None for v in raw]
+                assert str(out["c_valid"].dtype).endswith("bool")
+            else:
+                assert list(out) == ["c"]
+
+
+def test_mask_key_is_in_every_batch_nulls_or_not() -> None:
+    # The keys of a batch must not depend on its data: a batch without nulls, and an empty one,
+    # carry ``_valid`` too.
+    rb = batch(c=pa.array([1.0, 2.0, 3.0, None]), b=pa.array([True, False, None, True]))
+    converter = Converter(rb.schema, null_policy="mask")
+    clean = converter(rb.slice(0, 2))
+    assert list(clean) == ["c", "c_valid", "b", "b_valid"]
+    assert clean["c"].tolist() == [1.0, 2.0]
+    assert clean["c_valid"].tolist() == [True, True]
+    assert clean["b_valid"].tolist() == [True, True]
+    assert list(converter(rb.slice(0, 0))) == ["c", "c_valid", "b", "b_valid"]
+    assert list(converter(rb)) == ["c", "c_valid", "b", "b_valid"]
+
+
+@pytest.mark.parametrize("list_format", ["padded", "offsets", "nested"])
+@pytest.mark.parametrize("policy", ["error", "fill", "mask"])
+def test_lists_with_nulls_raise_naming_the_column(list_format: str, policy: str) -> None:
+    for column in [
+        pa.array([[1], None, [2, 3]], pa.list_(pa.int64())),
+        pa.array([[1], [None], [2, 3]], pa.list_(pa.int64())),
+    ]:
+        rb = batch(seq=column)
+        with pytest.raises(NullValueError, match="seq"):
+            convert(rb, list_format=list_format, null_policy=policy)
+
+
+def test_fixed_size_lists_with_nulls_raise_naming_the_column() -> None:
+    for column in [
+        pa.array([[1, 2], None, [3, 4]], pa.list_(pa.float32(), 2)),
+        pa.array([[1, 2], [None, 5], [3, 4]], pa.list_(pa.float32(), 2)),
+    ]:
+        with pytest.raises(NullValueError, match="vec"):
+            convert(batch(vec=column), null_policy="fill")
+
+
+def test_string_nulls_pass_through_as_none() -> None:
+    out = convert(batch(s=pa.array(["a", None])))
+    assert out["s"] == ["a", None]
+
+
+# --- configuration errors ---------------------------------------------------------------------
+
+
+def test_null_typed_column_is_unsupported() -> None:
+    schema = pa.schema([("ok", pa.int64()), ("nothing", pa.null())])
+    for output_format in ["torch", "numpy"]:
+        with pytest.raises(UnsupportedTypeError, match="nothing") as info:
+            Converter(schema, output_format=output_format)
+        assert isinstance(info.value, TypeError)
+        assert isinstance(info.value, TorchDataloaderUtilsError)
+
+
+@pytest.mark.parametrize(
+    ("schema", "kw", "key"),
+    [
+        (pa.schema([("a", pa.list_(pa.int32())), ("a_lengths", pa.int64())]), {}, "a_lengths"),
+        (
+            pa.schema([("a_offsets", pa.int64()), ("a", pa.list_(pa.int32()))]),
+            {"list_format": "offsets"},
+            "a_offsets",
+        ),
+        (
+            pa.schema([("a", pa.list_(pa.int32())), ("a_offsets", pa.int64())]),
+            {"list_format": "nested"},
+            "a_offsets",
+        ),
+        (
+            pa.schema([("x", pa.float32()), ("x_valid", pa.bool_())]),
+            {"null_policy": "mask"},
+            "x_valid",
+        ),
+        (
+            pa.schema([("x_valid", pa.bool_()), ("x", pa.int8())]),
+            {"null_policy": "mask"},
+            "x_valid",
+        ),
+        (
+            pa.schema([("t", pa.timestamp("us")), ("t_valid", pa.int8())]),
+            {"null_policy": "mask"},
+            "t_valid",
+        ),
+    ],
+)
+def test_key_collisions_are_invalid(schema: pa.Schema, kw: dict[str, Any], key: str) -> None:
+    for output_format in ["torch", "numpy"]:
+        if kw.get("list_format") == "nested" and output_format == "numpy":
+            continue
+        with pytest.raises(InvalidArgumentError, match=key):
+            Converter(schema, output_format=output_format, **kw)
+
+
+def test_no_collision_when_no_key_is_added() -> None:
+    # Without the mask policy no ``_valid`` key is added, so the column name is free.
+    schema = pa.schema([("x", pa.float32()), ("x_valid", pa.bool_())])
+    rb = pa.RecordBatch.from_pydict({"x": [1.0], "x_valid": [False]}, schema=schema)
+    out = Converter(schema, null_policy="fill")(rb)
+    assert out["x_valid"].tolist() == [False]
+
+
+def test_key_collision_of_a_dictionary_column_is_invalid() -> None:
+    schema = pa.schema([("d", pa.dictionary(pa.int32(), pa.int64())), ("d_valid", pa.int64())])
+    with pytest.raises(InvalidArgumentError, match="d_valid"):
+        Converter(schema, null_policy="mask")
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {"output_format": "pandas"},
+        {"output_format": "Torch"},
+        {"list_format": "ragged"},
+        {"null_policy": "ignore"},
+        {"null_policy": None},
+        {"list_format": "nested", "output_format": "numpy"},
+    ],
+)
+def test_bad_options_are_invalid_arguments(kw: dict[str, Any]) -> None:
+    with pytest.raises(InvalidArgumentError) as info:
+        Converter(pa.schema([("a", pa.int64())]), **kw)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("value_type", "pad_value"),
+    [(pa.int32(), float("nan")), (pa.uint8(), -1), (pa.int16(), 1.5)],
+    ids=["nan-int32", "neg-uint8", "fraction-int16"],
+)
+def test_pad_value_the_list_type_cannot_hold_is_invalid(value_type, pad_value) -> None:
+    schema = pa.schema([("seq", pa.list_(value_type))])
+    with pytest.raises(InvalidArgumentError, match="pad_value"):
+        Converter(schema, pad_value=pad_value)
+
+
+# --- pickling ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "kw",
+    [
+        {},
+        {"output_format": "numpy", "list_format": "offsets"},
+        {"list_format": "nested", "null_policy": "mask"},
+        {"null_policy": "fill", "pad_value": -5},
+        {"output_format": "dict"},
+    ],
+)
+def test_converter_pickles_and_still_converts(kw: dict[str, Any]) -> None:
+    table = make_table(np.arange(40))
+    rb = table.to_batches()[0].slice(3, 5)
+    converter = Converter(table.schema, **kw)
+    copy = pickle.loads(pickle.dumps(converter))
+    assert (copy.output_format, copy.list_format, copy.null_policy, copy.pad_value) == (
+        converter.output_format,
+        converter.list_format,
+        converter.null_policy,
+        converter.pad_value,
+    )
+    assert copy.schema.equals(converter.schema)
+    want, got = converter(rb), copy(rb)
+    assert list(got) == list(want)
+    for key in want:
+        a, b = want[key], got[key]
+        if isinstance(a, torch.Tensor) and a.is_nested:
+            assert [x.tolist() for x in a.unbind()] == [x.tolist() for x in b.unbind()]
+        elif isinstance(a, torch.Tensor | np.ndarray):
+            assert a.dtype == b.dtype
+            assert a.tolist() == b.tolist()
+        else:
+            assert a == b
