@@ -22,9 +22,11 @@ from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, Source, hive_partitions, list_files
 from .planning import (
     REMAINDER_POLICIES,
+    SPLIT_STRATEGIES,
     Piece,
     Plan,
     Remainder,
+    SplitStrategy,
     Topology,
     assign_stream,
     rank_span,
@@ -80,6 +82,8 @@ class StructuredDataset(IterableDataset[Any]):
         world_size: data-parallel ranks (default: likewise, else 1).
         remainder: rows that do not divide among ranks: ``"drop"`` (default), ``"pad"``
             (wrap to the start), ``"uneven"``.
+        split_strategy: ``"equal"`` (default: equal streams cut at rows) or ``"round_robin"``
+            (the earlier library's: whole chunks dealt to workers in turn; unequal streams).
         collate_fn: applied to every batch after conversion, in the worker.
 
     Raises:
@@ -124,6 +128,7 @@ class StructuredDataset(IterableDataset[Any]):
         rank: int | None = None,
         world_size: int | None = None,
         remainder: Remainder = "drop",
+        split_strategy: SplitStrategy = "equal",
         collate_fn: Callable[[Any], Any] | None = None,
     ) -> None:
         super().__init__()
@@ -135,6 +140,10 @@ class StructuredDataset(IterableDataset[Any]):
         if remainder not in REMAINDER_POLICIES:
             raise InvalidArgumentError(
                 f"remainder must be one of {REMAINDER_POLICIES}, got {remainder!r}"
+            )
+        if split_strategy not in SPLIT_STRATEGIES:
+            raise InvalidArgumentError(
+                f"split_strategy must be one of {SPLIT_STRATEGIES}, got {split_strategy!r}"
             )
         if partitioning not in (None, "hive"):
             raise InvalidArgumentError(f'partitioning must be None or "hive", got {partitioning!r}')
@@ -150,6 +159,7 @@ class StructuredDataset(IterableDataset[Any]):
         self.shuffle_seed = shuffle_seed
         self.drop_last = drop_last
         self.remainder: Remainder = remainder
+        self.split_strategy: SplitStrategy = split_strategy
         self.collate_fn = collate_fn
         self._rank = rank
         self._world_size = world_size
@@ -236,6 +246,7 @@ class StructuredDataset(IterableDataset[Any]):
             batch_size=self.batch_size,
             drop_last=self.drop_last,
             remainder=self.remainder,
+            strategy=self.split_strategy,
         )
 
     def _rows(self, pieces: Sequence[Piece]) -> Iterator[pa.RecordBatch]:
@@ -297,10 +308,13 @@ class StructuredDataset(IterableDataset[Any]):
         """Batches this rank yields per epoch (whatever the number of workers).
 
         Raises:
-            TypeError: a row filter makes the count unknown until the data is read.
+            TypeError: the count is unknown until the data is read (a row filter), or depends
+                on the number of workers (``split_strategy="round_robin"``).
         """
         if self.read_options.filter is not None:
             raise TypeError("the number of batches is unknown with a row filter")
+        if self.split_strategy != "equal":
+            raise TypeError('the number of batches depends on the workers with "round_robin"')
         rank, world_size = resolve_rank(self._rank, self._world_size)
         start, stop = rank_span(
             self.plan.num_rows,

@@ -2,8 +2,10 @@
 
 from .assign import (
     REMAINDER_POLICIES,
+    SPLIT_STRATEGIES,
     Piece,
     Remainder,
+    SplitStrategy,
     assign_stream,
     chunk_order,
     rank_span,
@@ -16,10 +18,12 @@ from .topology import Topology, resolve_rank
 
 __all__ = [
     "REMAINDER_POLICIES",
+    "SPLIT_STRATEGIES",
     "Chunk",
     "Piece",
     "Plan",
     "Remainder",
+    "SplitStrategy",
     "Topology",
     "assign_stream",
     "block_bounds",

@@ -19,8 +19,10 @@ from .topology import Topology
 
 __all__ = [
     "REMAINDER_POLICIES",
+    "SPLIT_STRATEGIES",
     "Piece",
     "Remainder",
+    "SplitStrategy",
     "assign_stream",
     "chunk_order",
     "rank_span",
@@ -30,6 +32,8 @@ __all__ = [
 
 Remainder = Literal["drop", "pad", "uneven"]
 REMAINDER_POLICIES: tuple[Remainder, ...] = ("drop", "pad", "uneven")
+SplitStrategy = Literal["equal", "round_robin"]
+SPLIT_STRATEGIES: tuple[SplitStrategy, ...] = ("equal", "round_robin")
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +145,7 @@ def assign_stream(
     batch_size: int,
     drop_last: bool = False,
     remainder: Remainder = "drop",
+    strategy: SplitStrategy = "equal",
 ) -> list[Piece]:
     """The pieces one stream reads in ``epoch``, in reading order.
 
@@ -153,8 +158,18 @@ def assign_stream(
         batch_size: rows per batch (streams are batch-aligned).
         drop_last: trim each rank's span to whole batches.
         remainder: what to do with the rows that do not divide among ranks.
+        strategy: ``"equal"`` (the model: equal streams cut at rows) or ``"round_robin"`` (the
+            earlier library's: whole chunks dealt to streams in turn; every row once, but
+            streams, and so ranks' batch counts, are unequal: not for DDP without ``join()``).
     """
     order = chunk_order(len(chunk_rows), seed=seed, epoch=epoch, shuffle=shuffle)
+    if strategy == "round_robin":
+        mine = order[topology.stream :: topology.num_streams]
+        return [Piece(int(i), 0, chunk_rows[i]) for i in mine if chunk_rows[i]]
+    if strategy != "equal":
+        raise InvalidArgumentError(
+            f"split_strategy must be one of {SPLIT_STRATEGIES}, got {strategy!r}"
+        )
     rows_in_order = [chunk_rows[i] for i in order]
     span = rank_span(
         int(sum(chunk_rows)),

@@ -570,3 +570,29 @@ def test_chunk_order_differs_by_seed_and_epoch():
 
 def test_piece_num_rows():
     assert Piece(3, 2, 9).num_rows == 7
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_round_robin_deals_whole_chunks_once(shuffle):
+    chunk_rows = [5, 0, 3, 7, 1, 4, 2]
+    for world_size, workers, epoch in itertools.product(range(1, 4), range(1, 4), range(3)):
+        seen = []
+        for rank, worker in itertools.product(range(world_size), range(workers)):
+            topology = Topology(rank, world_size, worker, workers)
+            pieces = assign_stream(
+                chunk_rows,
+                topology,
+                epoch=epoch,
+                seed=7,
+                shuffle=shuffle,
+                batch_size=2,
+                strategy="round_robin",
+            )
+            assert all(p.start == 0 and p.stop == chunk_rows[p.chunk] for p in pieces)
+            seen.extend(p.chunk for p in pieces)
+        assert sorted(seen) == [i for i, n in enumerate(chunk_rows) if n]
+
+
+def test_unknown_split_strategy_is_invalid():
+    with pytest.raises(InvalidArgumentError, match="split_strategy"):
+        assign_stream([3], Topology(), epoch=0, seed=0, shuffle=False, batch_size=1, strategy="x")
