@@ -14,12 +14,12 @@ import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset
 
-from .batching import BatchOptions, cut_batches, shuffled_blocks
+from .batching import BatchOptions, Segment, cut_batches, shuffled_blocks
 from .convert import Converter, ListFormat, NullPolicy, OutputFormat
-from .errors import InvalidArgumentError
+from .errors import ColumnNotFoundError, InvalidArgumentError, SchemaMismatchError
 from .filters import filter_columns
 from .formats import Format, ReadOptions, get_format
-from .fs import FileSystemSpec, Source, hive_partitions, list_files
+from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
 from .planning import (
     REMAINDER_POLICIES,
     SPLIT_STRATEGIES,
@@ -45,6 +45,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_SHUFFLE_BLOCK_BYTES = 64 * 2**20
 # The first block of a stream is small so the first batch comes quickly; blocks then double.
 _FIRST_BLOCK_ROWS = 16_384
+# When a filter does not apply to the first file, how many others to probe for schema drift.
+_DRIFT_PROBE_FILES = 64
 
 
 class StructuredDataset(IterableDataset[Any]):
@@ -178,7 +180,7 @@ class StructuredDataset(IterableDataset[Any]):
         available = pa.schema(list(file_schema) + list(partition_schema))
         # Requested columns are checked against every file by the format's plan (missing
         # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
-        needed = filter_columns(filters, available)
+        needed = self._filter_columns(filters, available, files, partition_schema)
         wanted = list(columns) if columns is not None else list(available.names)
         read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
         self.read_options = ReadOptions(
@@ -211,6 +213,32 @@ class StructuredDataset(IterableDataset[Any]):
             batch_size, int(shuffle_block_bytes // max(self.plan.row_bytes, 1.0))
         )
         logger.info("%s", self.plan.summary())
+
+    def _filter_columns(
+        self,
+        filters: Any,
+        available: pa.Schema,
+        files: Sequence[SourceFile],
+        partition_schema: pa.Schema,
+    ) -> tuple[str, ...]:
+        try:
+            return filter_columns(filters, available)
+        except ColumnNotFoundError as exc:
+            # The first file lacks a column: say so if another file has it (schema drift).
+            for other in files[1:_DRIFT_PROBE_FILES]:
+                schema = pa.schema(
+                    list(self.format.schema(other, self.fs)) + list(partition_schema)
+                )
+                try:
+                    filter_columns(filters, schema)
+                except ColumnNotFoundError:
+                    continue
+                raise SchemaMismatchError(
+                    f"{self.fs.url(files[0].path)} and {self.fs.url(other.path)} disagree on the "
+                    f"columns that filters {filters} reads: it applies to the second only"
+                ) from exc
+            exc.add_note(f"checked against {self.fs.url(files[0].path)}")
+            raise
 
     # --- epochs ---------------------------------------------------------------------------------
 
@@ -261,8 +289,9 @@ class StructuredDataset(IterableDataset[Any]):
         finally:
             self.format.close()
 
-    def batches(self, topology: Topology, epoch: int) -> Iterator[pa.RecordBatch]:
-        """The Arrow record batches of ``topology``'s stream in ``epoch``, before conversion."""
+    def segments(self, topology: Topology, epoch: int) -> Iterator[Segment]:
+        """The batches of ``topology``'s stream in ``epoch`` before conversion, each a record
+        batch and the indices of its rows in output order (``None``: all, in order)."""
         pieces = self.pieces(topology, epoch)
         length = sum(p.num_rows for p in pieces)
         options = BatchOptions(
@@ -278,14 +307,19 @@ class StructuredDataset(IterableDataset[Any]):
         blocks = shuffled_blocks(rows, length, options, epoch=epoch, stream=topology.stream)
         yield from cut_batches(blocks, self.batch_size)
 
+    def batches(self, topology: Topology, epoch: int) -> Iterator[pa.RecordBatch]:
+        """The Arrow record batches of ``topology``'s stream in ``epoch``, before conversion."""
+        for batch, rows in self.segments(topology, epoch):
+            yield batch if rows is None else batch.take(pa.array(rows))
+
     def __iter__(self) -> Iterator[Any]:
         topology = self.topology()
-        batches = self.batches(topology, self.epoch)
+        batches = self.segments(topology, self.epoch)
         convert = self.converter
         collate = self.collate_fn
         per_bundle = math.ceil(bundle_rows() / self.batch_size) if bundle_rows() else 0
         if not per_bundle:
-            outputs = (convert(b) for b in batches)
+            outputs = (convert(b, rows) for b, rows in batches)
             yield from outputs if collate is None else (collate(o) for o in outputs)
             return
         # In a TabularDataLoader worker: several batches per message. Bundles ramp up 1, 2, 4 ...
@@ -294,10 +328,10 @@ class StructuredDataset(IterableDataset[Any]):
         if collate is None and convert.output_format == "torch":
             # All numeric data of a bundle in one shared buffer: one segment per message.
             while group := list(islice(batches, size)):
-                yield pack([convert.fields(b) for b in group])
+                yield pack([convert.fields(b, rows) for b, rows in group])
                 size = min(size * 2, per_bundle)
             return
-        outputs = (convert(b) for b in batches)
+        outputs = (convert(b, rows) for b, rows in batches)
         if collate is not None:
             outputs = (collate(o) for o in outputs)
         while items := list(islice(outputs, size)):

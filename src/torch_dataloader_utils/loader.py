@@ -31,8 +31,9 @@ class TabularDataLoader(DataLoader[Any]):
 
     It is an ordinary DataLoader (``batch_size=None``: the dataset yields whole batches) with two
     additions: `set_epoch`, and a cheaper worker→main transport (several batches per
-    message, packed into one shared buffer) that is invisible to the user, who still receives
-    one batch per iteration.
+    message, packed into one shared buffer). The user still receives one batch per iteration,
+    and every worker's batches are the same as without bundling; only the interleaving of
+    workers changes (by message instead of by batch), deterministically.
 
     Args:
         dataset: the dataset.
@@ -72,10 +73,22 @@ class TabularDataLoader(DataLoader[Any]):
         batches = super().__iter__()
         if self.num_workers == 0:
             return batches
+        return self._unbundled(batches)
+
+    def _unbundled(self, messages: Iterator[Any]) -> Iterator[Any]:
+        finish = None
         if self.dataset.converter.list_format == "nested":
             finish = self.dataset.converter.finish_torch
-            return (finish(b) if isinstance(b, dict) else b for b in unbundle(batches))
-        return unbundle(batches)
+        try:
+            for batch in unbundle(messages):
+                yield finish(batch) if finish is not None and isinstance(batch, dict) else batch
+        except Exception:
+            # The exception's traceback keeps the iterator alive; without this, its workers
+            # would wait for the garbage collector and then 5 s each to be killed.
+            shutdown = getattr(messages, "_shutdown_workers", None)
+            if shutdown is not None and not self.persistent_workers:
+                shutdown()
+            raise
 
 
 def _default_workers() -> int:
@@ -110,7 +123,8 @@ def create_dataloader(
         multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or a context.
         timeout: seconds to wait for a worker's batch (0: forever).
         worker_init_fn: called in each worker with its id.
-        bundle_rows: rows per worker→main message; batches are unchanged (0: one per batch).
+        bundle_rows: rows per worker→main message (0: one batch per message). The batches are
+            the same either way; workers interleave by message, so the order differs.
         dataset_class: the dataset class to build.
         **dataset_options: everything `StructuredDataset` accepts (``batch_size``,
             ``columns``, ``filters``, ``shuffle``, ``shuffle_seed``, ``drop_last``,

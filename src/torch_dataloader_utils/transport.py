@@ -17,9 +17,10 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 import torch
 
-from .convert import Field, as_numpy
+from .convert import Field, Gather, as_numpy
 
 __all__ = [
     "Bundle",
@@ -133,9 +134,12 @@ def _shared_buffer(nbytes: int) -> torch.Tensor:
 
 
 def pack(batches: Sequence[list[Field]]) -> PackedBundle:
-    """Pack the fields of several batches into one shared buffer."""
+    """Pack the fields of several batches into one shared buffer.
+
+    Gathers (shuffled rows) are done straight into the buffer: one copy per value.
+    """
     layouts: list[list[_Entry]] = []
-    sources: list[tuple[int, np.ndarray]] = []
+    sources: list[tuple[int, np.dtype[Any], tuple[int, ...], Field]] = []
     offset = 0
     for fields in batches:
         layout: list[_Entry] = []
@@ -143,17 +147,36 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
             if field.shape is None:
                 layout.append((field.key, None, None, field.data))
                 continue
-            array = as_numpy(field)
-            layout.append((field.key, array.dtype, tuple(array.shape), offset))
-            sources.append((offset, array))
-            offset += -(-array.nbytes // _ALIGN) * _ALIGN
+            dtype = _dtype_of(field)
+            layout.append((field.key, dtype, field.shape, offset))
+            sources.append((offset, dtype, field.shape, field))
+            nbytes = int(np.prod(field.shape, dtype=np.int64)) * dtype.itemsize
+            offset += -(-nbytes // _ALIGN) * _ALIGN
         layouts.append(layout)
     buffer = _shared_buffer(offset)
     target = buffer.numpy()
-    for where, array in sources:
-        if array.nbytes:
-            target[where : where + array.nbytes].view(array.dtype).reshape(array.shape)[...] = array
+    for where, dtype, shape, field in sources:
+        nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+        if not nbytes:
+            continue
+        out = target[where : where + nbytes].view(dtype).reshape(shape)
+        if isinstance(field.data, Gather):
+            np.take(field.data.source, field.data.rows, axis=0, out=out)
+        else:
+            out[...] = as_numpy(field)
     return PackedBundle(buffer, layouts)
+
+
+def _dtype_of(field: Field) -> np.dtype[Any]:
+    data = field.data
+    if isinstance(data, Gather):
+        return np.dtype(data.source.dtype)
+    if isinstance(data, np.ndarray):
+        return np.dtype(data.dtype)
+    if isinstance(data, pa.Array):
+        dtype: np.dtype[Any] = np.dtype(data.type.to_pandas_dtype())
+        return dtype
+    raise TypeError(f"field {field.key!r} holds {type(data).__name__}, not an array")
 
 
 def unbundle(items: Iterator[Any]) -> Iterator[Any]:

@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pytest
 
 from tests.conftest import make_table
-from torch_dataloader_utils.batching import BatchOptions, cut_batches, shuffled_blocks
+from torch_dataloader_utils.batching import BatchOptions, Segment, cut_batches, shuffled_blocks
 
 
 def split(table: pa.Table, pieces: int) -> list[pa.RecordBatch]:
@@ -36,7 +36,16 @@ def run(
     blocks = shuffled_blocks(
         iter(split(table, pieces)), table.num_rows, options, epoch=epoch, stream=stream
     )
-    return list(cut_batches(blocks, options.batch_size))
+    return materialize(cut_batches(blocks, options.batch_size))
+
+
+def materialize(segments: Iterator[Segment]) -> list[pa.RecordBatch]:
+    """Each ``(batch, rows)`` segment as the record batch of those rows in that order."""
+    out = []
+    for batch, rows in segments:
+        assert isinstance(batch, pa.RecordBatch)
+        out.append(batch if rows is None else batch.take(pa.array(rows)))
+    return out
 
 
 def ids_of(batches: list[pa.RecordBatch]) -> list[int]:
@@ -172,14 +181,21 @@ def test_empty_stream_gives_no_batches() -> None:
 # --- cut_batches alone ------------------------------------------------------------------------
 
 
-def blocks(sizes: list[int]) -> Iterator[pa.RecordBatch]:
-    """Consecutive record batches of ``sizes`` rows, ids running on from 0."""
+def blocks(sizes: list[int], *, permuted: bool = False) -> Iterator[Segment]:
+    """Consecutive segments of ``sizes`` rows, ids running on from 0.
+
+    With ``permuted``, each segment is a reversed block with the permutation that restores it.
+    """
     start = 0
     for size in sizes:
         table = make_table(np.arange(start, start + size))
-        yield pa.RecordBatch.from_arrays(
+        batch = pa.RecordBatch.from_arrays(
             [c.combine_chunks() for c in table.columns], schema=table.schema
         )
+        if permuted:
+            yield batch.take(pa.array(np.arange(size)[::-1])), np.arange(size)[::-1].copy()
+        else:
+            yield batch, None
         start += size
 
 
@@ -187,9 +203,11 @@ def blocks(sizes: list[int]) -> Iterator[pa.RecordBatch]:
     "sizes", [[], [0], [5], [3, 0, 4, 9, 1, 0, 20], [64, 64], [100, 1, 1, 1, 37]]
 )
 @pytest.mark.parametrize("batch_size", [1, 4, 10, 64])
-def test_cut_batches_concatenates_and_cuts_exactly(sizes: list[int], batch_size: int) -> None:
-    batches = list(cut_batches(blocks(sizes), batch_size))
-    assert all(isinstance(b, pa.RecordBatch) for b in batches)
+@pytest.mark.parametrize("permuted", [False, True])
+def test_cut_batches_concatenates_and_cuts_exactly(
+    sizes: list[int], batch_size: int, permuted: bool
+) -> None:
+    batches = materialize(cut_batches(blocks(sizes, permuted=permuted), batch_size))
     check_sizes(batches, sum(sizes), batch_size)
     assert ids_of(batches) == list(range(sum(sizes)))
     if batches:

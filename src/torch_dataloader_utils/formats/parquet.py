@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -51,7 +52,15 @@ def _open(path: str, fs: FileSystemSpec) -> pa.NativeFile:
         raise translate_os_error(exc, fs.url(path)) from exc
 
 
-_PARSE_ERRORS = (OSError, pa.ArrowException)
+@contextmanager
+def _parsing(where: str) -> Iterator[None]:
+    """Errors while parsing an opened file: bad bytes, unless the network failed mid-read."""
+    try:
+        yield
+    except (ConnectionError, TimeoutError) as exc:  # storage failures, never bad bytes
+        raise translate_os_error(exc, where) from exc
+    except (OSError, pa.ArrowException) as exc:
+        raise CorruptFileError(f"{where}: not a readable Parquet file ({exc})") from exc
 
 
 def _read_facts(
@@ -63,8 +72,7 @@ def _read_facts(
     url = fs.url(f.path)
     if f.size == 0:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
-    source = _open(f.path, fs)
-    try:
+    with _open(f.path, fs) as source, _parsing(url):
         fragment = ds.ParquetFileFormat().make_fragment(
             source, partition_expression=_partition_expression(partition)
         )
@@ -78,10 +86,6 @@ def _read_facts(
                 full = full.append(field)
             subset = fragment.subset(filter=options.filter, schema=full)
             kept = {rg.id for rg in subset.row_groups}
-    except _PARSE_ERRORS as exc:
-        raise CorruptFileError(f"{url}: not a readable Parquet file ({exc})") from exc
-    finally:
-        source.close()
     wanted = set(options.columns) if options.columns is not None else None
     row_groups = []
     for i in range(metadata.num_row_groups):
@@ -206,13 +210,8 @@ class ParquetFormat(Format):
         url = fs.url(file.path)
         if file.size == 0:
             raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
-        source = _open(file.path, fs)
-        try:
+        with _open(file.path, fs) as source, _parsing(url):
             return pq.read_schema(source).remove_metadata()
-        except _PARSE_ERRORS as exc:
-            raise CorruptFileError(f"{url}: not a readable Parquet file ({exc})") from exc
-        finally:
-            source.close()
 
     def plan(
         self,
@@ -244,10 +243,11 @@ class ParquetFormat(Format):
         if handle is None:
             source = _open(path, fs)
             try:
-                handle = pq.ParquetFile(source)
-            except _PARSE_ERRORS as exc:
+                with _parsing(fs.url(path)):
+                    handle = pq.ParquetFile(source)
+            except CorruptFileError:
                 source.close()
-                raise CorruptFileError(f"{fs.url(path)}: not a readable Parquet file") from exc
+                raise
             self._open[path] = handle
             if len(self._open) > _OPEN_FILES:
                 _, old = self._open.popitem(last=False)
@@ -272,13 +272,11 @@ class ParquetFormat(Format):
             if lo < hi:
                 where = f"{url} row group {rg} (rows {lo - first}:{hi - first})"
                 handle = self._file(chunk.path, fs)
-                try:
+                with _parsing(where):
                     batches = handle.iter_batches(
                         batch_size=_READ_BATCH_ROWS, row_groups=[rg], columns=columns
                     )
                     yield from _slice_batches(batches, lo - first, hi - first, where)
-                except _PARSE_ERRORS as exc:
-                    raise CorruptFileError(f"{where}: cannot decode ({exc})") from exc
             first += rg_rows
             if first >= row_stop:
                 break
