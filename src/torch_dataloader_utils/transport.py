@@ -92,9 +92,43 @@ def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
     return found
 
 
-# One entry per output value: (key, dtype, shape, byte offset) for packed arrays, or
+# One entry per output value: (key, dtype, shape, byte offset) for packed arrays;
+# (key, None, None, _Strings) for string/binary columns packed as Arrow buffers; or
 # (key, None, None, python object).
 _Entry = tuple[str, "np.dtype[Any] | None", "tuple[int, ...] | None", Any]
+
+
+class _Strings:
+    """Where a packed string/binary column's Arrow offsets and bytes lie in the buffer."""
+
+    __slots__ = ("nbytes", "offsets_at", "rows", "type", "values_at")
+
+    def __init__(
+        self, type: pa.DataType, rows: int, offsets_at: int, values_at: int, nbytes: int
+    ) -> None:
+        self.type, self.rows, self.offsets_at = type, rows, offsets_at
+        self.values_at, self.nbytes = values_at, nbytes
+
+    def to_pylist(self, buffer: np.ndarray) -> list[Any]:
+        offsets = buffer[self.offsets_at : self.offsets_at + 4 * (self.rows + 1)]
+        values = buffer[self.values_at : self.values_at + self.nbytes]
+        array = pa.Array.from_buffers(
+            self.type, self.rows, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
+        )
+        return list(array.to_pylist())
+
+
+def _string_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+    """Rebased int32 offsets and the bytes of a null-free string/binary array, else None."""
+    if array.null_count or not (pa.types.is_string(array.type) or pa.types.is_binary(array.type)):
+        return None
+    _, offsets_buffer, data = array.buffers()
+    start = array.offset
+    offsets = np.frombuffer(offsets_buffer, dtype=np.int32)[start : start + len(array) + 1]
+    if data is None or not len(array):
+        return np.zeros(len(array) + 1, np.int32), np.empty(0, np.uint8)
+    first, last = int(offsets[0]), int(offsets[-1])
+    return offsets - offsets[0], np.frombuffer(data, dtype=np.uint8)[first:last]
 
 
 class PackedBundle:
@@ -113,12 +147,13 @@ class PackedBundle:
     def unpack(self) -> list[dict[str, Any]]:
         """The batches, as dicts of views into the buffer."""
         buffer = self.buffer
+        raw = buffer.numpy()
         batches = []
         for layout in self.layouts:
             batch: dict[str, Any] = {}
             for key, dtype, shape, where in layout:
                 if dtype is None or shape is None:
-                    batch[key] = where
+                    batch[key] = where.to_pylist(raw) if isinstance(where, _Strings) else where
                 else:
                     nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
                     view = buffer[where : where + nbytes].view(_torch_dtype(dtype))
@@ -140,12 +175,26 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
     """
     layouts: list[list[_Entry]] = []
     sources: list[tuple[int, np.dtype[Any], tuple[int, ...], Field]] = []
+    copies: list[tuple[int, np.ndarray]] = []
     offset = 0
     for fields in batches:
         layout: list[_Entry] = []
         for field in fields:
             if field.shape is None:
-                layout.append((field.key, None, None, field.data))
+                parts = _string_parts(field.data) if isinstance(field.data, pa.Array) else None
+                if parts is None:
+                    data = field.data
+                    layout.append((field.key, None, None, _pylist(data)))
+                    continue
+                offsets, values = parts
+                rows = len(offsets) - 1
+                strings = _Strings(_arrow_type(field), rows, offset, 0, len(values))
+                copies.append((offset, offsets))
+                offset += -(-offsets.nbytes // _ALIGN) * _ALIGN
+                strings.values_at = offset
+                copies.append((offset, values))
+                offset += -(-values.nbytes // _ALIGN) * _ALIGN
+                layout.append((field.key, None, None, strings))
                 continue
             dtype = _dtype_of(field)
             layout.append((field.key, dtype, field.shape, offset))
@@ -155,6 +204,8 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
         layouts.append(layout)
     buffer = _shared_buffer(offset)
     target = buffer.numpy()
+    for where, array in copies:
+        target[where : where + array.nbytes] = array.view(np.uint8)
     for where, dtype, shape, field in sources:
         nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
         if not nbytes:
@@ -165,6 +216,15 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
         else:
             out[...] = as_numpy(field)
     return PackedBundle(buffer, layouts)
+
+
+def _arrow_type(field: Field) -> pa.DataType:
+    assert isinstance(field.data, pa.Array)  # checked by the caller
+    return field.data.type
+
+
+def _pylist(data: Any) -> Any:
+    return data.to_pylist() if isinstance(data, pa.Array) else data
 
 
 def _dtype_of(field: Field) -> np.dtype[Any]:
