@@ -303,9 +303,15 @@ class StructuredDataset(IterableDataset[Any]):
             filter=self.read_options.filter,
             output_columns=self._output_columns,
         )
-        rows = Prefetcher(self._rows(pieces), depth=2)
-        blocks = shuffled_blocks(rows, length, options, epoch=epoch, stream=topology.stream)
-        yield from cut_batches(blocks, self.batch_size)
+        blocks = shuffled_blocks(
+            self._rows(pieces), length, options, epoch=epoch, stream=topology.stream
+        )
+        # The thread reads, filters and assembles whole blocks while this one gathers, converts
+        # and packs the previous block. A queue of read batches instead let the reader get only
+        # a little ahead of a block, and the two alternated (measured: ~25% of a worker idle).
+        # Memory: the block being gathered, one ready, one being assembled.
+        ahead = Prefetcher(blocks, depth=1 if self.shuffle else 4)
+        yield from cut_batches(ahead, self.batch_size)
 
     def batches(self, topology: Topology, epoch: int) -> Iterator[pa.RecordBatch]:
         """The Arrow record batches of ``topology``'s stream in ``epoch``, before conversion."""
