@@ -213,7 +213,7 @@ class BufferPool:
             oldest in the pool, which is then freed when the main process drops it).
     """
 
-    def __init__(self, size: int = 8) -> None:
+    def __init__(self, size: int = 4) -> None:
         self.size = size
         self._buffers: list[torch.Tensor] = []
         self._pid = os.getpid()
@@ -248,7 +248,7 @@ class Landing:
     ~10x slower than ``memcpy`` here (measured), one ``clone`` per bundle ~4x slower.
     """
 
-    def __init__(self, size: int = 16) -> None:
+    def __init__(self, size: int = 4) -> None:
         self.size = size
         self._regions: list[tuple[torch.Tensor, int]] = []
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import math
 import pickle
 from decimal import Decimal
@@ -13,7 +14,7 @@ import pytest
 import torch
 
 from tests.conftest import make_table
-from torch_dataloader_utils.convert import Converter
+from torch_dataloader_utils.convert import Converter, as_numpy
 from torch_dataloader_utils.errors import (
     InvalidArgumentError,
     NullValueError,
@@ -531,3 +532,181 @@ def test_converter_pickles_and_still_converts(kw: dict[str, Any]) -> None:
             assert a.tolist() == b.tolist()
         else:
             assert a == b
+
+
+# --- list columns, brute force against a naive reference --------------------------------------
+
+LIST_VALUE_TYPES: list[tuple[pa.DataType, Any]] = [
+    (pa.int8(), np.int8),
+    (pa.int32(), np.int32),
+    (pa.int64(), np.int64),
+    (pa.float32(), np.float32),
+]
+PAD_VALUES = [0, -1, 7]
+JUNK = 111  # values in the child array that belong to no output list
+
+
+def list_column(
+    lists: list[list[Any]],
+    value_type: pa.DataType,
+    *,
+    large: bool = False,
+    lead: int = 0,
+    trail: int = 0,
+    child_offset: int = 0,
+) -> pa.Array:
+    """A list array of ``lists`` whose values child holds ``lead`` junk values before the first
+    list and ``trail`` after the last, and itself starts ``child_offset`` values into its data."""
+    np_dtype = value_type.to_pandas_dtype()
+    flat = np.array([v for r in lists for v in r], dtype=np_dtype)
+    data = np.concatenate([np.full(child_offset + lead, JUNK, np_dtype), flat])
+    data = np.concatenate([data, np.full(trail, JUNK, np_dtype)])
+    values = pa.array(data, value_type).slice(child_offset)
+    offsets = lead + np.concatenate([[0], np.cumsum([len(r) for r in lists])])
+    if large:
+        return pa.LargeListArray.from_arrays(pa.array(offsets, pa.int64()), values)
+    return pa.ListArray.from_arrays(pa.array(offsets, pa.int32()), values)
+
+
+def random_lists(rng: np.random.Generator, np_dtype: Any) -> list[list[Any]]:
+    """Lists of random lengths; some draws: all empty, one long list last, all of one length."""
+    n = int(rng.integers(0, 13))
+    lengths = rng.integers(0, 6, size=n)
+    shape = rng.integers(0, 5)
+    if shape == 1:
+        lengths[:] = 0
+    elif shape == 2 and n:
+        lengths[-1] = 20  # the longest list is the last one: no full window after it
+    elif shape == 3:
+        lengths[:] = rng.integers(1, 4)  # every list is as long as the longest
+    if np.issubdtype(np_dtype, np.integer):
+        make = lambda k: rng.integers(-100, 100, size=k).astype(np_dtype)  # noqa: E731
+    else:
+        make = lambda k: (rng.standard_normal(k) * 100).astype(np_dtype)  # noqa: E731
+    return [make(int(k)).tolist() for k in lengths]
+
+
+def random_rows(rng: np.random.Generator, n: int) -> np.ndarray | None:
+    """None (all rows), a permutation, a subset, draws with repeats, or the last rows."""
+    kind = rng.integers(0, 6)
+    if kind == 0:
+        return None
+    if kind == 1:
+        return rng.permutation(n)
+    if kind == 2:
+        return rng.choice(n, size=int(rng.integers(0, n + 1)), replace=False)
+    if kind == 3:
+        return rng.integers(0, n, size=int(rng.integers(0, 2 * n + 1))) if n else np.arange(0)
+    if kind == 4:
+        return np.array([n - 1, n - 1, 0, n - 1])[: 4 if n else 0] % max(n, 1)
+    return np.arange(0)
+
+
+def check_list_fields(rb: pa.RecordBatch, rows: np.ndarray | None, pad_value: Any) -> None:
+    """``padded`` and ``offsets`` fields of column ``v`` against a Python reference."""
+    lists = rb.column("v").to_pylist()
+    chosen = lists if rows is None else [lists[i] for i in rows]
+    lengths = [len(r) for r in chosen]
+    np_dtype = rb.schema.field("v").type.value_type.to_pandas_dtype()
+    context = f"lists={lists} rows={rows} pad={pad_value}"
+
+    fields = Converter(rb.schema, list_format="padded", pad_value=pad_value).fields(rb, rows)
+    assert [f.key for f in fields] == ["v", "v_lengths", "id"]
+    got = {f.key: as_numpy(f) for f in fields}
+    for f in fields:
+        assert got[f.key].shape == f.shape, context
+    assert got["v"].dtype == np_dtype, context
+    assert got["v"].shape == (len(chosen), max(lengths, default=0)), context
+    assert got["v"].tolist() == padded(chosen, pad_value), context
+    assert got["v_lengths"].dtype.kind == "i", context
+    assert got["v_lengths"].tolist() == lengths, context
+    assert got["id"].tolist() == reference_rows(rb, "id", rows), context
+
+    fields = Converter(rb.schema, list_format="offsets").fields(rb, rows)
+    assert [f.key for f in fields] == ["v", "v_offsets", "id"]
+    got = {f.key: as_numpy(f) for f in fields}
+    for f in fields:
+        assert got[f.key].shape == f.shape, context
+    assert got["v"].dtype == np_dtype, context
+    assert got["v"].tolist() == [v for r in chosen for v in r], context
+    assert got["v_offsets"].tolist() == np.cumsum([0, *lengths]).tolist(), context
+
+
+def reference_rows(rb: pa.RecordBatch, name: str, rows: np.ndarray | None) -> list[Any]:
+    values = rb.column(name).to_pylist()
+    return values if rows is None else [values[i] for i in rows]
+
+
+@pytest.mark.parametrize("large", [False, True])
+@pytest.mark.parametrize(("value_type", "np_dtype"), LIST_VALUE_TYPES, ids=str)
+def test_padded_and_offsets_lists_match_a_python_reference(
+    value_type: pa.DataType, np_dtype: Any, large: bool
+) -> None:
+    rng = np.random.default_rng([RNG_SEED, np.dtype(np_dtype).itemsize, int(large)])
+    for _ in range(80):
+        lists = random_lists(rng, np_dtype)
+        layout = {
+            "lead": int(rng.integers(0, 3)) * int(rng.integers(0, 2)),
+            "trail": int(rng.integers(0, 3)) * int(rng.integers(0, 2)),
+            "child_offset": int(rng.integers(0, 3)) * int(rng.integers(0, 2)),
+        }
+        column = list_column(lists, value_type, large=large, **layout)
+        assert column.to_pylist() == lists
+        rb = pa.RecordBatch.from_arrays(
+            [column, pa.array(np.arange(len(lists)), pa.int64())], names=["v", "id"]
+        )
+        start = int(rng.integers(0, len(lists) + 1))
+        sliced = [
+            rb,
+            rb.slice(start),
+            rb.slice(start, int(rng.integers(0, len(lists) - start + 1))),
+        ]
+        for sub in sliced:
+            rows = random_rows(rng, sub.num_rows)
+            for pad_value in PAD_VALUES:
+                check_list_fields(sub, rows, pad_value)
+
+
+LONG_LAST = [[1, 2], [], [3], [4, 5, 6], [7] * 3 + list(range(8, 25))]  # 20 values last
+
+
+@pytest.mark.parametrize(
+    "lists",
+    [
+        LONG_LAST,
+        [[], [], [], []],
+        [[1, 2, 3], [4, 5, 6], [7, 8, 9], [10, 11, 12]],
+        [[5], [6], [7], [8, 9, 10, 11, 12, 13]],
+        [[9, 9, 9, 9]],
+    ],
+    ids=["long-list-last", "all-empty", "all-longest", "short-lists-then-long", "one"],
+)
+def test_padded_lists_every_short_row_selection(lists: list[list[int]]) -> None:
+    rb = pa.RecordBatch.from_arrays(
+        [list_column(lists, pa.int32()), pa.array(np.arange(len(lists)), pa.int64())],
+        names=["v", "id"],
+    )
+    for sub in [rb, rb.slice(1), rb.slice(len(lists) - 1), rb.slice(0, len(lists) - 1)]:
+        n = sub.num_rows
+        selections = [
+            np.array(rows, dtype=np.int64)
+            for k in range(4)
+            for rows in itertools.product(range(n), repeat=k)
+        ]
+        for rows in [None, *selections]:
+            check_list_fields(sub, rows, -1)
+
+
+def test_padded_list_at_the_very_end_of_the_values_shapes() -> None:
+    rb = pa.RecordBatch.from_arrays(
+        [list_column(LONG_LAST, pa.int8()), pa.array(np.arange(5), pa.int64())], names=["v", "id"]
+    )
+    out = Converter(rb.schema, pad_value=7, output_format="numpy")(rb, np.array([4, 0, 4]))
+    assert out["v"].shape == (3, 20)
+    assert out["v"][0].tolist() == out["v"][2].tolist() == LONG_LAST[4]
+    assert out["v"][1].tolist() == [1, 2] + [7] * 18
+    assert out["v_lengths"].tolist() == [20, 2, 20]
+    # Without the long list, the width is that of the longest list chosen.
+    out = Converter(rb.schema, pad_value=7)(rb.slice(1, 3))
+    assert out["v"].tolist() == [[7, 7, 7], [3, 7, 7], [4, 5, 6]]
+    assert out["v"].dtype == torch.int8
