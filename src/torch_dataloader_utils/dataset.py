@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import IterableDataset
 
 from .batching import BatchOptions, Segment, cut_batches, shuffled_blocks
-from .convert import Converter, ListFormat, NullPolicy, OutputFormat
+from .convert import Converter, Field, ListFormat, NullPolicy, OutputFormat
 from .errors import ColumnNotFoundError, InvalidArgumentError, SchemaMismatchError
 from .filters import filter_columns
 from .formats import Format, ReadOptions, get_format
@@ -33,7 +33,7 @@ from .planning import (
     resolve_rank,
 )
 from .prefetch import Prefetcher
-from .transport import Bundle, bundle_rows, pack
+from .transport import BUNDLE_BYTES, Bundle, bundle_rows, pack, packed_nbytes
 
 if TYPE_CHECKING:
     from .loader import TabularDataLoader
@@ -332,10 +332,18 @@ class StructuredDataset(IterableDataset[Any]):
         # batches so the first batch leaves the worker as soon as it is ready.
         size = 1
         if collate is None and convert.output_format == "torch":
-            # All numeric data of a bundle in one shared buffer: one segment per message.
-            while group := list(islice(batches, size)):
-                yield pack([convert.fields(b, rows) for b, rows in group])
-                size = min(size * 2, per_bundle)
+            # All numeric data of a bundle in one shared buffer: one segment per message, of
+            # at most `bundle_rows` rows and about BUNDLE_BYTES (wide rows: fewer rows).
+            group: list[list[Field]] = []
+            nbytes = 0
+            for batch, rows in batches:
+                group.append(convert.fields(batch, rows))
+                nbytes += packed_nbytes(group[-1])
+                if len(group) >= size or nbytes >= BUNDLE_BYTES:
+                    yield pack(group)
+                    group, nbytes, size = [], 0, min(size * 2, per_bundle)
+            if group:
+                yield pack(group)
             return
         outputs = (convert(b, rows) for b, rows in batches)
         if collate is not None:

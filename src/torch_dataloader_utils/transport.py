@@ -25,17 +25,23 @@ import torch
 from .convert import Field, Gather, as_numpy
 
 __all__ = [
+    "BUNDLE_BYTES",
     "Bundle",
     "BufferPool",
+    "Landing",
     "PackedBundle",
     "bundle_rows",
     "enable_bundles",
     "init_worker",
     "pack",
+    "packed_nbytes",
     "unbundle",
 ]
 
 _ALIGN = 64
+# A bundle closes at this many bytes even before `bundle_rows` rows: bounds the shared memory
+# in flight and the main process's landing regions for wide rows (token lists, images).
+BUNDLE_BYTES = 8 * 2**20
 _bundle_rows = 0
 
 
@@ -284,7 +290,7 @@ def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
 
 _POOL_GRAIN = 1 << 20
 _landing = Landing()
-_KEEP_MAPPED = 64
+_KEEP_MAPPED = 16  # a few workers x the pool size of each (BufferPool)
 _pool = BufferPool()
 
 
@@ -344,6 +350,17 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
 def _arrow_type(field: Field) -> pa.DataType:
     assert isinstance(field.data, pa.Array)  # checked by the caller
     return field.data.type
+
+
+def packed_nbytes(fields: Sequence[Field]) -> int:
+    """About how many bytes ``fields`` take in a packed buffer."""
+    total = 0
+    for field in fields:
+        if field.shape is not None:
+            total += _nbytes(field.shape, _dtype_of(field))
+        elif isinstance(field.data, pa.Array):
+            total += field.data.nbytes
+    return total
 
 
 def _pylist(data: Any) -> Any:
