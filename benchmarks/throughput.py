@@ -16,6 +16,7 @@ Usage::
 from __future__ import annotations
 
 import argparse
+import gc
 import json
 import os
 import resource
@@ -108,6 +109,7 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
     import torch  # noqa: F401  (imported before timing, as a training script would)
 
     files = sorted(str(p) for p in data.glob("*.parquet"))
+    loader = None
     if kind.startswith("raw"):
         threads = kind == "raw-threads"  # pyarrow's default; one thread is faster here
 
@@ -146,6 +148,9 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
             rows += n
             nbytes += b
         elapsed = time.perf_counter() - start
+    del epoch
+    loader = None  # the persistent workers exit and are reaped, so their peak RSS is counted
+    gc.collect()
     rss_self = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     rss_children = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     return {
