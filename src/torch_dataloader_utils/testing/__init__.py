@@ -1,0 +1,41 @@
+"""A conformance suite for `Format` implementations, shipped so that every format, ours or a
+third party's, is tested the same way (fsspec's habit).
+
+The checks are plain functions that raise `AssertionError` with a message naming the chunk, the
+row range and what differed, so they run under pytest, unittest or a script alike. Write a few
+small files in your format (several files, an empty one, native units of different sizes) with a
+column identifying each row, then::
+
+    from torch_dataloader_utils.testing import check_format
+
+    def test_my_format_conforms(tmp_path):
+        expected = write_my_files(tmp_path)  # a pyarrow.Table of everything written, in order
+        check_format(MyFormat(), str(tmp_path), id_column="id", expected=expected)
+
+``expected`` may be left out for formats ``pyarrow.dataset`` reads itself (``fmt.name`` one of
+parquet, orc, ipc, arrow, feather, csv, json, jsonl). The smaller ``check_*`` functions check one
+duty each, for a test that wants to point at one.
+"""
+
+from .conformance import (
+    check_format,
+    check_pickle,
+    check_plan,
+    check_reads,
+    check_row_ranges,
+    check_schema,
+    read_rows,
+)
+
+__all__ = [
+    "check_format",
+    "check_pickle",
+    "check_plan",
+    "check_reads",
+    "check_row_ranges",
+    "check_schema",
+    "read_rows",
+]
+
+if __all__ != sorted(__all__):  # keep the public list curated and sorted
+    raise ImportError("torch_dataloader_utils.testing.__all__ must be sorted")
