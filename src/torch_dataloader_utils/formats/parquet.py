@@ -87,19 +87,37 @@ def _read_facts(
             subset = fragment.subset(filter=options.filter, schema=full)
             kept = {rg.id for rg in subset.row_groups}
     wanted = set(options.columns) if options.columns is not None else None
+    owners = _leaf_owners(schema)
+    leaves = [j for j, owner in enumerate(owners) if wanted is None or owner in wanted]
     row_groups = []
     for i in range(metadata.num_row_groups):
         if kept is not None and i not in kept:
             continue
         rg = metadata.row_group(i)
-        compressed = uncompressed = 0
-        for j in range(rg.num_columns):
-            col = rg.column(j)
-            if wanted is None or col.path_in_schema.split(".", 1)[0] in wanted:
-                compressed += col.total_compressed_size
-                uncompressed += col.total_uncompressed_size
+        columns = [rg.column(j) for j in leaves if j < rg.num_columns]
+        compressed = sum(c.total_compressed_size for c in columns)
+        uncompressed = sum(c.total_uncompressed_size for c in columns)
         row_groups.append((i, rg.num_rows, compressed, uncompressed))
     return _FileFacts(schema, row_groups)
+
+
+def _leaf_count(t: pa.DataType) -> int:
+    if pa.types.is_struct(t):
+        return sum(_leaf_count(t.field(k).type) for k in range(t.num_fields))
+    if pa.types.is_map(t):
+        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
+    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+        return _leaf_count(t.value_type)
+    return 1
+
+
+def _leaf_owners(schema: pa.Schema) -> list[str]:
+    """The top-level column of each Parquet leaf column, in leaf order.
+
+    Names are matched through the schema's structure, not by splitting the dotted leaf paths,
+    which breaks for column names that contain a dot.
+    """
+    return [field.name for field in schema for _ in range(_leaf_count(field.type))]
 
 
 def _project(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:

@@ -419,3 +419,28 @@ def test_format_pickles_and_reads_after_unpickling(
             assert got.equals(want)
         copy.close()
     fmt.close()
+
+
+def test_bytes_of_projected_columns_count_dotted_and_nested_names(tmp_path: Path) -> None:
+    # Leaf columns map to top-level columns through the schema, not by splitting "a.b".
+    table = pa.table(
+        {
+            "id": np.arange(100),
+            "a.b": np.arange(100) * 2.0,
+            "st": [{"x": 1, "y": [1, 2]}] * 100,
+        }
+    )
+    pq.write_table(table, tmp_path / "x.parquet", row_group_size=10)
+    fs = FileSystemSpec("file")
+    files = list_files(str(tmp_path), fs)
+    for columns in [("a.b",), ("st",), ("id", "a.b", "st")]:
+        planned = ParquetFormat().plan(files, [()], fs, ReadOptions(columns=columns, split_bytes=1))
+        assert len(planned.chunks) == 10, columns  # every row group closes a chunk
+        assert all(c.num_bytes > 0 for c in planned.chunks), columns
+    whole = ParquetFormat().plan(files, [()], fs, ReadOptions()).chunks
+    parts = [
+        ParquetFormat().plan(files, [()], fs, ReadOptions(columns=(c,))).chunks
+        for c in ("id", "a.b", "st")
+    ]
+    for i, chunk in enumerate(whole):
+        assert chunk.num_bytes == sum(p[i].num_bytes for p in parts)
