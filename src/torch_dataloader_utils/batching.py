@@ -127,11 +127,13 @@ def _join(parts: list[Segment]) -> Segment:
     return pa.concat_batches(taken), None
 
 
-def cut_batches(segments: Iterable[Segment], batch_size: int) -> Iterator[Segment]:
+def cut_batches(
+    segments: Iterable[Segment], batch_size: int, *, drop_short: bool = False
+) -> Iterator[Segment]:
     """Cut consecutive segments into ``batch_size``-row segments; only the last is short.
 
     A segment is ``(record batch, rows)``: the rows ``rows`` of the batch in that order, or all
-    of it when ``rows`` is ``None``.
+    of it when ``rows`` is ``None``. ``drop_short`` drops the short last batch.
     """
     pending: list[Segment] = []
     pending_rows = 0
@@ -153,5 +155,5 @@ def cut_batches(segments: Iterable[Segment], batch_size: int) -> Iterator[Segmen
         if offset < rows:
             pending.append(_part(segment, offset, rows))
             pending_rows = rows - offset
-    if pending_rows:
+    if pending_rows and not drop_short:
         yield _join(pending)

@@ -38,9 +38,11 @@ def make_demo_dataset(root: Path, rows: int, files: int = 8) -> Path:
     marker = root / f"_rows={rows}"
     if marker.exists():
         return root
-    if root.exists():
+    if root.exists() and any(root.iterdir()):
+        if not any(root.glob("_rows=*")):  # not a demo dataset: never delete user files
+            raise SystemExit(f"tdu demo: {root} exists and is not a demo dataset; pick --dir")
         shutil.rmtree(root)
-    root.mkdir(parents=True)
+    root.mkdir(parents=True, exist_ok=True)
     rng = np.random.default_rng(0)
     per = -(-rows // files)
     for f in range(files):

@@ -174,6 +174,7 @@ class Converter:
         self.pad_value = pad_value
         self._rules: list[tuple[str, _Rule]] = []
         self._nested: list[str] = []
+        self._no_nulls: list[str] = []  # columns whose nulls are an error (see rejects_nulls)
         if output_format in ("torch", "numpy"):
             keys: set[str] = set(schema.names)
             for field in schema:
@@ -208,6 +209,14 @@ class Converter:
         if pa.types.is_dictionary(t):
             inner, added = self._rule_for(pa.field(name, t.value_type))
             return (lambda a, r, n: inner(_take(a, r).dictionary_decode(), None, n)), added
+        if self.null_policy == "error" and (
+            _is_numeric(t) or pa.types.is_boolean(t) or _temporal_int(t) is not None
+        ):
+            self._no_nulls.append(name)
+        if (
+            pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
+        ) and _is_numeric(t.value_type):
+            self._no_nulls.append(name)
         if _is_numeric(t) or pa.types.is_boolean(t):
             added = [f"{name}_valid"] if self.null_policy == "mask" else []
             return (lambda a, r, n: self._primitive(name, a, r, n)), added
@@ -323,6 +332,20 @@ class Converter:
                 padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
             padded[np.arange(longest) >= lengths[:, None]] = self.pad_value
         return [Field(name, padded, (n, longest)), Field(f"{name}_lengths", lengths, (n,))]
+
+    def rejects_nulls(self, batch: pa.RecordBatch) -> str | None:
+        """The first column of ``batch`` holding nulls this converter would refuse, or None.
+
+        Checked by the reader, where the file and rows are known, so the error names them.
+        """
+        for name in self._no_nulls:
+            if name not in batch.schema.names:
+                continue
+            column = batch.column(name)
+            is_list = isinstance(column, pa.ListArray | pa.LargeListArray | pa.FixedSizeListArray)
+            if column.null_count or (is_list and column.flatten().null_count):
+                return name
+        return None
 
     def fields(self, batch: pa.RecordBatch, rows: Rows = None) -> list[Field]:
         """The converted fields of ``batch`` (torch/numpy output formats).

@@ -33,6 +33,7 @@ from .planning import (
     resolve_rank,
 )
 from .prefetch import Prefetcher
+from .reading import read_pieces, with_partition
 from .transport import BUNDLE_BYTES, Bundle, bundle_rows, pack, packed_nbytes
 
 if TYPE_CHECKING:
@@ -45,6 +46,8 @@ logger = logging.getLogger(__name__)
 DEFAULT_SHUFFLE_BLOCK_BYTES = 64 * 2**20
 # The first block of a stream is small so the first batch comes quickly; blocks then double.
 _FIRST_BLOCK_ROWS = 16_384
+# Rows read at plan time to measure the decoded size of a row.
+_SAMPLE_ROWS = 1024
 # When a filter does not apply to the first file, how many others to probe for schema drift.
 _DRIFT_PROBE_FILES = 64
 
@@ -177,6 +180,12 @@ class StructuredDataset(IterableDataset[Any]):
         else:
             partition_schema, partitions = pa.schema([]), [() for _ in files]
         file_schema = self.format.schema(files[0], self.fs)
+        clash = [k for k in partition_schema.names if k in file_schema.names]
+        if clash:
+            raise SchemaMismatchError(
+                f"{self.fs.url(files[0].path)}: hive partition key(s) {clash} are also columns "
+                'of the file; read without partitioning="hive" or rename one of them'
+            )
         available = pa.schema(list(file_schema) + list(partition_schema))
         # Requested columns are checked against every file by the format's plan (missing
         # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
@@ -209,10 +218,39 @@ class StructuredDataset(IterableDataset[Any]):
             null_policy=null_policy,
             pad_value=pad_value,
         )
+        row_bytes = max(self.plan.row_bytes, self._decoded_row_bytes())
         self.block_rows = shuffle_block_size or max(
-            batch_size, int(shuffle_block_bytes // max(self.plan.row_bytes, 1.0))
+            batch_size, int(shuffle_block_bytes // max(row_bytes, 1.0))
         )
+        if filters is not None and self.split_strategy == "equal" and remainder != "uneven":
+            ranks = resolve_rank(rank, world_size)[1]
+            if ranks > 1:
+                raise InvalidArgumentError(
+                    f"filters with {ranks} ranks: rows left after a row filter are not counted "
+                    "at plan time yet, so ranks could get unequal batch counts and hang DDP. "
+                    'Pass remainder="uneven" (and use join()), or filter the data beforehand'
+                )
         logger.info("%s", self.plan.summary())
+
+    def _decoded_row_bytes(self) -> float:
+        """Decoded bytes per row, measured on the first rows of the first non-empty chunk.
+
+        The footers' uncompressed sizes are encoded sizes: dictionary-encoded strings can be
+        100x smaller there than in memory, which would make "64 MiB" blocks gigabytes.
+        """
+        chunk = next((c for c in self.plan.chunks if c.num_rows), None)
+        if chunk is None:
+            return 1.0
+        batches = self.format.read(
+            chunk, 0, min(chunk.num_rows, _SAMPLE_ROWS), self.fs, self.read_options
+        )
+        try:
+            sample = [with_partition(b, chunk.partition, self.read_options) for b in batches]
+        finally:
+            self.format.close()
+        nbytes = sum(int(b.nbytes) for b in sample)
+        rows = sum(int(b.num_rows) for b in sample)
+        return float(nbytes / max(1, rows))
 
     def _filter_columns(
         self,
@@ -237,8 +275,7 @@ class StructuredDataset(IterableDataset[Any]):
                     f"{self.fs.url(files[0].path)} and {self.fs.url(other.path)} disagree on the "
                     f"columns that filters {filters} reads: it applies to the second only"
                 ) from exc
-            exc.add_note(f"checked against {self.fs.url(files[0].path)}")
-            raise
+            raise ColumnNotFoundError(f"{self.fs.url(files[0].path)}: {exc}") from exc
 
     # --- epochs ---------------------------------------------------------------------------------
 
@@ -277,18 +314,6 @@ class StructuredDataset(IterableDataset[Any]):
             strategy=self.split_strategy,
         )
 
-    def _rows(self, pieces: Sequence[Piece]) -> Iterator[pa.RecordBatch]:
-        chunks = self.plan.chunks
-        try:
-            for piece in pieces:
-                chunk = chunks[piece.chunk]
-                for batch in self.format.read(
-                    chunk, piece.start, piece.stop, self.fs, self.read_options
-                ):
-                    yield _with_partition(batch, chunk.partition, self.read_options)
-        finally:
-            self.format.close()
-
     def segments(self, topology: Topology, epoch: int) -> Iterator[Segment]:
         """The batches of ``topology``'s stream in ``epoch`` before conversion, each a record
         batch and the indices of its rows in output order (``None``: all, in order)."""
@@ -303,15 +328,24 @@ class StructuredDataset(IterableDataset[Any]):
             filter=self.read_options.filter,
             output_columns=self._output_columns,
         )
-        blocks = shuffled_blocks(
-            self._rows(pieces), length, options, epoch=epoch, stream=topology.stream
+        rows = read_pieces(
+            pieces,
+            self.plan.chunks,
+            self.format,
+            self.fs,
+            self.read_options,
+            rejects_nulls=self.converter.rejects_nulls,
         )
+        blocks = shuffled_blocks(rows, length, options, epoch=epoch, stream=topology.stream)
         # The thread reads, filters and assembles whole blocks while this one gathers, converts
         # and packs the previous block. A queue of read batches instead let the reader get only
         # a little ahead of a block, and the two alternated (measured: ~25% of a worker idle).
         # Memory: the block being gathered, one ready, one being assembled.
         ahead = Prefetcher(blocks, depth=1 if self.shuffle else 4)
-        yield from cut_batches(ahead, self.batch_size)
+        # Streams are batch-aligned, so drop_last already left only whole batches, except
+        # where rows are not known at plan time (a row filter) or streams are whole chunks.
+        unaligned = self.read_options.filter is not None or self.split_strategy != "equal"
+        yield from cut_batches(ahead, self.batch_size, drop_short=self.drop_last and unaligned)
 
     def batches(self, topology: Topology, epoch: int) -> Iterator[pa.RecordBatch]:
         """The Arrow record batches of ``topology``'s stream in ``epoch``, before conversion."""
@@ -351,6 +385,14 @@ class StructuredDataset(IterableDataset[Any]):
         while items := list(islice(outputs, size)):
             yield Bundle(items)
             size = min(size * 2, per_bundle)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if state["_rank"] is None:
+            # Pickled for a spawn/forkserver worker: it will not have this process's
+            # torch.distributed group, so it takes the rank resolved here (as a fork would).
+            state["_rank"], state["_world_size"] = resolve_rank(None, None)
+        return state
 
     def __len__(self) -> int:
         """Batches this rank yields per epoch (whatever the number of workers).
@@ -394,17 +436,6 @@ class StructuredDataset(IterableDataset[Any]):
 
         loader = create_dataloader(path, format=format, dataset_class=cls, **kwargs)
         return loader, loader.dataset
-
-
-def _with_partition(
-    batch: pa.RecordBatch, partition: tuple[tuple[str, Any], ...], options: ReadOptions
-) -> pa.RecordBatch:
-    """Append the file's hive partition values as constant columns."""
-    for key, value in partition:
-        assert options.partition_schema is not None  # set whenever files have partitions
-        field = options.partition_schema.field(key)
-        batch = batch.append_column(field, pa.repeat(pa.scalar(value, field.type), batch.num_rows))
-    return batch
 
 
 def _check_positive(**values: object) -> None:

@@ -54,8 +54,7 @@ class TabularDataLoader(DataLoader[Any]):
         worker_init_fn: Callable[[int], None] | None = None,
         **kwargs: Any,
     ) -> None:
-        if num_workers > 0 and bundle_rows > 0:
-            worker_init_fn = functools.partial(init_worker, bundle_rows, worker_init_fn)
+        self._bundle_rows = bundle_rows
         super().__init__(
             dataset,
             batch_size=None,
@@ -69,6 +68,19 @@ class TabularDataLoader(DataLoader[Any]):
         """Set the epoch of the dataset (reaches persistent workers)."""
         self.dataset.set_epoch(epoch)
 
+    def _get_iterator(self) -> Any:
+        # Bundling is switched on in the workers of THIS loader's iterators only: the public
+        # worker_init_fn stays the user's, so a DataLoader rebuilt from this one's attributes
+        # (as accelerate's prepare() does) gets plain batches, never bundles it cannot unpack.
+        if self.num_workers == 0 or self._bundle_rows == 0:
+            return super()._get_iterator()
+        user_init = self.worker_init_fn
+        self.worker_init_fn = functools.partial(init_worker, self._bundle_rows, user_init)
+        try:
+            return super()._get_iterator()
+        finally:
+            self.worker_init_fn = user_init
+
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         batches = super().__iter__()
         if self.num_workers == 0:
@@ -80,8 +92,7 @@ class TabularDataLoader(DataLoader[Any]):
         if self.dataset.converter.list_format == "nested":
             finish = self.dataset.converter.finish_torch
         try:
-            for batch in unbundle(messages):
-                yield finish(batch) if finish is not None and isinstance(batch, dict) else batch
+            yield from unbundle(messages, finish)
         except Exception:
             # The exception's traceback keeps the iterator alive; without this, its workers
             # would wait for the garbage collector and then 5 s each to be killed.

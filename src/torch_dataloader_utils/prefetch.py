@@ -27,8 +27,8 @@ class Prefetcher(Generic[T]):
     def __init__(self, source: Iterable[T], depth: int = 2, name: str = "tdu-prefetch") -> None:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max(1, depth))
         self._stop = threading.Event()
+        # Started by __iter__: a Prefetcher that is never iterated holds no thread.
         self._thread = threading.Thread(target=self._run, args=(source,), name=name, daemon=True)
-        self._thread.start()
 
     def _put(self, item: object) -> bool:
         while not self._stop.is_set():
@@ -50,6 +50,8 @@ class Prefetcher(Generic[T]):
         self._put(_DONE)
 
     def __iter__(self) -> Iterator[T]:
+        if self._thread.ident is None:  # not started yet
+            self._thread.start()
         try:
             while True:
                 item = self._queue.get()
@@ -64,7 +66,7 @@ class Prefetcher(Generic[T]):
     def close(self) -> None:
         """Stop the thread and wait for it."""
         self._stop.set()
-        if self._thread is not threading.current_thread():
+        if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
 

@@ -14,6 +14,7 @@ iterated by a plain ``DataLoader`` (or in the main process) yields plain batches
 from __future__ import annotations
 
 import os
+import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -68,9 +69,12 @@ def _pin(value: Any) -> Any:
         return value.pin_memory()
     if isinstance(value, dict):
         return {k: _pin(v) for k, v in value.items()}
-    if isinstance(value, list | tuple):
-        return type(value)(_pin(v) for v in value)
-    return value
+    if isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor | dict) for v in value):
+        pinned = [_pin(v) for v in value]
+        if hasattr(value, "_fields"):  # a namedtuple
+            return type(value)(*pinned)
+        return type(value)(pinned)
+    return value  # strings, lists of Python objects: nothing to pin
 
 
 class Bundle:
@@ -180,6 +184,8 @@ class PackedBundle:
         if _is_shared(buffer):
             own = _landing.take(end)
             own[_HEADER:end] = buffer[_HEADER:end]
+            # The copy is complete before the flag is cleared (program order; on weakly
+            # ordered CPUs the refcount atomics around these calls are full barriers).
         else:
             own = buffer
         batches = []
@@ -200,6 +206,14 @@ class PackedBundle:
 # given it back. Both processes map the same pages, so the flag needs no other channel.
 _HEADER = _ALIGN
 _FREE, _IN_USE = 0, 1
+
+
+def _new_shared(nbytes: int) -> torch.Tensor:
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
+    if new_shared is None:  # private in torch: fall back to the public (one more copy) way
+        shared: torch.Tensor = torch.empty(nbytes, dtype=torch.uint8)
+        return shared.share_memory_()  # type: ignore[no-untyped-call,no-any-return]
+    return torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
 
 
 def _is_shared(tensor: torch.Tensor) -> bool:
@@ -236,9 +250,7 @@ class BufferPool:
                 buffer[0] = _IN_USE
                 return buffer
         # Round up so that a slightly larger next message still fits.
-        capacity = -(-(_HEADER + nbytes) // _POOL_GRAIN) * _POOL_GRAIN
-        storage = torch.UntypedStorage._new_shared(capacity)  # type: ignore[no-untyped-call]
-        buffer = torch.empty(0, dtype=torch.uint8).set_(storage)
+        buffer = _new_shared(_round_up(_HEADER + nbytes, _POOL_GRAIN))
         buffer[0] = _IN_USE
         self._buffers.append(buffer)
         if len(self._buffers) > self.size:
@@ -257,28 +269,40 @@ class Landing:
     def __init__(self, size: int = 4) -> None:
         self.size = size
         self._regions: list[tuple[torch.Tensor, int]] = []
+        self._lock = threading.Lock()
 
     def take(self, nbytes: int) -> torch.Tensor:
-        """A tensor of at least ``nbytes`` bytes that nothing else references."""
-        for i, (region, alone) in enumerate(self._regions):
-            if region.numel() >= nbytes and _use_count(region) == alone:
-                self._regions.append(self._regions.pop(i))
-                return region
-        capacity = -(-nbytes // _POOL_GRAIN) * _POOL_GRAIN
-        region = torch.empty(capacity, dtype=torch.uint8)
-        self._regions.append((region, _use_count(region)))
-        if len(self._regions) > self.size:
-            self._regions.pop(0)
-        return region
+        """A view of ``nbytes`` bytes of a region that nothing else references.
+
+        The returned view itself marks the region in use (loaders iterated in several threads
+        of one process share the landing).
+        """
+        with self._lock:
+            for i, (region, alone) in enumerate(self._regions):
+                count = _use_count(region)
+                if region.numel() >= nbytes and count is not None and count == alone:
+                    self._regions.append(self._regions.pop(i))
+                    return region[:nbytes]
+            region = torch.empty(_round_up(nbytes, _POOL_GRAIN), dtype=torch.uint8)
+            base = _use_count(region)
+            if base is not None:  # without a use count a region is never reused
+                self._regions.append((region, base))
+                if len(self._regions) > self.size:
+                    self._regions.pop(0)
+            return region[:nbytes]
 
 
-def _use_count(tensor: torch.Tensor) -> int:
+def _use_count(tensor: torch.Tensor) -> int | None:
     # How many tensors (views) share the storage. A private torch function: when it is
-    # missing, report "in use" and the landing always allocates, which is only slower.
+    # missing, None, and the landing never reuses a region (only slower).
     counter = getattr(torch._C, "_storage_Use_Count", None)
     if counter is None:
-        return -1
+        return None
     return int(counter(tensor.untyped_storage()._cdata))
+
+
+def _round_up(n: int, grain: int) -> int:
+    return -(-n // grain) * grain
 
 
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
@@ -318,17 +342,17 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
                 rows = len(offsets) - 1
                 strings = _Strings(_arrow_type(field), rows, offset, 0, len(values))
                 copies.append((offset, offsets))
-                offset += -(-offsets.nbytes // _ALIGN) * _ALIGN
+                offset += _round_up(offsets.nbytes, _ALIGN)
                 strings.values_at = offset
                 copies.append((offset, values))
-                offset += -(-values.nbytes // _ALIGN) * _ALIGN
+                offset += _round_up(values.nbytes, _ALIGN)
                 layout.append((field.key, None, None, strings))
                 continue
             dtype = _dtype_of(field)
             layout.append((field.key, dtype, field.shape, offset))
             sources.append((offset, dtype, field.shape, field))
             nbytes = _nbytes(field.shape, dtype)
-            offset += -(-nbytes // _ALIGN) * _ALIGN
+            offset += _round_up(nbytes, _ALIGN)
         layouts.append(layout)
         regions.append((first, offset))
     buffer = _pool.take(offset - _HEADER)
@@ -379,16 +403,26 @@ def _dtype_of(field: Field) -> np.dtype[Any]:
     raise TypeError(f"field {field.key!r} holds {type(data).__name__}, not an array")
 
 
-def unbundle(items: Iterator[Any]) -> Iterator[Any]:
-    """Yield the batches inside bundles (anything else passes through)."""
+def unbundle(
+    items: Iterator[Any], finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> Iterator[Any]:
+    """Yield the batches inside bundles (anything else passes through).
+
+    Args:
+        items: what the DataLoader yields.
+        finish: applied to each batch unpacked from a `PackedBundle` (the worker could not
+            finish those: nested tensors are built after the hop).
+    """
     # Keeping the last buffers referenced keeps their shared-memory mappings alive: torch then
     # finds a pooled buffer that comes back in its cache instead of mapping (and faulting in)
     # its pages again.
     recent: deque[torch.Tensor] = deque(maxlen=_KEEP_MAPPED)
     for item in items:
         if isinstance(item, PackedBundle):
-            recent.append(item.buffer)
-            yield from item.unpack()
+            if _is_shared(item.buffer):  # not a pinned copy: nothing to keep mapped
+                recent.append(item.buffer)
+            batches = item.unpack()
+            yield from batches if finish is None else (finish(b) for b in batches)
         elif isinstance(item, Bundle):
             yield from item.unpack()
         else:

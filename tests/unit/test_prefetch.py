@@ -105,11 +105,14 @@ def test_consumer_stopping_early_stops_the_thread() -> None:
 
 
 @pytest.mark.timeout(30)
-def test_close_without_iterating_stops_the_thread() -> None:
+def test_no_thread_until_iterated_and_close_without_iterating_is_fine() -> None:
     name = unique_name()
     prefetcher = Prefetcher(itertools.count(), depth=3, name=name)
-    assert threads_named(name)
+    assert not threads_named(name)  # a Prefetcher never iterated holds no thread
     close_within(prefetcher.close)
+    assert not threads_named(name)
+    started = Prefetcher(iter(range(5)), depth=1, name=name)
+    assert list(started) == list(range(5))
     assert not threads_named(name)
 
 

@@ -79,13 +79,20 @@ def _read_facts(
         fragment.ensure_complete_metadata()
         metadata = fragment.metadata
         schema = fragment.physical_schema
-        kept: set[int] | None = None
-        if options.filter is not None:
-            full = schema
-            for field in options.partition_schema or []:
-                full = full.append(field)
+    kept: set[int] | None = None
+    if options.filter is not None:
+        full = schema
+        for field in options.partition_schema or []:
+            full = full.append(field)
+        try:
             subset = fragment.subset(filter=options.filter, schema=full)
-            kept = {rg.id for rg in subset.row_groups}
+        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
+            # The bytes parsed; the filter does not bind to this file's columns: schema drift.
+            raise SchemaMismatchError(
+                f"{url}: filters {options.filter} do not apply to this file's schema ({exc}); "
+                "other files of the source have different column types"
+            ) from exc
+        kept = {rg.id for rg in subset.row_groups}
     wanted = set(options.columns) if options.columns is not None else None
     owners = _leaf_owners(schema)
     leaves = [j for j, owner in enumerate(owners) if wanted is None or owner in wanted]
@@ -118,6 +125,10 @@ def _leaf_owners(schema: pa.Schema) -> list[str]:
     which breaks for column names that contain a dot.
     """
     return [field.name for field in schema for _ in range(_leaf_count(field.type))]
+
+
+def _nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([field.with_nullable(True) for field in schema])
 
 
 def _project(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:
@@ -153,7 +164,9 @@ def _check_schemas(
             raise SchemaMismatchError(
                 f"{fs.url(f.path)}: has no column(s) {absent}, which {fs.url(having.path)} has"
             )
-        projected = _project(fact.schema, columns).remove_metadata()
+        # Nullability is not compared: a file whose writer marked a column non-nullable holds
+        # the same values as one that did not.
+        projected = _nullable(_project(fact.schema, columns).remove_metadata())
         if reference is None:
             reference, reference_file = projected, fs.url(f.path)
         elif not projected.equals(reference):

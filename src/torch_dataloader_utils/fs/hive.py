@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import posixpath
+import re
 from collections.abc import Sequence
 from urllib.parse import unquote
 
@@ -26,14 +27,14 @@ def _segments(f: SourceFile) -> dict[str, str | None]:
     return values
 
 
+_INTEGER = re.compile(r"-?[0-9]+")
+
+
 def _infer_type(values: Sequence[str | None]) -> pa.DataType:
     present = [v for v in values if v is not None]
-    try:
-        for v in present:
-            int(v)
-    except ValueError:
-        return pa.string()
-    return pa.int64() if present else pa.string()
+    if present and all(_INTEGER.fullmatch(v) and -(2**63) <= int(v) < 2**63 for v in present):
+        return pa.int64()
+    return pa.string()
 
 
 def hive_partitions(
