@@ -107,8 +107,9 @@ def _default_workers() -> int:
 
 
 def create_dataloader(
-    source: Source,
+    source: Source | None = None,
     *,
+    path: Source | None = None,
     format: str | Format = "parquet",
     num_workers: int | None = None,
     pin_memory: bool = False,
@@ -125,6 +126,7 @@ def create_dataloader(
 
     Args:
         source: a path or URL, directory, glob, brace pattern, or a list of them.
+        path: the same as ``source``, under the name the earlier library used.
         format: format name (``"parquet"``) or a `Format` instance.
         num_workers: worker processes (default: ``min(4, cpu_count)``; 0 reads in-process).
         pin_memory: pin batches for fast host→GPU copies.
@@ -167,7 +169,10 @@ def create_dataloader(
         raise InvalidArgumentError(f"num_workers must be >= 0, got {workers}")
     if bundle_rows < 0:
         raise InvalidArgumentError(f"bundle_rows must be >= 0, got {bundle_rows}")
-    dataset = dataset_class(source, format, **dataset_options)
+    data = source if source is not None else path
+    if data is None or (source is not None and path is not None):
+        raise InvalidArgumentError("pass the data as source (or path=), exactly once")
+    dataset = dataset_class(data, format, **dataset_options)
     extra: dict[str, Any] = {}
     if workers > 0:
         extra["persistent_workers"] = persistent_workers

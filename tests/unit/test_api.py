@@ -95,6 +95,15 @@ def test_top_level_create_dataloader(source: Path) -> None:
     assert Counter(i for b in loader for i in b["id"].tolist()) == Counter(range(ROWS))
 
 
+def test_top_level_create_dataloader_accepts_the_earlier_path_keyword(source: Path) -> None:
+    loader = tdu.create_dataloader(path=str(source), num_workers=0)
+    assert Counter(i for b in loader for i in b["id"].tolist()) == Counter(range(ROWS))
+    with pytest.raises(tdu.InvalidArgumentError, match="exactly once"):
+        tdu.create_dataloader(str(source), path=str(source), num_workers=0)
+    with pytest.raises(tdu.InvalidArgumentError, match="exactly once"):
+        tdu.create_dataloader(num_workers=0)
+
+
 @pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
 def test_top_level_defaults_use_workers(source: Path) -> None:
     loader = tdu.create_dataloader(source, format="parquet", batch_size=100)
