@@ -323,11 +323,12 @@ class Converter:
         padded = np.empty((n, longest), dtype=values.dtype)
         if longest:
             # Copy each row's list as one window of `longest` values (a strided view: a
-            # row-wise memcpy, 3.5x faster than an element-wise gather, measured), then pad.
-            windows = sliding_window_view(values, longest) if len(values) >= longest else None
+            # row-wise memcpy, 3.5x faster than an element-wise gather, measured), straight into
+            # the output (no temporary: fresh temporaries cost page faults), then pad.
             whole = starts <= len(values) - longest
-            if windows is not None:
-                padded[whole] = windows[starts[whole]]
+            if len(values) >= longest:
+                windows = sliding_window_view(values, longest)
+                np.take(windows, np.where(whole, starts, 0), axis=0, out=padded)
             for i in np.flatnonzero(~whole):  # lists too near the end for a full window
                 padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
             padded[np.arange(longest) >= lengths[:, None]] = self.pad_value

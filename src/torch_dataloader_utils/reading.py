@@ -55,6 +55,12 @@ def read_pieces(
             position = piece.start
             for batch in fmt.read(chunk, piece.start, piece.stop, fs, options):
                 column = rejects_nulls(batch) if rejects_nulls is not None else None
+                if rejects_nulls is not None and column is not None and options.filter is not None:
+                    # Nulls the row filter removes are fine: check again after it (rare path).
+                    filtered = with_partition(batch, chunk.partition, options).filter(
+                        options.filter
+                    )
+                    column = rejects_nulls(filtered)
                 if column is not None:
                     raise NullValueError(
                         f"{fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows "

@@ -7,6 +7,7 @@ numpy from the ids the files were written with, and row contents against ``make_
 from __future__ import annotations
 
 import re
+import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -563,3 +564,208 @@ def test_ranks_from_the_environment(source: Path, monkeypatch: pytest.MonkeyPatc
         monkeypatch.setenv("RANK", str(rank))
         from_env.append([ids_of(b) for b in load(source, shuffle=True)])
     assert from_env == explicit
+
+
+# --- review fixes: drop_last with filters, round_robin, filters across ranks -----------------
+
+
+def load_with(source: Any, num_workers: int, **options: Any) -> tdu.TabularDataLoader:
+    """A loader reading in process (0) or in forked worker processes."""
+    options.setdefault("batch_size", BATCH)
+    if num_workers:
+        options.setdefault("multiprocessing_context", "fork")
+        options.setdefault("timeout", 30)  # a stuck worker raises instead of hanging the run
+    return tdu.create_dataloader(source, format="parquet", num_workers=num_workers, **options)
+
+
+def first_error(loader: Any) -> BaseException:
+    """Iterate until the loader raises; return the error (frames cleared: workers exit now)."""
+    try:
+        for _ in loader:
+            pass
+    except Exception as exc:
+        traceback.clear_frames(exc.__traceback__)
+        return exc
+    pytest.fail("the loader read the source without an error")
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_drop_last_with_a_filter_yields_only_full_batches(
+    source: Path, num_workers: int, shuffle: bool
+) -> None:
+    loader = load_with(
+        source, num_workers, filters=ID_MOD_3, drop_last=True, shuffle=shuffle, batch_size=50
+    )
+    sizes = batch_sizes(loader)
+    assert sizes and all(n == 50 for n in sizes), sizes
+    got = read_ids(loader)
+    counts = Counter(got)
+    assert max(counts.values()) == 1
+    matching = set(ALL_IDS[ALL_IDS % 3 == 0].tolist())
+    assert set(counts) <= matching
+    # each worker stream drops only its own short tail
+    assert len(matching) - len(counts) < 50 * max(num_workers, 1)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_round_robin_drop_last_yields_full_batches_and_otherwise_every_row(
+    source: Path, num_workers: int
+) -> None:
+    batch = 60  # 1600 rows: a short batch in every stream
+    dropped = load_with(
+        source,
+        num_workers,
+        split_strategy="round_robin",
+        drop_last=True,
+        shuffle=True,
+        batch_size=batch,
+    )
+    sizes = batch_sizes(dropped)
+    assert sizes and all(n == batch for n in sizes), sizes
+    counts = Counter(read_ids(dropped))
+    assert max(counts.values()) == 1 and set(counts) <= set(ALL_IDS.tolist())
+    chunks_with_rows = sum(1 for c in dropped.dataset.plan.chunks if c.num_rows)
+    streams = min(max(num_workers, 1), chunks_with_rows)
+    assert ROWS - len(counts) < batch * streams  # only each stream's short tail is dropped
+    kept = load_with(
+        source, num_workers, split_strategy="round_robin", shuffle=True, batch_size=batch
+    )
+    assert Counter(read_ids(kept)) == Counter(ALL_IDS.tolist())
+    for loader in (dropped, kept):
+        with pytest.raises(TypeError, match="round_robin"):
+            len(loader)
+
+
+def test_a_filter_across_ranks_needs_remainder_uneven(source: Path) -> None:
+    with pytest.raises(tdu.InvalidArgumentError, match="remainder"):
+        build(source, filters=ID_MOD_3, rank=0, world_size=2)
+    with pytest.raises(tdu.InvalidArgumentError, match="remainder"):
+        build(source, filters=ID_MOD_3, rank=1, world_size=2, remainder="pad")
+    ranks = [
+        read_ids(load(source, filters=ID_MOD_3, rank=r, world_size=2, remainder="uneven"))
+        for r in range(2)
+    ]
+    assert ranks[0] and ranks[1]
+    assert not set(ranks[0]) & set(ranks[1])
+    assert Counter(ranks[0] + ranks[1]) == Counter(ALL_IDS[ALL_IDS % 3 == 0].tolist())
+    # one rank, or no filter, is as before
+    assert Counter(read_ids(load(source, filters=ID_MOD_3, rank=0, world_size=1))) == Counter(
+        ALL_IDS[ALL_IDS % 3 == 0].tolist()
+    )
+
+
+def test_a_filter_across_ranks_from_the_environment_needs_remainder_uneven(
+    source: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("RANK", "1")
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    with pytest.raises(tdu.InvalidArgumentError, match="remainder"):
+        build(source, filters=ID_MOD_3)
+    got = read_ids(load(source, filters=ID_MOD_3, remainder="uneven"))
+    assert got and set(got) <= set(ALL_IDS[ALL_IDS % 3 == 0].tolist())
+
+
+# --- review fixes: block sizing from the decoded size of a row -------------------------------
+
+
+def test_block_rows_use_the_decoded_row_size(tmp_path: Path) -> None:
+    rows, width = 20_000, 2000
+    words = [chr(ord("a") + k) * width for k in range(8)]  # 8 distinct 2 kB strings
+    ids = np.arange(rows)
+    table = pa.table({"id": ids, "text": pa.array([words[i % 8] for i in ids], pa.string())})
+    path = tmp_path / "wide" / "part-0.parquet"
+    path.parent.mkdir()
+    pq.write_table(table, path, row_group_size=5_000)  # dictionary-encoded by default
+    footer = pq.ParquetFile(path).metadata
+    encoded = sum(footer.row_group(g).total_byte_size for g in range(footer.num_row_groups))
+    assert encoded < rows * width // 50  # the footer's size is far below the decoded size
+    block_bytes = 8 * 2**20
+    loader = load(path.parent, batch_size=16, shuffle=True, shuffle_block_bytes=block_bytes)
+    block_rows = loader.dataset.block_rows
+    assert block_rows * width <= 2 * block_bytes, block_rows
+    assert block_rows * (width + 100) >= block_bytes // 2, block_rows  # yet about that size
+    got = []
+    for batch in load(path.parent, batch_size=4096, shuffle=True, shuffle_block_bytes=block_bytes):
+        assert batch["text"] == [words[i % 8] for i in batch["id"].tolist()]
+        got.extend(batch["id"].tolist())
+    assert Counter(got) == Counter(ids.tolist())
+
+
+# --- review fixes: errors name the file ------------------------------------------------------
+
+
+def test_hive_key_that_is_also_a_file_column_is_a_schema_mismatch(tmp_path: Path) -> None:
+    root = tmp_path / "hive"
+    first = write_parquet(root / "label=1" / "part-0.parquet", np.arange(0, 20))
+    write_parquet(root / "label=2" / "part-0.parquet", np.arange(20, 40))
+    with pytest.raises(tdu.SchemaMismatchError, match="label") as info:
+        build(root, partitioning="hive")
+    assert str(first) in str(info.value)
+    # without hive partitioning the same files read as they are
+    assert Counter(read_ids(load(root))) == Counter(range(40))
+
+
+def write_with_a_null(path: Path, ids: np.ndarray, null_at: int) -> Path:
+    table = make_table(ids)
+    x = table["x"].to_pylist()
+    x[null_at] = None
+    table = table.set_column(1, "x", pa.array(x, pa.float32()))
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, row_group_size=100)
+    return path
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+def test_a_null_in_a_numeric_column_names_the_file(source: Path, num_workers: int) -> None:
+    victim = write_with_a_null(source / "part-003.parquet", np.arange(1250, 1583), null_at=200)
+    loader = load_with(source, num_workers, shuffle=True)
+    error = first_error(loader)
+    assert isinstance(error, tdu.NullValueError), type(error)
+    assert isinstance(error, tdu.DataError) and isinstance(error, ValueError)
+    assert str(victim) in str(error)
+    assert "'x'" in str(error)
+    # the other policies read every row
+    fill = load_with(source, num_workers, null_policy="fill")
+    assert Counter(read_ids(fill)) == Counter(ALL_IDS.tolist())
+
+
+NULL_ID = 1450  # write_with_a_null(part-003, null_at=200): ids 1250.. in that file
+
+
+@pytest.mark.parametrize(
+    ("expression", "mask"),
+    [
+        (pc.field("x").is_valid(), lambda i: i != NULL_ID),
+        (pc.field("x") > 1.0, lambda i: (i != NULL_ID) & (i * 0.5 > 1.0)),
+        (pc.field("id") != NULL_ID, lambda i: i != NULL_ID),
+    ],
+    ids=["is_valid", "comparison", "other column"],
+)
+def test_nulls_the_filter_removes_are_no_error(
+    source: Path, expression: pc.Expression, mask: IdsMask
+) -> None:
+    write_with_a_null(source / "part-003.parquet", np.arange(1250, 1583), null_at=200)
+    got = read_ids(load(source, filters=expression))
+    assert Counter(got) == Counter(ALL_IDS[mask(ALL_IDS)].tolist())
+
+
+def test_a_null_in_an_unread_column_is_no_error(source: Path) -> None:
+    write_with_a_null(source / "part-003.parquet", np.arange(1250, 1583), null_at=5)
+    assert Counter(read_ids(load(source, columns=["id", "label"]))) == Counter(ALL_IDS.tolist())
+
+
+@pytest.mark.parametrize("string_file", ["part-009.parquet", "part-000.parquet"])
+def test_filter_column_whose_type_differs_between_files_is_a_schema_mismatch(
+    source: Path, string_file: str
+) -> None:
+    victim = source / string_file
+    ids = pq.read_table(victim, columns=["id"])["id"].to_numpy() if victim.exists() else None
+    drifted = make_table(np.arange(ROWS, ROWS + 10) if ids is None else ids)
+    drifted = drifted.set_column(1, "x", drifted["x"].cast(pa.string()))  # float32 elsewhere
+    pq.write_table(drifted, victim)
+    for columns in (None, ["id"]):
+        with pytest.raises(tdu.SchemaMismatchError) as info:
+            build(source, columns=columns, filters=pc.field("x") < 100.25)
+        assert not isinstance(info.value, tdu.CorruptFileError)
+        assert str(victim) in str(info.value)
