@@ -710,3 +710,26 @@ def test_padded_list_at_the_very_end_of_the_values_shapes() -> None:
     out = Converter(rb.schema, pad_value=7)(rb.slice(1, 3))
     assert out["v"].tolist() == [[7, 7, 7], [3, 7, 7], [4, 5, 6]]
     assert out["v"].dtype == torch.int8
+
+
+def test_padded_lists_allocate_in_proportion_to_the_output_not_the_column() -> None:
+    # A block column can hold millions of values; converting 64 rows of it must not copy it
+    # (an np.take over the sliding-window view once did: len(values) x longest elements).
+    import tracemalloc
+
+    lengths = np.full(100_000, 50)
+    offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+    values = pa.array(np.arange(offsets[-1], dtype=np.int32))
+    column = pa.ListArray.from_arrays(pa.array(offsets), values)
+    batch = pa.RecordBatch.from_arrays([column], ["t"])
+    converter = Converter(batch.schema, list_format="padded")
+    rows = np.random.default_rng(0).permutation(len(lengths))[:64]
+    tracemalloc.start()
+    try:
+        out = converter(batch, rows)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert out["t"].shape == (64, 50)
+    assert out["t"][:, 0].tolist() == (offsets[rows]).tolist()
+    assert peak < 2_000_000, peak  # the column is 20 MB; the output 12.8 KB
