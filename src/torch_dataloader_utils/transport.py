@@ -13,7 +13,9 @@ iterated by a plain ``DataLoader`` (or in the main process) yields plain batches
 
 from __future__ import annotations
 
+import ctypes
 import os
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator, Sequence
@@ -60,8 +62,30 @@ def bundle_rows() -> int:
 def init_worker(rows: int, user_init: Callable[[int], None] | None, worker_id: int) -> None:
     """``worker_init_fn`` of a TabularDataLoader: switch bundling on, then run the user's."""
     enable_bundles(rows)
+    _keep_freed_memory()
     if user_init is not None:
         user_init(worker_id)
+
+
+def _keep_freed_memory() -> None:
+    """Let glibc's malloc keep freed memory in this (worker) process for reuse.
+
+    Per-batch arrays of ~1 MB (padded token lists) were given back to the kernel on every free
+    and faulted in again on the next allocation: ~240 page faults per batch, half the
+    conversion time (measured: 1.2 M -> 2.5 M rows/s for token lists). Workers are our own
+    processes, so tuning their allocator is ours to do; the main process is left alone.
+    """
+    if sys.platform != "linux":
+        return
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, 32 * 2**20)
+        libc.mallopt(_M_TRIM_THRESHOLD, 256 * 2**20)
+    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to tune
+        return
+
+
+_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
 
 
 def _pin(value: Any) -> Any:
