@@ -222,14 +222,19 @@ class StructuredDataset(IterableDataset[Any]):
         self.block_rows = shuffle_block_size or max(
             batch_size, int(shuffle_block_bytes // max(row_bytes, 1.0))
         )
-        if filters is not None and self.split_strategy == "equal" and remainder != "uneven":
-            ranks = resolve_rank(rank, world_size)[1]
-            if ranks > 1:
-                raise InvalidArgumentError(
-                    f"filters with {ranks} ranks: rows left after a row filter are not counted "
-                    "at plan time yet, so ranks could get unequal batch counts and hang DDP. "
-                    'Pass remainder="uneven" (and use join()), or filter the data beforehand'
-                )
+        unequal = {
+            "filters": filters is not None,
+            'split_strategy="round_robin"': split_strategy == "round_robin",
+        }
+        reasons = [name for name, applies in unequal.items() if applies]
+        if reasons and remainder != "uneven" and resolve_rank(rank, world_size)[1] > 1:
+            raise InvalidArgumentError(
+                f"{' and '.join(reasons)} with several ranks: ranks could get unequal batch "
+                "counts (rows left after a row filter are not counted at plan time yet; "
+                "round-robin deals whole chunks), which hangs DDP at the last collective. "
+                'Pass remainder="uneven" to accept unequal ranks (and use join()), or filter '
+                "the data beforehand"
+            )
         logger.info("%s", self.plan.summary())
 
     def _decoded_row_bytes(self) -> float:

@@ -655,6 +655,26 @@ def test_a_filter_across_ranks_needs_remainder_uneven(source: Path) -> None:
     )
 
 
+def test_round_robin_across_ranks_needs_remainder_uneven(source: Path) -> None:
+    with pytest.raises(tdu.InvalidArgumentError, match="round_robin"):
+        build(source, split_strategy="round_robin", rank=0, world_size=2)
+    ranks = [
+        read_ids(
+            load(
+                source,
+                split_strategy="round_robin",
+                shuffle=True,
+                rank=r,
+                world_size=2,
+                remainder="uneven",
+            )
+        )
+        for r in range(2)
+    ]
+    assert ranks[0] and ranks[1]
+    assert Counter(ranks[0] + ranks[1]) == Counter(ALL_IDS.tolist())
+
+
 def test_a_filter_across_ranks_from_the_environment_needs_remainder_uneven(
     source: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
