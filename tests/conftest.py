@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import traceback
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -76,3 +78,19 @@ def parquet_dir(tmp_path: Path) -> MakeParquetDir:
         return root, start
 
     return make
+
+
+def first_error(loader: Any) -> BaseException:
+    """Iterate until the loader raises; return the error.
+
+    The frames of a worker error re-raised by the DataLoader hold its iterator in a reference
+    cycle; left to the garbage collector, the iterator's shutdown cannot reach the workers and
+    waits out a 5 s join per worker. Clearing the frames frees it at once.
+    """
+    try:
+        for _ in loader:
+            pass
+    except Exception as exc:
+        traceback.clear_frames(exc.__traceback__)
+        return exc
+    pytest.fail("the loader read the source without an error")

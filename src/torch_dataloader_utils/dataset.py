@@ -352,11 +352,6 @@ class StructuredDataset(IterableDataset[Any]):
         unaligned = self.read_options.filter is not None or self.split_strategy != "equal"
         yield from cut_batches(ahead, self.batch_size, drop_short=self.drop_last and unaligned)
 
-    def batches(self, topology: Topology, epoch: int) -> Iterator[pa.RecordBatch]:
-        """The Arrow record batches of ``topology``'s stream in ``epoch``, before conversion."""
-        for batch, rows in self.segments(topology, epoch):
-            yield batch if rows is None else batch.take(pa.array(rows))
-
     def __iter__(self) -> Iterator[Any]:
         topology = self.topology()
         batches = self.segments(topology, self.epoch)

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import os
-import traceback
 from collections import Counter
 from collections.abc import Sequence
 from functools import cache
@@ -26,6 +25,7 @@ import torch
 from torch.utils.data import DataLoader
 
 import torch_dataloader_utils as tdu
+from tests.conftest import first_error
 from torch_dataloader_utils import Topology
 
 pytestmark = [
@@ -328,22 +328,6 @@ def test_user_worker_init_fn_runs_in_every_worker(source: Path, tmp_path: Path) 
 
 
 # --- errors in workers reach the main process, typed and naming the file ---------------------
-
-
-def first_error(loader: Any) -> BaseException:
-    """Iterate until the loader raises; return the error.
-
-    The frames of a worker error re-raised by the DataLoader hold its iterator in a reference
-    cycle; left to the garbage collector, the iterator's shutdown cannot reach the workers and
-    waits out a 5 s join per worker. Clearing the frames frees it at once.
-    """
-    try:
-        for _ in loader:
-            pass
-    except Exception as exc:
-        traceback.clear_frames(exc.__traceback__)
-        return exc
-    pytest.fail("the loader read a damaged source without an error")
 
 
 def corrupt_row_group(path: Path, row_group: int) -> None:

@@ -7,7 +7,6 @@ numpy from the ids the files were written with, and row contents against ``make_
 from __future__ import annotations
 
 import re
-import traceback
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -21,7 +20,7 @@ import pytest
 import torch
 
 import torch_dataloader_utils as tdu
-from tests.conftest import make_table, write_parquet
+from tests.conftest import first_error, make_table, write_parquet
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -576,17 +575,6 @@ def load_with(source: Any, num_workers: int, **options: Any) -> tdu.TabularDataL
         options.setdefault("multiprocessing_context", "fork")
         options.setdefault("timeout", 30)  # a stuck worker raises instead of hanging the run
     return tdu.create_dataloader(source, format="parquet", num_workers=num_workers, **options)
-
-
-def first_error(loader: Any) -> BaseException:
-    """Iterate until the loader raises; return the error (frames cleared: workers exit now)."""
-    try:
-        for _ in loader:
-            pass
-    except Exception as exc:
-        traceback.clear_frames(exc.__traceback__)
-        return exc
-    pytest.fail("the loader read the source without an error")
 
 
 @pytest.mark.parametrize("shuffle", [False, True])
