@@ -1,4 +1,4 @@
-"""From a stream's rows to batches: blocks, row filter, block shuffle, batch cutting (in Arrow)."""
+"""From a stream's rows to batches: blocks, block shuffle, batch cutting (in Arrow)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from .planning import block_bounds, block_permutation
 
@@ -27,8 +26,6 @@ class BatchOptions:
         block_rows: rows shuffled together (the stream is read in blocks of this many rows).
         first_block_rows: the first block's rows (blocks double up to ``block_rows``).
         seed: shuffle seed.
-        filter: row filter applied to each block before shuffling.
-        output_columns: the columns batches carry (``None``: all read).
     """
 
     batch_size: int
@@ -36,8 +33,6 @@ class BatchOptions:
     block_rows: int
     first_block_rows: int
     seed: int
-    filter: pc.Expression | None = None
-    output_columns: tuple[str, ...] | None = None
 
 
 def _groups(
@@ -65,14 +60,6 @@ def _groups(
         yield group
 
 
-def _finish(batch: pa.RecordBatch, options: BatchOptions) -> pa.RecordBatch:
-    if options.filter is not None:
-        batch = batch.filter(options.filter)
-    if options.output_columns is not None:
-        batch = batch.select(list(options.output_columns))
-    return batch
-
-
 def shuffled_blocks(
     batches: Iterable[pa.RecordBatch],
     length: int,
@@ -80,30 +67,40 @@ def shuffled_blocks(
     *,
     epoch: int,
     stream: int,
+    leg: int = 0,
+    start: int = 0,
 ) -> Iterator[Segment]:
-    """Group the stream's ``length`` rows into blocks, filter each, and draw its permutation.
+    """Group the stream's ``length`` rows into blocks and draw each block's permutation.
 
-    Block boundaries sit at fixed stream positions (before filtering), so the result is a pure
-    function of ``(seed, epoch, stream, rows)``, whatever batch sizes the reader produced.
-    Yields ``(block, permutation)``; the rows are gathered later, straight into the output
-    (see ``Converter.fields``). Without shuffling, batches pass through filtered, with
-    ``None`` for the permutation.
+    Block boundaries sit at fixed stream positions, so the result is a pure function of
+    ``(seed, epoch, stream, leg, rows)``, whatever batch sizes the reader produced. Yields
+    ``(block, permutation)``; the rows are gathered later, straight into the output (see
+    ``Converter.fields``). Without shuffling, batches pass through with ``None``.
+
+    To resume at output row ``start``, ``batches`` must begin with the first row of the block
+    that holds it (`block_start`; without shuffling, at ``start`` itself): that block is read
+    again and the rows of its permutation before ``start`` are skipped.
     """
     if not options.shuffle:
         for batch in batches:
-            yield _finish(batch, options), None
+            yield batch, None
         return
     bounds = block_bounds(
         length, block_rows=options.block_rows, first_block_rows=options.first_block_rows
     )
-    for index, group in enumerate(_groups(batches, [b - a for a, b in bounds])):
+    first = next((i for i, (_, b) in enumerate(bounds) if b > start), len(bounds))
+    skip = start - bounds[first][0] if first < len(bounds) else 0
+    sizes = [b - a for a, b in bounds[first:]]
+    for index, group in enumerate(_groups(batches, sizes), start=first):
         if not group:
             continue
-        block = _finish(pa.concat_batches(group), options)
+        block = pa.concat_batches(group)
         del group  # one copy of the block at a time
         perm = block_permutation(
-            seed=options.seed, epoch=epoch, stream=stream, block=index, n=block.num_rows
+            seed=options.seed, epoch=epoch, stream=stream, block=index, n=block.num_rows, leg=leg
         )
+        if skip:
+            perm, skip = perm[skip:], 0
         yield block, perm
 
 

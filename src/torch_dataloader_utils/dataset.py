@@ -12,10 +12,11 @@ from typing import TYPE_CHECKING, Any
 
 import pyarrow as pa
 import torch
-from torch.utils.data import IterableDataset
+from torch.utils.data import IterableDataset, get_worker_info
 
 from .batching import BatchOptions, Segment, cut_batches, shuffled_blocks
 from .convert import Converter, Field, ListFormat, NullPolicy, OutputFormat
+from .distributed import plan_once
 from .errors import ColumnNotFoundError, InvalidArgumentError, SchemaMismatchError
 from .filters import filter_columns
 from .formats import Format, ReadOptions, get_format
@@ -23,18 +24,33 @@ from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
 from .planning import (
     REMAINDER_POLICIES,
     SPLIT_STRATEGIES,
+    Item,
+    Layout,
     Piece,
     Plan,
     Remainder,
+    Run,
     SplitStrategy,
     Topology,
     assign_stream,
+    block_start,
+    chunk_order,
+    consumed,
+    cut,
+    epoch_sequence,
     rank_span,
     resolve_rank,
+    round_robin_runs,
+    run_pieces,
+    sequence_length,
+    stream_batches,
+    stream_runs,
+    stream_spans,
 )
 from .prefetch import Prefetcher
-from .reading import read_pieces, with_partition
-from .transport import BUNDLE_BYTES, Bundle, bundle_rows, pack, packed_nbytes
+from .reading import Reader, count_rows, with_partition
+from .state import Iteration, decode_state, encode_state
+from .transport import BUNDLE_BYTES, Bundle, PackedBundle, bundle_rows, pack, packed_nbytes
 
 if TYPE_CHECKING:
     from .loader import TabularDataLoader
@@ -171,9 +187,64 @@ class StructuredDataset(IterableDataset[Any]):
         if rank is not None or world_size is not None:
             resolve_rank(rank, world_size)  # validate now, before any worker starts
             Topology(rank or 0, world_size or 1)
-        # The epoch lives in shared memory so set_epoch reaches persistent workers.
-        self._epoch = torch.zeros(1, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        # [epoch, pass]: in shared memory, so set_epoch and each new pass reach persistent
+        # workers (see `begin_iteration`).
+        self._control = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._pending: Iteration | None = None  # a loaded state, for the next pass
+        self._iteration: Iteration | None = None  # the pass the main process began last
+        self._claimed = True
 
+        # Listing, footers and row counting happen once: on rank 0 when torch.distributed is up
+        # (the others receive the result), else here.
+        planned = plan_once(
+            lambda: self._planned(
+                path,
+                columns=columns,
+                filters=filters,
+                partitioning=partitioning,
+                split_bytes=split_bytes,
+                split_rows=split_rows,
+            ),
+            explicit=rank is not None,
+        )
+        self.read_options: ReadOptions = planned["read_options"]
+        self.plan: Plan = planned["plan"]
+        self._output_columns: tuple[str, ...] | None = planned["output_columns"]
+        self.converter = Converter(
+            self.plan.schema,
+            output_format=output_format,
+            list_format=list_format,
+            null_policy=null_policy,
+            pad_value=pad_value,
+        )
+        row_bytes = max(self.plan.row_bytes, planned["decoded_row_bytes"])
+        self.block_rows = shuffle_block_size or max(
+            batch_size, int(shuffle_block_bytes // max(row_bytes, 1.0))
+        )
+        if (
+            split_strategy == "round_robin"
+            and remainder != "uneven"
+            and resolve_rank(rank, world_size)[1] > 1
+        ):
+            raise InvalidArgumentError(
+                'split_strategy="round_robin" with several ranks: it deals whole chunks, so '
+                "ranks get unequal batch counts, which hangs DDP at the last collective. Use "
+                'the default split_strategy="equal", or pass remainder="uneven" to accept '
+                "unequal ranks (and use join())"
+            )
+        logger.info("%s", self.plan.summary())
+
+    def _planned(
+        self,
+        path: Source,
+        *,
+        columns: Sequence[str] | None,
+        filters: Any,
+        partitioning: str | None,
+        split_bytes: int | None,
+        split_rows: int | None,
+    ) -> dict[str, Any]:
+        """List, read footers, count filtered rows, measure rows: everything that reads."""
         files = list_files(path, self.fs)
         if partitioning == "hive":
             partition_schema, partitions = hive_partitions(files)
@@ -192,65 +263,54 @@ class StructuredDataset(IterableDataset[Any]):
         needed = self._filter_columns(filters, available, files, partition_schema)
         wanted = list(columns) if columns is not None else list(available.names)
         read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
-        self.read_options = ReadOptions(
+        read_options = ReadOptions(
             columns=tuple(read) if columns is not None or needed else None,
             filter=filters,
             split_bytes=split_bytes,
             split_rows=split_rows,
             partition_schema=partition_schema,
         )
-        planned = self.format.plan(files, partitions, self.fs, self.read_options)
+        planned = self.format.plan(files, partitions, self.fs, read_options)
+        filtered_rows = None
+        if filters is not None:
+            # Count the rows that pass, reading only the filter's columns: equal batch counts
+            # per rank and resuming at a batch need them (docs/concepts/model.md).
+            counting = ReadOptions(
+                columns=tuple(c for c in needed if c not in partition_schema.names),
+                filter=filters,
+                partition_schema=partition_schema,
+            )
+            filtered_rows = tuple(count_rows(planned.chunks, self.format, self.fs, counting))
         schema = pa.schema(list(planned.schema) + list(partition_schema))
-        output = pa.schema([schema.field(c) for c in wanted])
-        self.plan = Plan(
+        plan = Plan(
             chunks=tuple(planned.chunks),
-            schema=output,
+            schema=pa.schema([schema.field(c) for c in wanted]),
             row_bytes=planned.row_bytes,
             details=Plan.details_of(
                 format=self.format.name, columns=wanted, filter=filters, hive=partitioning
             ),
+            filtered_rows=filtered_rows,
         )
-        self._output_columns = tuple(wanted) if needed or columns is not None else None
-        self.converter = Converter(
-            output,
-            output_format=output_format,
-            list_format=list_format,
-            null_policy=null_policy,
-            pad_value=pad_value,
-        )
-        row_bytes = max(self.plan.row_bytes, self._decoded_row_bytes())
-        self.block_rows = shuffle_block_size or max(
-            batch_size, int(shuffle_block_bytes // max(row_bytes, 1.0))
-        )
-        unequal = {
-            "filters": filters is not None,
-            'split_strategy="round_robin"': split_strategy == "round_robin",
+        return {
+            "read_options": read_options,
+            "plan": plan,
+            "output_columns": tuple(wanted) if needed or columns is not None else None,
+            "decoded_row_bytes": self._decoded_row_bytes(plan, read_options),
         }
-        reasons = [name for name, applies in unequal.items() if applies]
-        if reasons and remainder != "uneven" and resolve_rank(rank, world_size)[1] > 1:
-            raise InvalidArgumentError(
-                f"{' and '.join(reasons)} with several ranks: ranks could get unequal batch "
-                "counts (rows left after a row filter are not counted at plan time yet; "
-                "round-robin deals whole chunks), which hangs DDP at the last collective. "
-                'Pass remainder="uneven" to accept unequal ranks (and use join()), or filter '
-                "the data beforehand"
-            )
-        logger.info("%s", self.plan.summary())
 
-    def _decoded_row_bytes(self) -> float:
+    def _decoded_row_bytes(self, plan: Plan, read_options: ReadOptions) -> float:
         """Decoded bytes per row, measured on the first rows of the first non-empty chunk.
 
         The footers' uncompressed sizes are encoded sizes: dictionary-encoded strings can be
         100x smaller there than in memory, which would make "64 MiB" blocks gigabytes.
         """
-        chunk = next((c for c in self.plan.chunks if c.num_rows), None)
+        chunk = next((c for c in plan.chunks if c.num_rows), None)
         if chunk is None:
             return 1.0
-        batches = self.format.read(
-            chunk, 0, min(chunk.num_rows, _SAMPLE_ROWS), self.fs, self.read_options
-        )
+        rows = min(chunk.num_rows, _SAMPLE_ROWS)
+        batches = self.format.read(chunk, 0, rows, self.fs, read_options)
         try:
-            sample = [with_partition(b, chunk.partition, self.read_options) for b in batches]
+            sample = [with_partition(b, chunk.partition, read_options) for b in batches]
         finally:
             self.format.close()
         nbytes = sum(int(b.nbytes) for b in sample)
@@ -282,21 +342,103 @@ class StructuredDataset(IterableDataset[Any]):
                 ) from exc
             raise ColumnNotFoundError(f"{self.fs.url(files[0].path)}: {exc}") from exc
 
-    # --- epochs ---------------------------------------------------------------------------------
+    # --- epochs and passes -----------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch: with ``shuffle=True`` each epoch has its own order.
 
-        Call it before iterating the loader each epoch; it reaches persistent workers.
+        Call it before iterating the loader each epoch; it reaches persistent workers. A loaded
+        state for another epoch is dropped.
         """
         if epoch < 0:
             raise InvalidArgumentError(f"epoch must be >= 0, got {epoch}")
-        self._epoch[0] = epoch
+        self._control[0] = epoch
+        if self._pending is not None and self._pending.epoch != epoch:
+            logger.info("set_epoch(%d): the loaded state of epoch %d is dropped", epoch, epoch)
+            self._pending = None
 
     @property
     def epoch(self) -> int:
         """The current epoch."""
-        return int(self._epoch[0])
+        return int(self._control[0])
+
+    @property
+    def resume_pending(self) -> Iteration | None:
+        """The pass a loaded state will resume, until the next pass begins."""
+        return self._pending
+
+    def layout(self) -> Layout:
+        """The options that decide which rows each stream reads and in what order."""
+        return Layout(
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            seed=self.shuffle_seed,
+            drop_last=self.drop_last,
+            remainder=self.remainder,
+            block_rows=self.block_rows,
+            first_block_rows=min(self.block_rows, max(self.batch_size, _FIRST_BLOCK_ROWS)),
+            strategy=self.split_strategy,
+        )
+
+    def begin_iteration(self) -> Iteration:
+        """Begin a pass over the current epoch (main process): a loaded state, or a fresh one.
+
+        Workers receive the returned object with the dataset and apply it only to this pass.
+        """
+        generation = int(self._control[1]) + 1
+        self._control[1] = generation
+        pending, self._pending = self._pending, None
+        if pending is not None and pending.epoch == self.epoch:
+            iteration = Iteration(pending.epoch, pending.legs, pending.batches, generation)
+        else:
+            iteration = Iteration(self.epoch, generation=generation)
+        self._iteration, self._claimed = iteration, False
+        return iteration
+
+    def _this_iteration(self) -> Iteration:
+        if get_worker_info() is not None:
+            # A worker: its copy of the pass the main process began, if it is this pass.
+            mine = self._iteration
+            if mine is not None and mine.generation == int(self._control[1]):
+                return mine
+            return Iteration(self.epoch, generation=int(self._control[1]))
+        if self._iteration is not None and not self._claimed:
+            self._claimed = True  # begun by a TabularDataLoader for this pass
+            return self._iteration
+        iteration = self.begin_iteration()
+        self._claimed = True
+        return iteration
+
+    # --- resume ---------------------------------------------------------------------------------
+
+    def state_at(self, iteration: Iteration, *, num_workers: int, complete: bool) -> dict[str, Any]:
+        """The loader state of ``iteration`` (see `TabularDataLoader.state_dict`)."""
+        rank, world_size = resolve_rank(self._rank, self._world_size)
+        return encode_state(
+            self.plan,
+            iteration,
+            rank=rank,
+            world_size=world_size,
+            num_workers=max(1, num_workers),
+            layout=self.layout(),
+            complete=complete,
+        )
+
+    def load_state(
+        self, state: dict[str, Any], *, num_workers: int, allow_changed_data: bool = False
+    ) -> Iteration:
+        """Make the next pass resume ``state``; returns that pass (see `decode_state`)."""
+        iteration = decode_state(
+            state,
+            self.plan,
+            world_size=resolve_rank(self._rank, self._world_size)[1],
+            num_workers=max(1, num_workers),
+            layout=self.layout(),
+            allow_changed_data=allow_changed_data,
+        )
+        self._control[0] = iteration.epoch
+        self._pending = iteration
+        return iteration
 
     # --- the stream of one worker ---------------------------------------------------------------
 
@@ -305,8 +447,61 @@ class StructuredDataset(IterableDataset[Any]):
         rank, world_size = resolve_rank(self._rank, self._world_size)
         return Topology(rank, world_size).with_worker()
 
+    def _order(self, iteration: Iteration) -> tuple[list[int], list[int]]:
+        """The epoch's chunk order and the rows of each chunk in that order."""
+        first = iteration.legs[0].layout if iteration.legs else self.layout()
+        order = chunk_order(
+            len(self.plan.chunks), seed=first.seed, epoch=iteration.epoch, shuffle=first.shuffle
+        )
+        rows = self.plan.chunk_rows
+        return [int(i) for i in order], [rows[i] for i in order]
+
+    def _sequence(self, iteration: Iteration) -> list[Item]:
+        return epoch_sequence(self.plan.num_rows, iteration.legs, epoch=iteration.epoch)
+
+    def _streams(self, iteration: Iteration, rank: Topology) -> list[int]:
+        """Rows of each worker's stream of ``rank`` (its ``num_workers`` set) in ``iteration``."""
+        layout = self.layout()
+        if self.split_strategy == "round_robin":
+            _, rows = self._order(iteration)
+            streams = (
+                Topology(rank.rank, rank.world_size, w, rank.num_workers)
+                for w in range(rank.num_workers)
+            )
+            return [sequence_length(round_robin_runs(rows, t)) for t in streams]
+        total = sequence_length(self._sequence(iteration))
+        spans = stream_spans(
+            total,
+            rank=rank.rank,
+            world_size=rank.world_size,
+            num_workers=rank.num_workers,
+            layout=layout,
+        )
+        return [b - a for a, b in spans]
+
+    def worker_batches(self, iteration: Iteration, num_workers: int) -> tuple[list[int], list[int]]:
+        """Batches of each worker's stream of this rank, and how many each already delivered."""
+        rank, world_size = resolve_rank(self._rank, self._world_size)
+        counts = stream_batches(
+            self._streams(iteration, Topology(rank, world_size, 0, max(1, num_workers))),
+            self.layout(),
+        )
+        return counts, consumed(counts, iteration.batches)
+
+    def stream(self, topology: Topology, iteration: Iteration) -> list[Run]:
+        """The runs of the epoch's sequence that ``topology``'s stream reads in ``iteration``."""
+        if self.split_strategy == "round_robin":
+            return round_robin_runs(self._order(iteration)[1], topology)
+        return stream_runs(
+            self._sequence(iteration),
+            topology,
+            batch_size=self.batch_size,
+            drop_last=self.drop_last,
+            remainder=self.remainder,
+        )
+
     def pieces(self, topology: Topology, epoch: int) -> list[Piece]:
-        """The pieces ``topology``'s stream reads in ``epoch``."""
+        """The pieces ``topology``'s stream reads in a fresh pass over ``epoch``."""
         return assign_stream(
             self.plan.chunk_rows,
             topology,
@@ -319,42 +514,61 @@ class StructuredDataset(IterableDataset[Any]):
             strategy=self.split_strategy,
         )
 
-    def segments(self, topology: Topology, epoch: int) -> Iterator[Segment]:
-        """The batches of ``topology``'s stream in ``epoch`` before conversion, each a record
-        batch and the indices of its rows in output order (``None``: all, in order)."""
-        pieces = self.pieces(topology, epoch)
-        length = sum(p.num_rows for p in pieces)
-        options = BatchOptions(
-            batch_size=self.batch_size,
-            shuffle=self.shuffle,
-            block_rows=self.block_rows,
-            first_block_rows=min(self.block_rows, max(self.batch_size, _FIRST_BLOCK_ROWS)),
-            seed=self.shuffle_seed,
-            filter=self.read_options.filter,
-            output_columns=self._output_columns,
-        )
-        rows = read_pieces(
-            pieces,
+    def segments(self, topology: Topology, iteration: Iteration | int) -> Iterator[Segment]:
+        """The batches of ``topology``'s stream before conversion, each a record batch and the
+        indices of its rows in output order (``None``: all, in order).
+
+        ``iteration`` is a pass (a resumed one starts where it says) or an epoch (fresh).
+        """
+        if isinstance(iteration, int):
+            iteration = Iteration(iteration)
+        layout = self.layout()
+        runs = self.stream(topology, iteration)
+        length = sequence_length(runs)
+        done = consumed(
+            stream_batches(self._streams(iteration, topology), layout), iteration.batches
+        )[topology.worker]
+        start = min(done * self.batch_size, length)
+        _, first = block_start(length, start, layout)
+        order, rows = self._order(iteration)
+        parts = (run_pieces(run, rows, order) for run in cut(runs, first, length))
+        reader = Reader(
             self.plan.chunks,
             self.format,
             self.fs,
             self.read_options,
+            output_columns=self._output_columns,
             rejects_nulls=self.converter.rejects_nulls,
         )
-        blocks = shuffled_blocks(rows, length, options, epoch=epoch, stream=topology.stream)
-        # The thread reads, filters and assembles whole blocks while this one gathers, converts
+        options = BatchOptions(
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            block_rows=layout.block_rows,
+            first_block_rows=layout.first_block_rows,
+            seed=self.shuffle_seed,
+        )
+        blocks = shuffled_blocks(
+            reader.read(parts),
+            length,
+            options,
+            epoch=iteration.epoch,
+            stream=topology.stream,
+            leg=len(iteration.legs),
+            start=start,
+        )
+        # The thread reads and assembles whole blocks while this one gathers, converts
         # and packs the previous block. A queue of read batches instead let the reader get only
         # a little ahead of a block, and the two alternated (measured: ~25% of a worker idle).
         # Memory: the block being gathered, one ready, one being assembled.
         ahead = Prefetcher(blocks, depth=1 if self.shuffle else 4)
         # Streams are batch-aligned, so drop_last already left only whole batches, except
-        # where rows are not known at plan time (a row filter) or streams are whole chunks.
-        unaligned = self.read_options.filter is not None or self.split_strategy != "equal"
+        # round-robin's streams of whole chunks.
+        unaligned = self.split_strategy != "equal"
         yield from cut_batches(ahead, self.batch_size, drop_short=self.drop_last and unaligned)
 
     def __iter__(self) -> Iterator[Any]:
         topology = self.topology()
-        batches = self.segments(topology, self.epoch)
+        batches = self.segments(topology, self._this_iteration())
         convert = self.converter
         collate = self.collate_fn
         per_bundle = math.ceil(bundle_rows() / self.batch_size) if bundle_rows() else 0
@@ -362,8 +576,10 @@ class StructuredDataset(IterableDataset[Any]):
             outputs = (convert(b, rows) for b, rows in batches)
             yield from outputs if collate is None else (collate(o) for o in outputs)
             return
-        # In a TabularDataLoader worker: several batches per message. Bundles ramp up 1, 2, 4 ...
-        # batches so the first batch leaves the worker as soon as it is ready.
+        # In a TabularDataLoader worker: several batches per message, marked with the worker
+        # (the loader puts batches back in DataLoader's order: one per worker in turn). Bundles
+        # ramp up 1, 2, 4 ... batches so the first batch leaves the worker as soon as it is ready.
+        worker = topology.worker
         size = 1
         if collate is None and convert.output_format == "torch":
             # All numeric data of a bundle in one shared buffer: one segment per message, of
@@ -374,16 +590,16 @@ class StructuredDataset(IterableDataset[Any]):
                 group.append(convert.fields(batch, rows))
                 nbytes += packed_nbytes(group[-1])
                 if len(group) >= size or nbytes >= BUNDLE_BYTES:
-                    yield pack(group)
+                    yield _mark(pack(group), worker)
                     group, nbytes, size = [], 0, min(size * 2, per_bundle)
             if group:
-                yield pack(group)
+                yield _mark(pack(group), worker)
             return
         outputs = (convert(b, rows) for b, rows in batches)
         if collate is not None:
             outputs = (collate(o) for o in outputs)
         while items := list(islice(outputs, size)):
-            yield Bundle(items)
+            yield _mark(Bundle(items), worker)
             size = min(size * 2, per_bundle)
 
     def __getstate__(self) -> dict[str, Any]:
@@ -398,11 +614,9 @@ class StructuredDataset(IterableDataset[Any]):
         """Batches this rank yields per epoch (whatever the number of workers).
 
         Raises:
-            TypeError: the count is unknown until the data is read (a row filter), or depends
-                on the number of workers (``split_strategy="round_robin"``).
+            TypeError: the count depends on the number of workers
+                (``split_strategy="round_robin"``).
         """
-        if self.read_options.filter is not None:
-            raise TypeError("the number of batches is unknown with a row filter")
         if self.split_strategy != "equal":
             raise TypeError('the number of batches depends on the workers with "round_robin"')
         rank, world_size = resolve_rank(self._rank, self._world_size)
@@ -436,6 +650,11 @@ class StructuredDataset(IterableDataset[Any]):
 
         loader = create_dataloader(path, format=format, dataset_class=cls, **kwargs)
         return loader, loader.dataset
+
+
+def _mark(bundle: PackedBundle | Bundle, worker: int) -> PackedBundle | Bundle:
+    bundle.worker = worker
+    return bundle
 
 
 def _check_positive(**values: object) -> None:

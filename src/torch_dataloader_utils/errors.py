@@ -17,6 +17,7 @@ __all__ = [
     "InvalidSourceError",
     "NullValueError",
     "SchemaMismatchError",
+    "StateMismatchError",
     "StorageError",
     "StorageNotFoundError",
     "StoragePermissionError",
@@ -55,6 +56,11 @@ class FilterTypeError(TorchDataloaderUtilsError, TypeError):
 
 class UnsupportedTypeError(TorchDataloaderUtilsError, TypeError):
     """A column's Arrow type has no mapping to the requested output format."""
+
+
+class StateMismatchError(InvalidArgumentError):
+    """A loader state cannot resume this loader: another version, other data, or a layout that
+    cannot be resumed elastically. The message says what differs."""
 
 
 # --- storage ---------------------------------------------------------------------------------

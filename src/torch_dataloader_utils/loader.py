@@ -4,16 +4,20 @@ from __future__ import annotations
 
 import functools
 import os
+from collections import deque
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from typing import Any
 
 from torch.utils.data import DataLoader
 
 from .dataset import StructuredDataset
-from .errors import InvalidArgumentError
+from .errors import DataError, InvalidArgumentError
 from .formats import Format
 from .fs import Source
-from .transport import init_worker, unbundle
+from .planning import round_robin
+from .state import Iteration
+from .transport import Unbundler, init_worker
 
 __all__ = ["DEFAULT_BUNDLE_ROWS", "TabularDataLoader", "create_dataloader"]
 
@@ -26,19 +30,29 @@ def _identity(batch: Any) -> Any:
     return batch
 
 
+@dataclass
+class _Progress:
+    """The pass being read: what it began as, its batches, and how many were delivered."""
+
+    iteration: Iteration
+    total: int
+    delivered: int
+
+
 class TabularDataLoader(DataLoader[Any]):
     """A ``torch.utils.data.DataLoader`` over a `StructuredDataset`.
 
-    It is an ordinary DataLoader (``batch_size=None``: the dataset yields whole batches) with two
-    additions: `set_epoch`, and a cheaper worker→main transport (several batches per
-    message, packed into one shared buffer). The user still receives one batch per iteration,
-    and every worker's batches are the same as without bundling; only the interleaving of
-    workers changes (by message instead of by batch), deterministically.
+    It is an ordinary DataLoader (``batch_size=None``: the dataset yields whole batches) with
+    three additions: `set_epoch`; `state_dict` / `load_state_dict` (the torchdata
+    ``StatefulDataLoader`` protocol: exact and elastic resume); and a cheaper worker→main
+    transport (several batches per message, packed into one shared buffer). The user still
+    receives one batch per iteration, in DataLoader's own order (one batch from each worker in
+    turn), whatever the bundling.
 
     Args:
         dataset: the dataset.
         num_workers: DataLoader worker processes (0: read in the main process).
-        bundle_rows: rows per worker message (0 turns bundling off).
+        bundle_rows: rows per worker message (0: one batch per message).
         **kwargs: passed to ``DataLoader`` (``pin_memory``, ``prefetch_factor``,
             ``persistent_workers``, ``multiprocessing_context``, ``timeout``, ...).
     """
@@ -55,6 +69,7 @@ class TabularDataLoader(DataLoader[Any]):
         **kwargs: Any,
     ) -> None:
         self._bundle_rows = bundle_rows
+        self._progress: _Progress | None = None
         super().__init__(
             dataset,
             batch_size=None,
@@ -68,31 +83,118 @@ class TabularDataLoader(DataLoader[Any]):
         """Set the epoch of the dataset (reaches persistent workers)."""
         self.dataset.set_epoch(epoch)
 
+    # --- state ----------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this rank stands: the epoch and the batches it delivered, small and versioned.
+
+        Taken after ``k`` batches and loaded into a freshly built loader, the loader continues
+        with exactly the batches this one would have produced next. A state taken on rank 0
+        resumes every rank, also with another number of ranks or workers (elastic). Plain
+        Python values: save it with ``torch.save`` or JSON. See docs/concepts/checkpointing.md.
+        """
+        dataset = self.dataset
+        progress = self._progress
+        pending = dataset.resume_pending
+        if pending is not None:
+            return dataset.state_at(pending, num_workers=self.num_workers, complete=False)
+        if progress is None or progress.iteration.epoch != dataset.epoch:
+            return dataset.state_at(
+                Iteration(dataset.epoch), num_workers=self.num_workers, complete=False
+            )
+        now = Iteration(progress.iteration.epoch, progress.iteration.legs, progress.delivered)
+        return dataset.state_at(
+            now, num_workers=self.num_workers, complete=progress.delivered >= progress.total
+        )
+
+    def load_state_dict(
+        self, state_dict: dict[str, Any], *, allow_changed_data: bool = False
+    ) -> None:
+        """Resume from ``state_dict`` on the next iteration (and set the epoch to its epoch).
+
+        Args:
+            state_dict: what `state_dict` returned, on any rank, with any number of ranks or
+                workers.
+            allow_changed_data: resume at the same epoch and batch even if the data no longer
+                plans the same (rows may then be lost or repeated).
+
+        Raises:
+            StateMismatchError: the state is not a loader state of this version, or comes from
+                other data (it says what changed), or cannot resume elastically.
+        """
+        self.dataset.load_state(
+            state_dict, num_workers=self.num_workers, allow_changed_data=allow_changed_data
+        )
+        self._progress = None
+        self._stop_persistent_workers()
+
+    def _stop_persistent_workers(self) -> None:
+        # Persistent workers hold the dataset as it was when they started; the next pass
+        # starts new ones that carry the loaded state.
+        iterator = getattr(self, "_iterator", None)
+        if iterator is not None:
+            shutdown = getattr(iterator, "_shutdown_workers", None)
+            if shutdown is not None:
+                shutdown()
+            self._iterator = None
+
+    # --- iteration ------------------------------------------------------------------------------
+
     def _get_iterator(self) -> Any:
         # Bundling is switched on in the workers of THIS loader's iterators only: the public
         # worker_init_fn stays the user's, so a DataLoader rebuilt from this one's attributes
         # (as accelerate's prepare() does) gets plain batches, never bundles it cannot unpack.
-        if self.num_workers == 0 or self._bundle_rows == 0:
+        if self.num_workers == 0:
             return super()._get_iterator()
         user_init = self.worker_init_fn
-        self.worker_init_fn = functools.partial(init_worker, self._bundle_rows, user_init)
+        rows = max(1, self._bundle_rows)  # 1 row: one batch per message
+        self.worker_init_fn = functools.partial(init_worker, rows, user_init)
         try:
             return super()._get_iterator()
         finally:
             self.worker_init_fn = user_init
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
-        batches = super().__iter__()
-        if self.num_workers == 0:
-            return batches
-        return self._unbundled(batches)
+        dataset = self.dataset
+        iteration = dataset.begin_iteration()
+        counts, done = dataset.worker_batches(iteration, self.num_workers)
+        if iteration.resumed:
+            self._stop_persistent_workers()
+        progress = _Progress(iteration, sum(counts), iteration.batches)
+        self._progress = progress
+        batches: Iterator[Any] = super().__iter__()
+        if self.num_workers:
+            batches = self._interleaved(batches, counts, done)
+        return _counted(batches, progress)
 
-    def _unbundled(self, messages: Iterator[Any]) -> Iterator[Any]:
+    def _interleaved(
+        self, messages: Iterator[Any], counts: list[int], done: list[int]
+    ) -> Iterator[Any]:
+        """The batches of the workers' messages in DataLoader's order: one per worker in turn."""
         finish = None
         if self.dataset.converter.list_format == "nested":
             finish = self.dataset.converter.finish_torch
+        unpack = Unbundler(finish)
+        queues: list[deque[Any]] = [deque() for _ in counts]
         try:
-            yield from unbundle(messages, finish)
+            for worker in round_robin(counts, done):
+                while not queues[worker]:
+                    message = next(messages, _END)
+                    if message is _END:
+                        raise DataError(
+                            f"worker {worker} ended before its {counts[worker]} planned "
+                            "batches: did the data change while it was read?"
+                        )
+                    sender = getattr(message, "worker", -1)
+                    if not 0 <= sender < len(queues):
+                        raise RuntimeError(
+                            "a worker message without its worker id: is the dataset a "
+                            "StructuredDataset iterated by its own TabularDataLoader?"
+                        )
+                    queues[sender].extend(unpack(message))
+                yield queues[worker].popleft()
+            if next(messages, _END) is not _END or any(queues):
+                raise DataError("workers delivered more batches than planned")
         except Exception:
             # The exception's traceback keeps the iterator alive; without this, its workers
             # would wait for the garbage collector and then 5 s each to be killed.
@@ -100,6 +202,15 @@ class TabularDataLoader(DataLoader[Any]):
             if shutdown is not None and not self.persistent_workers:
                 shutdown()
             raise
+
+
+_END = object()
+
+
+def _counted(batches: Iterator[Any], progress: _Progress) -> Iterator[Any]:
+    for batch in batches:
+        progress.delivered += 1
+        yield batch
 
 
 def _default_workers() -> int:

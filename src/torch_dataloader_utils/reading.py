@@ -1,10 +1,20 @@
-"""Reading a stream's pieces: the format's record batches plus partition columns, checked."""
+"""Reading a stream: the format's record batches plus partition columns, filtered and checked.
+
+With a row filter, a piece's rows are counted after the filter (the plan counted each chunk's
+rows that pass it), so a piece is read as its whole chunk, filtered, then sliced. Only a
+stream's ends and resumed blocks cut inside a chunk, so little is read twice.
+"""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+import pickle
+import threading
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from .errors import NullValueError
@@ -12,7 +22,11 @@ from .formats import Format, ReadOptions
 from .fs import FileSystemSpec
 from .planning import Chunk, Piece
 
-__all__ = ["read_pieces", "with_partition"]
+__all__ = ["Reader", "count_rows", "with_partition"]
+
+# Threads that count rows passing a filter at plan time (reads are I/O bound when remote;
+# pyarrow decodes without the GIL).
+_COUNT_THREADS = 8
 
 
 def with_partition(
@@ -26,49 +40,115 @@ def with_partition(
     return batch
 
 
-def read_pieces(
-    pieces: Sequence[Piece],
-    chunks: Sequence[Chunk],
-    fmt: Format,
-    fs: FileSystemSpec,
-    options: ReadOptions,
-    *,
-    rejects_nulls: Callable[[pa.RecordBatch], str | None] | None = None,
-) -> Iterator[pa.RecordBatch]:
-    """The record batches of ``pieces``, in order, with partition columns appended.
+@dataclass(frozen=True)
+class Reader:
+    """Reads pieces of the plan's chunks as the dataset yields them.
 
-    Args:
-        pieces: what to read.
+    Attributes:
         chunks: the plan's chunks, which pieces index.
         fmt: the format.
         fs: the filesystem.
-        options: the read options.
+        options: the read options (columns read, row filter, partition schema).
+        output_columns: the columns batches carry (``None``: all read).
         rejects_nulls: returns the name of a column whose nulls the output cannot take (checked
             here, where the file and rows are known, so the error can name them).
-
-    Raises:
-        NullValueError: a column holds nulls ``rejects_nulls`` refuses, naming file and rows.
     """
-    try:
-        for piece in pieces:
-            chunk = chunks[piece.chunk]
+
+    chunks: Sequence[Chunk]
+    fmt: Format
+    fs: FileSystemSpec
+    options: ReadOptions
+    output_columns: tuple[str, ...] | None = None
+    rejects_nulls: Callable[[pa.RecordBatch], str | None] | None = None
+
+    def read(
+        self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows of ``parts`` in order: each part is pieces, and which of their rows to take
+        (``None``: all).
+
+        Raises:
+            NullValueError: a column holds nulls the output refuses, naming file and rows.
+        """
+        try:
+            for pieces, select in parts:
+                batches = (b for piece in pieces for b in self._piece(piece))
+                if select is None:
+                    yield from batches
+                    continue
+                rows = list(batches)
+                if rows:
+                    yield pa.concat_batches(rows).take(pa.array(select))
+        finally:
+            self.fmt.close()
+
+    def _piece(self, piece: Piece) -> Iterator[pa.RecordBatch]:
+        chunk = self.chunks[piece.chunk]
+        expr = self.options.filter
+        if expr is None:
             position = piece.start
-            for batch in fmt.read(chunk, piece.start, piece.stop, fs, options):
-                column = rejects_nulls(batch) if rejects_nulls is not None else None
-                if rejects_nulls is not None and column is not None and options.filter is not None:
-                    # Nulls the row filter removes are fine: check again after it (rare path).
-                    filtered = with_partition(batch, chunk.partition, options).filter(
-                        options.filter
-                    )
-                    column = rejects_nulls(filtered)
-                if column is not None:
-                    raise NullValueError(
-                        f"{fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows "
-                        f"{position}:{position + batch.num_rows}): column {column!r} holds "
-                        'nulls and null_policy="error"; pass null_policy="fill" or "mask", or '
-                        "filter the nulls out"
-                    )
+            for batch in self.fmt.read(chunk, piece.start, piece.stop, self.fs, self.options):
+                yield self._finish(batch, chunk, position)
                 position += batch.num_rows
-                yield with_partition(batch, chunk.partition, options)
+            return
+        # Piece rows count rows that pass the filter: read the chunk, filter, then slice.
+        position = kept = 0
+        for raw in self.fmt.read(chunk, 0, chunk.num_rows, self.fs, self.options):
+            batch = with_partition(raw, chunk.partition, self.options).filter(expr)
+            lo, hi = max(piece.start - kept, 0), min(piece.stop - kept, batch.num_rows)
+            if lo < hi:
+                yield self._finish(batch.slice(lo, hi - lo), chunk, position, partitioned=True)
+            kept += batch.num_rows
+            position += raw.num_rows
+            if kept >= piece.stop:
+                break
+
+    def _finish(
+        self, batch: pa.RecordBatch, chunk: Chunk, position: int, *, partitioned: bool = False
+    ) -> pa.RecordBatch:
+        if not partitioned:
+            batch = with_partition(batch, chunk.partition, self.options)
+        column = self.rejects_nulls(batch) if self.rejects_nulls is not None else None
+        if column is not None:
+            raise NullValueError(
+                f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows from "
+                f'{position}): column {column!r} holds nulls and null_policy="error"; pass '
+                'null_policy="fill" or "mask", or filter the nulls out'
+            )
+        if self.output_columns is not None:
+            batch = batch.select(list(self.output_columns))
+        return batch
+
+
+def count_rows(
+    chunks: Sequence[Chunk], fmt: Format, fs: FileSystemSpec, options: ReadOptions
+) -> list[int]:
+    """Rows of each chunk that pass ``options.filter``, reading only the columns it needs.
+
+    Counting at plan time is what lets a filtered read keep equal batch counts on every rank
+    and resume at a batch (see docs/concepts/model.md). ``options.columns`` should hold just
+    the filter's columns.
+    """
+    expr = options.filter
+    local = threading.local()
+    blob = pickle.dumps(fmt)  # each thread its own copy: formats cache one open file
+    copies: list[Format] = []
+
+    def count(chunk: Chunk) -> int:
+        own = getattr(local, "fmt", None)
+        if own is None:
+            own = local.fmt = pickle.loads(blob)
+            copies.append(own)  # list.append is atomic
+        total = 0
+        for batch in own.read(chunk, 0, chunk.num_rows, fs, options):
+            total += with_partition(batch, chunk.partition, options).filter(expr).num_rows
+        return total
+
+    try:
+        if len(chunks) <= 1:
+            return [count(c) for c in chunks]
+        with ThreadPoolExecutor(_COUNT_THREADS) as pool:
+            return list(pool.map(count, chunks))
     finally:
-        fmt.close()
+        for copy in copies:
+            copy.close()

@@ -38,6 +38,7 @@ __all__ = [
     "init_worker",
     "pack",
     "packed_nbytes",
+    "Unbundler",
     "unbundle",
 ]
 
@@ -104,14 +105,15 @@ def _pin(value: Any) -> Any:
 class Bundle:
     """Consecutive outputs of one worker sent as one message (non-packed outputs)."""
 
-    __slots__ = ("items",)
+    __slots__ = ("items", "worker")
 
-    def __init__(self, items: list[Any]) -> None:
+    def __init__(self, items: list[Any], worker: int = -1) -> None:
         self.items = items
+        self.worker = worker  # the DataLoader worker that sent it
 
     def pin_memory(self) -> Bundle:
         """Pin every tensor inside (called by the DataLoader's pin-memory thread)."""
-        return Bundle([_pin(item) for item in self.items])
+        return Bundle([_pin(item) for item in self.items], self.worker)
 
     def unpack(self) -> list[Any]:
         """The outputs, in order."""
@@ -177,24 +179,26 @@ class PackedBundle:
     for every message, which cost more than the copy (measured).
     """
 
-    __slots__ = ("buffer", "layouts", "regions")
+    __slots__ = ("buffer", "layouts", "regions", "worker")
 
     def __init__(
         self,
         buffer: torch.Tensor,
         layouts: list[list[_Entry]],
         regions: list[tuple[int, int]],
+        worker: int = -1,
     ) -> None:
         self.buffer = buffer
         self.layouts = layouts
         self.regions = regions
+        self.worker = worker  # the DataLoader worker that sent it
 
     def pin_memory(self) -> PackedBundle:
         """Copy into pinned memory and give the shared buffer back (pin-memory thread)."""
         end = max((stop for _, stop in self.regions), default=_HEADER)
         pinned = self.buffer[:end].pin_memory()
         _release(self.buffer)
-        return PackedBundle(pinned, self.layouts, self.regions)
+        return PackedBundle(pinned, self.layouts, self.regions, self.worker)
 
     def unpack(self) -> list[dict[str, Any]]:
         """The batches, as dicts of views into a private copy of the bundle's bytes.
@@ -427,27 +431,37 @@ def _dtype_of(field: Field) -> np.dtype[Any]:
     raise TypeError(f"field {field.key!r} holds {type(data).__name__}, not an array")
 
 
-def unbundle(
-    items: Iterator[Any], finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-) -> Iterator[Any]:
-    """Yield the batches inside bundles (anything else passes through).
+class Unbundler:
+    """Unpacks the messages of a TabularDataLoader's workers into batches.
 
     Args:
-        items: what the DataLoader yields.
         finish: applied to each batch unpacked from a `PackedBundle` (the worker could not
             finish those: nested tensors are built after the hop).
     """
-    # Keeping the last buffers referenced keeps their shared-memory mappings alive: torch then
-    # finds a pooled buffer that comes back in its cache instead of mapping (and faulting in)
-    # its pages again.
-    recent: deque[torch.Tensor] = deque(maxlen=_KEEP_MAPPED)
-    for item in items:
+
+    def __init__(self, finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+        self.finish = finish
+        # Keeping the last buffers referenced keeps their shared-memory mappings alive: torch
+        # then finds a pooled buffer that comes back in its cache instead of mapping (and
+        # faulting in) its pages again.
+        self.recent: deque[torch.Tensor] = deque(maxlen=_KEEP_MAPPED)
+
+    def __call__(self, item: Any) -> list[Any]:
+        """The batches of one message (anything but a bundle is one batch)."""
         if isinstance(item, PackedBundle):
             if _is_shared(item.buffer):  # not a pinned copy: nothing to keep mapped
-                recent.append(item.buffer)
+                self.recent.append(item.buffer)
             batches = item.unpack()
-            yield from batches if finish is None else (finish(b) for b in batches)
-        elif isinstance(item, Bundle):
-            yield from item.unpack()
-        else:
-            yield item
+            return batches if self.finish is None else [self.finish(b) for b in batches]
+        if isinstance(item, Bundle):
+            return item.unpack()
+        return [item]
+
+
+def unbundle(
+    items: Iterator[Any], finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None
+) -> Iterator[Any]:
+    """Yield the batches inside bundles, in message order (anything else passes through)."""
+    unpack = Unbundler(finish)
+    for item in items:
+        yield from unpack(item)

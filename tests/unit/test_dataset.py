@@ -130,18 +130,18 @@ def test_filters_keep_exactly_the_matching_rows(source: Path, name: str, shuffle
 def test_range_filter_prunes_row_groups_at_plan_time(source: Path) -> None:
     # ids 500..699 live in three 100-row row groups of part-001 (ids 250..1249)
     loader = load(source, filters=(pc.field("id") >= 500) & (pc.field("id") < 700))
-    assert loader.dataset.plan.num_rows == 300
+    assert sum(c.num_rows for c in loader.dataset.plan.chunks) == 300  # read, before the filter
+    assert loader.dataset.plan.num_rows == 200  # counted at plan time: rows that pass
     with_rows = {Path(c.path).name for c in loader.dataset.plan.chunks if c.num_rows}
     assert with_rows == {"part-001.parquet"}  # (the row-less file has no statistics to prune by)
     assert Counter(read_ids(loader)) == Counter(range(500, 700))
 
 
-def test_len_is_unknown_with_a_filter(source: Path) -> None:
+def test_len_is_known_with_a_filter(source: Path) -> None:
+    """Rows passing a filter are counted at plan time, so the batch count is known."""
     loader = load(source, filters=pc.field("id") > 3)
-    with pytest.raises(TypeError, match="filter"):
-        len(loader)
-    with pytest.raises(TypeError):
-        len(loader.dataset)
+    assert len(loader) == len(loader.dataset) == -(-(ROWS - 4) // BATCH)
+    assert len(batch_sizes(loader)) == len(loader)
     assert Counter(read_ids(loader)) == Counter(range(4, ROWS))
 
 
@@ -592,8 +592,8 @@ def test_drop_last_with_a_filter_yields_only_full_batches(
     assert max(counts.values()) == 1
     matching = set(ALL_IDS[ALL_IDS % 3 == 0].tolist())
     assert set(counts) <= matching
-    # each worker stream drops only its own short tail
-    assert len(matching) - len(counts) < 50 * max(num_workers, 1)
+    # rows passing the filter are counted at plan time: only the rank's short tail is dropped
+    assert len(counts) == len(matching) - len(matching) % 50
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])
@@ -625,22 +625,28 @@ def test_round_robin_drop_last_yields_full_batches_and_otherwise_every_row(
             len(loader)
 
 
-def test_a_filter_across_ranks_needs_remainder_uneven(source: Path) -> None:
-    with pytest.raises(tdu.InvalidArgumentError, match="remainder"):
-        build(source, filters=ID_MOD_3, rank=0, world_size=2)
-    with pytest.raises(tdu.InvalidArgumentError, match="remainder"):
-        build(source, filters=ID_MOD_3, rank=1, world_size=2, remainder="pad")
-    ranks = [
-        read_ids(load(source, filters=ID_MOD_3, rank=r, world_size=2, remainder="uneven"))
-        for r in range(2)
-    ]
-    assert ranks[0] and ranks[1]
-    assert not set(ranks[0]) & set(ranks[1])
-    assert Counter(ranks[0] + ranks[1]) == Counter(ALL_IDS[ALL_IDS % 3 == 0].tolist())
-    # one rank, or no filter, is as before
-    assert Counter(read_ids(load(source, filters=ID_MOD_3, rank=0, world_size=1))) == Counter(
-        ALL_IDS[ALL_IDS % 3 == 0].tolist()
-    )
+@pytest.mark.parametrize("remainder", ["drop", "pad", "uneven"])
+@pytest.mark.parametrize("world_size", [2, 3])
+def test_a_filter_across_ranks_gives_equal_ranks(
+    source: Path, world_size: int, remainder: str
+) -> None:
+    """Rows passing the filter are counted at plan time, so ranks are cut equal as without."""
+    matching = ALL_IDS[ALL_IDS % 3 == 0].tolist()
+    options = {"filters": ID_MOD_3, "world_size": world_size, "remainder": remainder}
+    ranks = [read_ids(load(source, rank=r, shuffle=True, **options)) for r in range(world_size)]
+    sizes = [len(r) for r in ranks]
+    left = len(matching) % world_size
+    if remainder == "drop":
+        assert sizes == [len(matching) // world_size] * world_size
+        assert len(set().union(*ranks)) == sum(sizes)
+        assert set().union(*ranks) <= set(matching)
+    elif remainder == "pad":
+        assert sizes == [-(-len(matching) // world_size)] * world_size
+        assert set().union(*ranks) == set(matching)
+        assert sum(sizes) - len(matching) == (world_size - left) % world_size
+    else:
+        assert sorted(sizes, reverse=True) == sizes and sizes[0] - sizes[-1] <= 1
+        assert Counter(i for r in ranks for i in r) == Counter(matching)
 
 
 def test_round_robin_across_ranks_needs_remainder_uneven(source: Path) -> None:
@@ -663,15 +669,18 @@ def test_round_robin_across_ranks_needs_remainder_uneven(source: Path) -> None:
     assert Counter(ranks[0] + ranks[1]) == Counter(ALL_IDS.tolist())
 
 
-def test_a_filter_across_ranks_from_the_environment_needs_remainder_uneven(
+def test_a_filter_across_ranks_from_the_environment_is_equal(
     source: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("RANK", "1")
+    matching = ALL_IDS[ALL_IDS % 3 == 0].tolist()
     monkeypatch.setenv("WORLD_SIZE", "2")
-    with pytest.raises(tdu.InvalidArgumentError, match="remainder"):
-        build(source, filters=ID_MOD_3)
-    got = read_ids(load(source, filters=ID_MOD_3, remainder="uneven"))
-    assert got and set(got) <= set(ALL_IDS[ALL_IDS % 3 == 0].tolist())
+    ranks = []
+    for rank in range(2):
+        monkeypatch.setenv("RANK", str(rank))
+        ranks.append(read_ids(load(source, filters=ID_MOD_3)))
+    assert [len(r) for r in ranks] == [len(matching) // 2] * 2
+    assert Counter(ranks[0] + ranks[1]) <= Counter(matching)
+    assert len(set(ranks[0] + ranks[1])) == len(matching) - len(matching) % 2
 
 
 # --- review fixes: block sizing from the decoded size of a row -------------------------------

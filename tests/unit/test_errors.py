@@ -26,6 +26,7 @@ BUILTIN_BASES: dict[str, type[BaseException]] = {
     "DataError": ValueError,
     "CorruptFileError": ValueError,
     "SchemaMismatchError": ValueError,
+    "StateMismatchError": ValueError,
     "NullValueError": ValueError,
 }
 
@@ -38,6 +39,7 @@ LIBRARY_BASES: dict[str, str] = {
     "StoragePermissionError": "StorageError",
     "CorruptFileError": "DataError",
     "SchemaMismatchError": "DataError",
+    "StateMismatchError": "InvalidArgumentError",
     "NullValueError": "DataError",
 }
 

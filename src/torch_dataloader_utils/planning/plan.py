@@ -46,12 +46,16 @@ class Plan:
         row_bytes: estimated decoded bytes per row of the projected columns (sizes shuffle
             blocks).
         details: what else identifies the read (format, columns, filter), for the fingerprint.
+        filtered_rows: rows of each chunk that pass the row filter, counted at plan time
+            (``None`` without a filter).
+        fingerprint: identifies the data and the read: a state from another plan is refused.
     """
 
     chunks: tuple[Chunk, ...]
     schema: pa.Schema
     row_bytes: float
     details: tuple[tuple[str, str], ...] = ()
+    filtered_rows: tuple[int, ...] | None = None
     fingerprint: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -62,16 +66,20 @@ class Plan:
             digest.update(
                 json.dumps([c.path, c.start, c.stop, c.num_rows, list(c.unit_rows)]).encode()
             )
+        if self.filtered_rows is not None:
+            digest.update(json.dumps(list(self.filtered_rows)).encode())
         object.__setattr__(self, "fingerprint", digest.hexdigest()[:16])
 
     @property
     def num_rows(self) -> int:
-        """Rows in the whole plan before any row filter."""
-        return sum(c.num_rows for c in self.chunks)
+        """Rows the plan yields per epoch (after the row filter), before any remainder policy."""
+        return sum(self.chunk_rows)
 
     @property
     def chunk_rows(self) -> list[int]:
-        """Row count of every chunk, in plan order."""
+        """Rows of every chunk that are read (after the row filter), in plan order."""
+        if self.filtered_rows is not None:
+            return list(self.filtered_rows)
         return [c.num_rows for c in self.chunks]
 
     def summary(self) -> str:

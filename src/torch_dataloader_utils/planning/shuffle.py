@@ -28,6 +28,12 @@ def block_bounds(length: int, *, block_rows: int, first_block_rows: int) -> list
     return bounds
 
 
-def block_permutation(*, seed: int, epoch: int, stream: int, block: int, n: int) -> np.ndarray:
-    """The permutation of block ``block`` of ``stream`` in ``epoch``: a function of those alone."""
-    return np.random.default_rng([seed, epoch, stream, block]).permutation(n)
+def block_permutation(
+    *, seed: int, epoch: int, stream: int, block: int, n: int, leg: int = 0
+) -> np.ndarray:
+    """The permutation of block ``block`` of ``stream`` in ``epoch``: a function of those alone.
+
+    ``leg`` counts elastic resumes inside the epoch (the streams after one are new streams).
+    """
+    key = [seed, epoch, stream, block] if not leg else [seed, epoch, stream, block, leg]
+    return np.random.default_rng(key).permutation(n)

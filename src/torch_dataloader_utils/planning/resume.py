@@ -1,0 +1,212 @@
+"""Where an epoch stands after some batches, and what is left of it (pure).
+
+A rank's batches come from its streams (one per DataLoader worker) in a fixed order: round
+robin over the workers, one batch each, skipping workers that have finished (DataLoader's own
+order). So ``batches`` delivered by a rank fixes how many each stream delivered; the
+stream's order (blocks, each permuted by a seeded key) fixes which rows those were. That makes
+the state of an epoch a few integers, and resuming it a seek.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .assign import Remainder, SplitStrategy, rank_span, worker_span
+from .sequence import Deferred, Item, Run, cut, sequence_length
+from .shuffle import block_bounds, block_permutation
+
+__all__ = [
+    "Layout",
+    "Leg",
+    "block_start",
+    "consumed",
+    "epoch_sequence",
+    "remaining",
+    "round_robin",
+    "stream_batches",
+    "stream_spans",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The options that decide which rows each stream reads and in what order."""
+
+    batch_size: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    remainder: Remainder
+    block_rows: int
+    first_block_rows: int
+    strategy: SplitStrategy = "equal"
+
+    def batches(self, rows: int) -> int:
+        """Batches a stream of ``rows`` rows yields."""
+        if self.drop_last:
+            return rows // self.batch_size
+        return -(-rows // self.batch_size)
+
+
+@dataclass(frozen=True, slots=True)
+class Leg:
+    """Part of an epoch read under one topology, before an elastic resume changed it.
+
+    Attributes:
+        world_size: ranks.
+        num_workers: streams per rank (DataLoader workers; 1 when reading in-process).
+        layout: the options the streams were cut and ordered with.
+        batches: batches each rank delivered in this leg.
+    """
+
+    world_size: int
+    num_workers: int
+    layout: Layout
+    batches: int
+
+
+def stream_spans(
+    total: int, *, rank: int, world_size: int, num_workers: int, layout: Layout
+) -> list[tuple[int, int]]:
+    """Positions ``[start, stop)`` of the sequence that each worker of ``rank`` reads."""
+    span = rank_span(
+        total,
+        rank=rank,
+        world_size=world_size,
+        batch_size=layout.batch_size,
+        drop_last=layout.drop_last,
+        remainder=layout.remainder,
+    )
+    return [
+        worker_span(span, worker=w, num_workers=num_workers, batch_size=layout.batch_size)
+        for w in range(num_workers)
+    ]
+
+
+def stream_batches(lengths: Sequence[int], layout: Layout) -> list[int]:
+    """Batches of each stream, given the rows of each."""
+    return [layout.batches(n) for n in lengths]
+
+
+def consumed(counts: Sequence[int], batches: int) -> list[int]:
+    """Batches each stream has delivered once the rank delivered ``batches`` (round robin)."""
+    rounds_lo, rounds_hi = 0, max(counts, default=0)
+    # The largest r whose first r rounds hold at most `batches` batches.
+    while rounds_lo < rounds_hi:
+        mid = (rounds_lo + rounds_hi + 1) // 2
+        if sum(min(n, mid) for n in counts) <= batches:
+            rounds_lo = mid
+        else:
+            rounds_hi = mid - 1
+    done = [min(n, rounds_lo) for n in counts]
+    left = batches - sum(done)
+    for w, n in enumerate(counts):
+        if left and n > rounds_lo:
+            done[w] += 1
+            left -= 1
+    return done
+
+
+def round_robin(counts: Sequence[int], done: Sequence[int]) -> Iterator[int]:
+    """The worker of each next batch: the fewest delivered first, then the lowest id."""
+    done = list(done)
+    while True:
+        ready = [(d, w) for w, (d, n) in enumerate(zip(done, counts, strict=True)) if d < n]
+        if not ready:
+            return
+        _, worker = min(ready)
+        done[worker] += 1
+        yield worker
+
+
+def block_start(length: int, position: int, layout: Layout) -> tuple[int, int]:
+    """The block that holds stream row ``position``: its index and first row.
+
+    Without shuffling every row is its own block: reading restarts at ``position``.
+    """
+    if not layout.shuffle or position >= length:
+        return 0, position
+    bounds = block_bounds(
+        length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
+    )
+    starts = [a for a, _ in bounds]
+    index = int(np.searchsorted(starts, position, side="right")) - 1
+    return index, starts[index]
+
+
+def _block_rest(
+    items: Sequence[Item], span: tuple[int, int], read: int, layout: Layout, key: dict[str, int]
+) -> tuple[list[Item], int]:
+    """The unread rows of the block a stream stopped in, and where its untouched rows start."""
+    length = span[1] - span[0]
+    index, first = block_start(length, read, layout)
+    if not layout.shuffle or read == first:
+        return [], read
+    bounds = block_bounds(
+        length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
+    )
+    stop = bounds[index][1]
+
+    def rest() -> list[Run]:
+        perm = block_permutation(block=index, n=stop - first, **key)
+        offsets = np.sort(perm[read - first :])
+        runs: list[Run] = []
+        base = 0
+        for run in cut(items, span[0] + first, span[0] + stop):
+            mine = offsets[(offsets >= base) & (offsets < base + run.num_rows)] - base
+            if len(mine):
+                positions = run.positions(mine)
+                runs.append(Run(int(positions[0]), int(positions[-1]) + 1, positions))
+            base += run.num_rows
+        return runs
+
+    return [Deferred(stop - read, rest)], stop
+
+
+def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> list[Item]:
+    """What is left of the sequence ``items`` after ``leg``: each stream's unread rows.
+
+    Args:
+        items: the sequence the leg read (the epoch's, or what an earlier leg left).
+        leg: the topology, layout and batches delivered per rank.
+        epoch: the epoch (keys the block permutations).
+        depth: the leg's index in the epoch (keys the block permutations).
+    """
+    layout = leg.layout
+    total = sequence_length(items)
+    left: list[Item] = []
+    for rank in range(leg.world_size):
+        spans = stream_spans(
+            total, rank=rank, world_size=leg.world_size, num_workers=leg.num_workers, layout=layout
+        )
+        lengths = [b - a for a, b in spans]
+        done = consumed(stream_batches(lengths, layout), leg.batches)
+        for worker, span in enumerate(spans):
+            length = lengths[worker]
+            read = min(done[worker] * layout.batch_size, length)
+            if read >= length:
+                continue
+            key = {
+                "seed": layout.seed,
+                "epoch": epoch,
+                "stream": rank * leg.num_workers + worker,
+                "leg": depth,
+            }
+            partial, untouched = _block_rest(items, span, read, layout, key)
+            left.extend(partial)
+            if untouched < length:
+                a, b = span[0] + untouched, span[0] + length
+                left.append(Deferred(b - a, functools.partial(cut, items, a, b)))
+    return left
+
+
+def epoch_sequence(total: int, legs: Sequence[Leg], *, epoch: int) -> list[Item]:
+    """The sequence the current leg of ``epoch`` reads: all ``total`` rows, less earlier legs'."""
+    items: list[Item] = [Run(0, total)] if total else []
+    for depth, leg in enumerate(legs):
+        items = remaining(items, leg, epoch=epoch, depth=depth)
+    return items

@@ -1,0 +1,158 @@
+"""An epoch's row order as runs of positions, and how it is cut into streams (pure).
+
+A fresh epoch reads one run, ``[0, N)``: positions of the global row sequence (chunks
+concatenated in the epoch's order). After an elastic resume the epoch goes on over what is left:
+runs of positions, some of them a scattered selection (the unread rest of a shuffle block).
+Streams are cut from the concatenated runs exactly as from a fresh epoch: equal spans per rank,
+batch-aligned spans per worker.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from .assign import Piece, Remainder, rank_span, span_pieces, worker_span
+from .topology import Topology
+
+__all__ = [
+    "Deferred",
+    "Item",
+    "Run",
+    "cut",
+    "round_robin_runs",
+    "run_pieces",
+    "sequence_length",
+    "stream_runs",
+]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Run:
+    """Positions ``[start, stop)`` of the epoch's row sequence, in order.
+
+    Attributes:
+        start: first position.
+        stop: one past the last position.
+        select: when set, only these positions (sorted, inside ``[start, stop)``), in order.
+    """
+
+    start: int
+    stop: int
+    select: np.ndarray | None = None
+
+    @property
+    def num_rows(self) -> int:
+        """Rows in the run."""
+        return self.stop - self.start if self.select is None else len(self.select)
+
+    def part(self, first: int, last: int) -> Run:
+        """Rows ``[first, last)`` of the run (counted inside it)."""
+        if self.select is None:
+            return Run(self.start + first, self.start + last)
+        chosen = self.select[first:last]
+        if not len(chosen):
+            return Run(self.start, self.start, chosen)
+        return Run(int(chosen[0]), int(chosen[-1]) + 1, chosen)
+
+    def positions(self, offsets: np.ndarray) -> np.ndarray:
+        """The positions of rows ``offsets`` (counted inside the run)."""
+        if self.select is None:
+            return np.asarray(self.start + offsets)
+        return np.asarray(self.select[offsets])
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class Deferred:
+    """Runs computed only when a stream needs them (their count of rows is known up front).
+
+    The unread rest of a shuffle block needs its permutation to be known; an elastic resume
+    computes only those of the blocks its own stream touches.
+    """
+
+    num_rows: int
+    make: Callable[[], list[Run]]
+
+
+Item = Run | Deferred
+
+
+def sequence_length(items: Sequence[Item]) -> int:
+    """Rows in the concatenation of ``items``."""
+    return sum(item.num_rows for item in items)
+
+
+def _runs(item: Item) -> list[Run]:
+    return item.make() if isinstance(item, Deferred) else [item]
+
+
+def cut(items: Sequence[Item], start: int, stop: int) -> list[Run]:
+    """Rows ``[start, stop)`` of the concatenation of ``items``.
+
+    Positions past the end wrap to the beginning (padding by wrapping). Deferred items are
+    computed only when the range touches them.
+    """
+    total = sequence_length(items)
+    if stop <= start or total == 0:
+        return []
+    ends = np.cumsum([item.num_rows for item in items])
+    out: list[Run] = []
+    pos = start
+    while pos < stop:
+        at = pos % total
+        i = int(np.searchsorted(ends, at, side="right"))
+        first = at - (int(ends[i]) - items[i].num_rows)
+        take = min(items[i].num_rows - first, stop - pos)
+        inner = 0
+        for run in _runs(items[i]):
+            lo, hi = max(first, inner), min(first + take, inner + run.num_rows)
+            if lo < hi:
+                out.append(run.part(lo - inner, hi - inner))
+            inner += run.num_rows
+        pos += take
+    return out
+
+
+def stream_runs(
+    items: Sequence[Item],
+    topology: Topology,
+    *,
+    batch_size: int,
+    drop_last: bool,
+    remainder: Remainder,
+) -> list[Run]:
+    """The runs ``topology``'s stream reads: its rank's equal span, then its worker's part."""
+    span = rank_span(
+        sequence_length(items),
+        rank=topology.rank,
+        world_size=topology.world_size,
+        batch_size=batch_size,
+        drop_last=drop_last,
+        remainder=remainder,
+    )
+    start, stop = worker_span(
+        span, worker=topology.worker, num_workers=topology.num_workers, batch_size=batch_size
+    )
+    return cut(items, start, stop)
+
+
+def round_robin_runs(rows_in_order: Sequence[int], topology: Topology) -> list[Run]:
+    """The earlier library's split: whole chunks dealt to the streams in turn (unequal)."""
+    ends = np.cumsum(rows_in_order)
+    return [
+        Run(int(ends[i]) - rows_in_order[i], int(ends[i]))
+        for i in range(topology.stream, len(rows_in_order), topology.num_streams)
+        if rows_in_order[i]
+    ]
+
+
+def run_pieces(
+    run: Run, rows_in_order: Sequence[int], order: Sequence[int] | np.ndarray
+) -> tuple[list[Piece], np.ndarray | None]:
+    """The pieces that hold ``run``, and which of their rows it takes (``None``: all)."""
+    pieces = span_pieces(rows_in_order, order, run.start, run.stop)
+    if run.select is None:
+        return pieces, None
+    return pieces, run.select - run.start
