@@ -60,8 +60,12 @@ __all__ = ["StructuredDataset"]
 logger = logging.getLogger(__name__)
 
 DEFAULT_SHUFFLE_BLOCK_BYTES = 64 * 2**20
-# The first block of a stream is small so the first batch comes quickly; blocks then double.
-_FIRST_BLOCK_ROWS = 16_384
+# The first block of a stream is small so the first batch comes quickly (8 MiB decoded, at most
+# 64k rows); blocks then double. Measured (benchmarks/shuffle_quality.py, files each sorted by
+# label): 16k-row first blocks put early batches at 4x the ideal's label skew with 4 ranks, 64k
+# at 1.1x; the first batch came 5 ms later in-process, 25 ms with workers.
+_FIRST_BLOCK_ROWS = 65_536
+_FIRST_BLOCK_BYTES = 8 * 2**20
 # Rows read at plan time to measure the decoded size of a row.
 _SAMPLE_ROWS = 1024
 # When a filter does not apply to the first file, how many others to probe for schema drift.
@@ -106,6 +110,7 @@ class StructuredDataset(IterableDataset[Any]):
         split_strategy: ``"equal"`` (default: equal streams cut at rows) or ``"round_robin"``
             (the earlier library's: whole chunks dealt to workers in turn; unequal streams).
         collate_fn: applied to every batch after conversion, in the worker.
+        num_ranks: the earlier library's name for ``world_size``.
 
     Raises:
         UnknownFormatError: ``format`` is not registered.
@@ -151,8 +156,15 @@ class StructuredDataset(IterableDataset[Any]):
         remainder: Remainder = "drop",
         split_strategy: SplitStrategy = "equal",
         collate_fn: Callable[[Any], Any] | None = None,
+        num_ranks: int | None = None,
     ) -> None:
         super().__init__()
+        if num_ranks is not None:  # the earlier library's name for world_size
+            if world_size is not None and world_size != num_ranks:
+                raise InvalidArgumentError(
+                    f"num_ranks={num_ranks} and world_size={world_size} disagree; pass one"
+                )
+            world_size = num_ranks
         _check_positive(batch_size=batch_size, shuffle_block_bytes=shuffle_block_bytes)
         _check_positive(split_bytes=split_bytes, split_rows=split_rows)
         _check_positive(shuffle_block_size=shuffle_block_size)
@@ -221,6 +233,8 @@ class StructuredDataset(IterableDataset[Any]):
         self.block_rows = shuffle_block_size or max(
             batch_size, int(shuffle_block_bytes // max(row_bytes, 1.0))
         )
+        first_rows = min(_FIRST_BLOCK_ROWS, int(_FIRST_BLOCK_BYTES // max(row_bytes, 1.0)))
+        self.first_block_rows = min(self.block_rows, max(batch_size, first_rows))
         if (
             split_strategy == "round_robin"
             and remainder != "uneven"
@@ -376,7 +390,7 @@ class StructuredDataset(IterableDataset[Any]):
             drop_last=self.drop_last,
             remainder=self.remainder,
             block_rows=self.block_rows,
-            first_block_rows=min(self.block_rows, max(self.batch_size, _FIRST_BLOCK_ROWS)),
+            first_block_rows=self.first_block_rows,
             strategy=self.split_strategy,
         )
 
@@ -413,12 +427,10 @@ class StructuredDataset(IterableDataset[Any]):
 
     def state_at(self, iteration: Iteration, *, num_workers: int, complete: bool) -> dict[str, Any]:
         """The loader state of ``iteration`` (see `TabularDataLoader.state_dict`)."""
-        rank, world_size = resolve_rank(self._rank, self._world_size)
         return encode_state(
             self.plan,
             iteration,
-            rank=rank,
-            world_size=world_size,
+            world_size=resolve_rank(self._rank, self._world_size)[1],
             num_workers=max(1, num_workers),
             layout=self.layout(),
             complete=complete,

@@ -9,6 +9,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+import torch
 from torch.utils.data import DataLoader
 
 from .dataset import StructuredDataset
@@ -58,6 +59,13 @@ class TabularDataLoader(DataLoader[Any]):
     """
 
     dataset: StructuredDataset
+    # accelerate's prepare() returns a loader with this attribute unchanged. Ours already reads
+    # only its rank's share with equal batch counts; rebuilt by prepare(), every rank would
+    # read the whole data (dispatch_batches=False) or rank 0 would read its share and split it
+    # among all ranks (the default): rows lost or read N times (docs/how-to/distributed.md).
+    _is_accelerate_prepared = True
+    # accelerate's save_state()/load_state() then save and load this loader's state.
+    use_stateful_dataloader = True
 
     def __init__(
         self,
@@ -66,10 +74,20 @@ class TabularDataLoader(DataLoader[Any]):
         num_workers: int = 0,
         bundle_rows: int = DEFAULT_BUNDLE_ROWS,
         worker_init_fn: Callable[[int], None] | None = None,
+        device: torch.device | str | None = None,
+        accelerator: Any = None,
         **kwargs: Any,
     ) -> None:
         self._bundle_rows = bundle_rows
         self._progress: _Progress | None = None
+        if device is None and accelerator is not None:
+            device = accelerator.device
+        self.device = torch.device(device) if device is not None else None
+        self._gradient_state = _gradient_state() if accelerator is not None else None
+        # Read by accelerate's GradientState while this loader is iterated (gradient
+        # accumulation syncs on the last batch; gather_for_metrics reads the remainder).
+        self.end_of_dataloader = False
+        self.remainder = -1
         super().__init__(
             dataset,
             batch_size=None,
@@ -165,7 +183,25 @@ class TabularDataLoader(DataLoader[Any]):
         batches: Iterator[Any] = super().__iter__()
         if self.num_workers:
             batches = self._interleaved(batches, counts, done)
+        if self.device is not None and self.device.type != "cpu":
+            batches = (_to_device(b, self.device) for b in batches)
+        if self._gradient_state is not None:
+            batches = self._tracked(batches, self._gradient_state)
         return _counted(batches, progress)
+
+    def _tracked(self, batches: Iterator[Any], state: Any) -> Iterator[Any]:
+        """Tell accelerate's GradientState when the last batch comes (one batch look-ahead)."""
+        self.end_of_dataloader, self.remainder = False, -1
+        state._add_dataloader(self)
+        try:
+            current = next(batches, _END)
+            while current is not _END:
+                following = next(batches, _END)
+                self.end_of_dataloader = following is _END
+                yield current
+                current = following
+        finally:
+            state._remove_dataloader(self)
 
     def _interleaved(
         self, messages: Iterator[Any], counts: list[int], done: list[int]
@@ -207,6 +243,22 @@ class TabularDataLoader(DataLoader[Any]):
 _END = object()
 
 
+def _gradient_state() -> Any:
+    from accelerate.state import GradientState
+
+    return GradientState()
+
+
+def _to_device(value: Any, device: torch.device) -> Any:
+    if isinstance(value, torch.Tensor):
+        return value.to(device, non_blocking=True)
+    if isinstance(value, dict):
+        return {k: _to_device(v, device) for k, v in value.items()}
+    if isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value):
+        return type(value)(_to_device(v, device) for v in value)
+    return value
+
+
 def _counted(batches: Iterator[Any], progress: _Progress) -> Iterator[Any]:
     for batch in batches:
         progress.delivered += 1
@@ -230,6 +282,8 @@ def create_dataloader(
     timeout: float = 0,
     worker_init_fn: Callable[[int], None] | None = None,
     bundle_rows: int = DEFAULT_BUNDLE_ROWS,
+    device: torch.device | str | None = None,
+    accelerator: Any = None,
     dataset_class: type[StructuredDataset] = StructuredDataset,
     **dataset_options: Any,
 ) -> TabularDataLoader:
@@ -247,8 +301,14 @@ def create_dataloader(
         multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or a context.
         timeout: seconds to wait for a worker's batch (0: forever).
         worker_init_fn: called in each worker with its id.
-        bundle_rows: rows per worker→main message (0: one batch per message). The batches are
-            the same either way; workers interleave by message, so the order differs.
+        bundle_rows: rows per worker→main message (0: one batch per message). The batches and
+            their order are the same either way.
+        device: move each batch's tensors to this device (``non_blocking``; pair with
+            ``pin_memory=True`` for CUDA).
+        accelerator: an ``accelerate.Accelerator``: batches go to its device, and its gradient
+            accumulation sees the last batch of each epoch. Pass the loader through
+            ``accelerator.prepare()`` as usual; it comes back unchanged (each rank already
+            reads only its share).
         dataset_class: the dataset class to build.
         **dataset_options: everything `StructuredDataset` accepts (``batch_size``,
             ``columns``, ``filters``, ``shuffle``, ``shuffle_seed``, ``drop_last``,
@@ -298,5 +358,7 @@ def create_dataloader(
         bundle_rows=bundle_rows,
         worker_init_fn=worker_init_fn,
         pin_memory=pin_memory,
+        device=device,
+        accelerator=accelerator,
         **extra,
     )

@@ -67,20 +67,24 @@ def encode_state(
     plan: Plan,
     iteration: Iteration,
     *,
-    rank: int,
     world_size: int,
     num_workers: int,
     layout: Layout,
     complete: bool,
 ) -> dict[str, Any]:
-    """The state of ``iteration`` as plain Python values (for ``torch.save``, JSON, ...)."""
+    """The state of ``iteration`` as plain Python values (for ``torch.save``, JSON, ...).
+
+    It is the same on every rank (ranks deliver equal batch counts), so any rank's copy resumes
+    them all, and ranks that save to one path (as accelerate's ``save_state`` does) write the
+    same bytes.
+    """
     return {
         "kind": _KIND,
         "version": STATE_VERSION,
         "epoch": iteration.epoch,
         "batches": iteration.batches,
         "complete": complete,
-        "topology": {"rank": rank, "world_size": world_size, "num_workers": num_workers},
+        "topology": {"world_size": world_size, "num_workers": num_workers},
         "layout": dataclasses.asdict(layout),
         "legs": [
             {
@@ -155,13 +159,13 @@ def decode_state(
         return Iteration(epoch + 1)
     if (saved.world_size, saved.num_workers, saved.layout) == (world_size, num_workers, layout):
         return Iteration(epoch, legs, saved.batches)
-    if saved.batches == 0 and not legs:
-        return Iteration(epoch)
-    for leg in (*legs, saved, Leg(world_size, num_workers, layout, 0)):
+    # A topology that delivered nothing is no leg: it consumed no rows.
+    legs = (*legs, saved) if saved.batches else legs
+    for leg in (*legs, Leg(world_size, num_workers, layout, 0)) if legs else ():
         if leg.layout.strategy != "equal":
             raise StateMismatchError(
                 f'split_strategy="{leg.layout.strategy}" resumes only on the same topology and '
                 f"options (saved: {saved.world_size} ranks x {saved.num_workers} workers, "
                 f"{saved.layout}; now: {world_size} x {num_workers}, {layout})"
             )
-    return Iteration(epoch, (*legs, saved), 0)
+    return Iteration(epoch, legs, 0)

@@ -15,6 +15,17 @@ column identifying each row, then::
 ``expected`` may be left out for formats ``pyarrow.dataset`` reads itself (``fmt.name`` one of
 parquet, orc, ipc, arrow, feather, csv, json, jsonl). The smaller ``check_*`` functions check one
 duty each, for a test that wants to point at one.
+
+The resume contract of a loader is checked the same way: `check_resume` (exact resume on the
+same topology) and `check_elastic_resume` (another number of ranks or workers) take a function
+that builds a fresh loader::
+
+    from torch_dataloader_utils.testing import check_resume
+
+    def test_my_format_resumes(tmp_path):
+        write_my_files(tmp_path)
+        check_resume(lambda: create_dataloader(tmp_path, format=MyFormat(), batch_size=16,
+                                               shuffle=True, num_workers=2, timeout=60))
 """
 
 from .conformance import (
@@ -26,12 +37,15 @@ from .conformance import (
     check_schema,
     read_rows,
 )
+from .resume import check_elastic_resume, check_resume
 
 __all__ = [
+    "check_elastic_resume",
     "check_format",
     "check_pickle",
     "check_plan",
     "check_reads",
+    "check_resume",
     "check_row_ranges",
     "check_schema",
     "read_rows",

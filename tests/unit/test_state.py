@@ -1,0 +1,295 @@
+"""The loader state: plain, small, versioned; exact and elastic resume; refusals that explain."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+
+import pyarrow as pa
+import pytest
+
+from torch_dataloader_utils.errors import InvalidArgumentError, StateMismatchError
+from torch_dataloader_utils.planning import Chunk, Layout, Leg, Plan, epoch_sequence
+from torch_dataloader_utils.state import STATE_VERSION, Iteration, decode_state, encode_state
+
+SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.float32())])
+LAYOUT = Layout(
+    batch_size=4,
+    shuffle=True,
+    seed=7,
+    drop_last=False,
+    remainder="drop",
+    block_rows=64,
+    first_block_rows=8,
+)
+
+
+def make_plan(*chunks: tuple[str, int], filtered_rows=None) -> Plan:
+    """A plan of ``(path, rows)`` chunks; chunks of one path are consecutive row groups."""
+    seen: dict[str, int] = {}
+    out = []
+    for path, rows in chunks:
+        start = seen.get(path, 0)
+        seen[path] = start + 1
+        out.append(Chunk(path, start, start + 1, rows, rows * 8, (rows,)))
+    return Plan(chunks=tuple(out), schema=SCHEMA, row_bytes=8.0, filtered_rows=filtered_rows)
+
+
+PLAN = make_plan(("a.parquet", 40), ("a.parquet", 25), ("b.parquet", 35))
+
+
+def encode(
+    iteration: Iteration, *, plan=PLAN, world_size=2, num_workers=3, layout=LAYOUT, complete=False
+) -> dict:
+    return encode_state(
+        plan,
+        iteration,
+        world_size=world_size,
+        num_workers=num_workers,
+        layout=layout,
+        complete=complete,
+    )
+
+
+def decode(state, *, plan=PLAN, world_size=2, num_workers=3, layout=LAYOUT, **kwargs):
+    return decode_state(
+        state, plan, world_size=world_size, num_workers=num_workers, layout=layout, **kwargs
+    )
+
+
+def through_json(state: dict) -> dict:
+    return json.loads(json.dumps(state))
+
+
+# --- the state itself -------------------------------------------------------------------------
+
+
+def test_state_is_plain_small_and_versioned():
+    legs = tuple(
+        Leg(w, n, dataclasses.replace(LAYOUT, batch_size=b), k)
+        for w, n, b, k in ((4, 2, 8, 3), (3, 1, 5, 11), (1, 4, 2, 2))
+    )
+    state = encode(Iteration(5, legs, 9, generation=3))
+    text = json.dumps(state)  # plain Python values only
+    assert len(text) < 2000
+    assert json.loads(text) == state
+    assert pickle.loads(pickle.dumps(state)) == state
+    assert state["version"] == STATE_VERSION
+    assert state["epoch"] == 5
+    assert state["batches"] == 9
+    assert state["complete"] is False
+    # The same on every rank (ranks deliver equal batches): no rank in it.
+    assert state["topology"] == {"world_size": 2, "num_workers": 3}
+    assert len(state["legs"]) == 3
+    assert "generation" not in text  # process-local, not part of where the epoch stands
+
+
+def test_state_holds_no_row_lists_whatever_the_data_size():
+    big = make_plan(*((f"part-{i:05d}.parquet", 10**6) for i in range(2000)))
+    state = encode(Iteration(0, (Leg(64, 8, LAYOUT, 10**5),), 10**4), plan=big)
+    assert len(json.dumps(state)) < 2000
+
+
+def test_iteration_resumed():
+    assert not Iteration(0).resumed
+    assert not Iteration(4, generation=2).resumed
+    assert Iteration(0, batches=1).resumed
+    assert Iteration(0, legs=(Leg(1, 1, LAYOUT, 0),)).resumed
+
+
+# --- exact resume: the same topology continues the same streams --------------------------------
+
+
+@pytest.mark.parametrize("batches", [0, 1, 17])
+def test_same_topology_continues_the_same_streams(batches):
+    legs = (Leg(4, 1, dataclasses.replace(LAYOUT, batch_size=2), 6),)
+    for iteration in (Iteration(3, (), batches), Iteration(3, legs, batches)):
+        state = through_json(encode(iteration))
+        got = decode(state)
+        assert (got.epoch, got.legs, got.batches) == (3, iteration.legs, batches)
+
+
+def test_complete_state_resumes_at_the_next_epoch():
+    legs = (Leg(4, 1, LAYOUT, 6),)
+    for world_size, num_workers in ((2, 3), (5, 1)):
+        state = through_json(encode(Iteration(3, legs, 12), complete=True))
+        got = decode(state, world_size=world_size, num_workers=num_workers)
+        assert (got.epoch, got.legs, got.batches) == (4, (), 0)
+        assert not got.resumed
+
+
+# --- elastic resume: another topology or layout adds a leg --------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("world_size", "num_workers", "layout"),
+    [
+        (4, 3, LAYOUT),
+        (2, 1, LAYOUT),
+        (1, 8, LAYOUT),
+        (2, 3, dataclasses.replace(LAYOUT, batch_size=5)),
+        (2, 3, dataclasses.replace(LAYOUT, shuffle=False)),
+        (2, 3, dataclasses.replace(LAYOUT, remainder="pad", drop_last=True)),
+    ],
+)
+def test_other_topology_adds_the_saved_one_as_a_leg(world_size, num_workers, layout):
+    first = Leg(4, 2, dataclasses.replace(LAYOUT, batch_size=3), 5)
+    for legs in ((), (first,)):
+        state = through_json(encode(Iteration(2, legs, 7)))
+        got = decode(state, world_size=world_size, num_workers=num_workers, layout=layout)
+        assert got.epoch == 2
+        assert got.batches == 0
+        assert got.legs == (*legs, Leg(2, 3, LAYOUT, 7))
+        # The new pass reads what the legs left: fewer rows than the epoch.
+        rest = sum(item.num_rows for item in epoch_sequence(PLAN.num_rows, got.legs, epoch=2))
+        assert rest < PLAN.num_rows
+
+
+def test_legs_grow_by_one_per_elastic_resume():
+    iteration = Iteration(1)
+    topologies = [(2, 3, LAYOUT), (4, 1, LAYOUT), (1, 2, dataclasses.replace(LAYOUT, seed=1))]
+    for step, (ws, nw, layout) in enumerate(topologies[1:], start=1):
+        saved_ws, saved_nw, saved_layout = topologies[step - 1]
+        iteration = dataclasses.replace(iteration, batches=2)
+        state = through_json(
+            encode(iteration, world_size=saved_ws, num_workers=saved_nw, layout=saved_layout)
+        )
+        iteration = decode(state, world_size=ws, num_workers=nw, layout=layout)
+        assert len(iteration.legs) == step
+        assert iteration.legs[-1] == Leg(saved_ws, saved_nw, saved_layout, 2)
+    assert len(json.dumps(encode(iteration, world_size=1, num_workers=2))) < 2000
+
+
+def test_other_topology_before_any_batch_starts_the_epoch_afresh():
+    state = through_json(encode(Iteration(6, (), 0)))
+    got = decode(state, world_size=8, num_workers=1)
+    assert (got.epoch, got.legs, got.batches) == (6, (), 0)
+
+
+# --- split_strategy="round_robin": exact resume only --------------------------------------------
+
+ROUND_ROBIN = dataclasses.replace(LAYOUT, strategy="round_robin", remainder="uneven")
+
+
+def test_round_robin_resumes_exactly():
+    state = through_json(encode(Iteration(1, (), 5), layout=ROUND_ROBIN))
+    got = decode(state, layout=ROUND_ROBIN)
+    assert (got.epoch, got.legs, got.batches) == (1, (), 5)
+
+
+@pytest.mark.parametrize(
+    ("saved", "now", "world_size"),
+    [
+        (ROUND_ROBIN, ROUND_ROBIN, 4),  # other ranks
+        (ROUND_ROBIN, LAYOUT, 2),  # to the equal strategy
+        (LAYOUT, ROUND_ROBIN, 2),  # from the equal strategy
+    ],
+)
+def test_round_robin_refuses_elastic_resume(saved, now, world_size):
+    state = through_json(encode(Iteration(1, (), 5), layout=saved))
+    with pytest.raises(StateMismatchError, match='split_strategy="round_robin"') as info:
+        decode(state, world_size=world_size, layout=now)
+    assert "same topology" in str(info.value)
+    # A finished epoch, or one not begun, needs no elastic resume.
+    done = through_json(encode(Iteration(1, (), 5), layout=saved, complete=True))
+    assert decode(done, world_size=world_size, layout=now).epoch == 2
+    fresh = through_json(encode(Iteration(1, (), 0), layout=saved))
+    assert decode(fresh, world_size=world_size, layout=now) == Iteration(1)
+
+
+def test_round_robin_leg_refuses_elastic_resume():
+    legs = (Leg(3, 1, ROUND_ROBIN, 2),)
+    state = through_json(encode(Iteration(1, legs, 5)))
+    with pytest.raises(StateMismatchError, match="round_robin"):
+        decode(state, world_size=5)
+
+
+# --- refusals --------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "state",
+    [None, [], "state", {}, {"kind": "other"}, {"epoch": 0, "batches": 3}],
+    ids=["none", "list", "str", "empty", "other-kind", "no-kind"],
+)
+def test_not_a_state_is_refused(state):
+    with pytest.raises(StateMismatchError, match="not a torch_dataloader_utils loader state"):
+        decode(state)
+
+
+@pytest.mark.parametrize("version", [STATE_VERSION + 1, 0, None, "1"])
+def test_other_version_is_refused(version):
+    state = encode(Iteration(0, (), 1))
+    state["version"] = version
+    if version is None:
+        del state["version"]
+    with pytest.raises(StateMismatchError, match="version") as info:
+        decode(state)
+    assert str(version) in str(info.value)
+    assert isinstance(info.value, InvalidArgumentError)
+    assert isinstance(info.value, ValueError)
+
+
+@pytest.mark.parametrize(
+    ("now", "changes"),
+    [
+        (
+            make_plan(("a.parquet", 40), ("a.parquet", 25), ("b.parquet", 36)),
+            ["rows: 100 then, 101 now"],
+        ),
+        (
+            make_plan(("a.parquet", 40), ("a.parquet", 25), ("b.parquet", 35), ("c.parquet", 3)),
+            ["rows: 100 then, 103 now", "chunks: 3 then, 4 now", "files: 2 then, 3 now"],
+        ),
+        (
+            make_plan(("a.parquet", 65), ("b.parquet", 35)),
+            ["chunks: 3 then, 2 now"],
+        ),
+        (
+            make_plan(("a.parquet", 40), ("c.parquet", 25), ("b.parquet", 35)),
+            ["files: 2 then, 3 now"],
+        ),
+        (
+            make_plan(
+                ("a.parquet", 40), ("a.parquet", 25), ("b.parquet", 35), filtered_rows=(1, 2, 3)
+            ),
+            ["rows: 100 then, 6 now"],
+        ),
+        (
+            make_plan(("a.parquet", 40), ("a.parquet", 25), ("c.parquet", 35)),
+            ["the same counts"],
+        ),
+    ],
+    ids=["rows", "rows-chunks-files", "chunks", "files", "filter", "same-counts"],
+)
+def test_other_data_is_refused_naming_what_changed(now, changes):
+    state = through_json(encode(Iteration(2, (), 4)))
+    assert now.fingerprint != PLAN.fingerprint
+    with pytest.raises(StateMismatchError) as info:
+        decode(state, plan=now)
+    message = str(info.value)
+    for change in changes:
+        assert change in message
+    for key in {"rows", "chunks", "files"} - {c.split(":")[0] for c in changes}:
+        assert f"{key}:" not in message
+    assert PLAN.fingerprint in message and now.fingerprint in message
+    assert "allow_changed_data=True" in message
+    # The user may accept the change: same epoch and batch.
+    got = decode(state, plan=now, allow_changed_data=True)
+    assert (got.epoch, got.legs, got.batches) == (2, (), 4)
+
+
+def test_same_data_planned_again_is_accepted():
+    again = make_plan(("a.parquet", 40), ("a.parquet", 25), ("b.parquet", 35))
+    assert again.fingerprint == PLAN.fingerprint
+    assert decode(through_json(encode(Iteration(0, (), 3))), plan=again).batches == 3
+
+
+def test_allow_changed_data_does_not_skip_the_version_check():
+    state = encode(Iteration(0, (), 1))
+    state["version"] = STATE_VERSION + 1
+    with pytest.raises(StateMismatchError, match="version"):
+        decode(state, allow_changed_data=True)
+    with pytest.raises(StateMismatchError, match="not a torch_dataloader_utils"):
+        decode({"kind": "x"}, allow_changed_data=True)
