@@ -1,4 +1,5 @@
-"""The conformance suite on ``ParquetFormat``, and proof that the suite fails broken formats."""
+"""The conformance suites on Parquet (the `Format` contract and the loader's resume contract),
+and proof that each suite fails broken implementations."""
 
 from __future__ import annotations
 
@@ -6,19 +7,28 @@ import threading
 from collections.abc import Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import fsspec
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+import torch_dataloader_utils as tdu
 from tests.conftest import MakeParquetDir, make_table, write_parquet
 from torch_dataloader_utils.formats import FormatPlan, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
 from torch_dataloader_utils.planning import Chunk
-from torch_dataloader_utils.testing import check_format, check_reads, check_schema
+from torch_dataloader_utils.testing import (
+    check_elastic_resume,
+    check_format,
+    check_reads,
+    check_resume,
+    check_schema,
+)
 
 
 def test_directory_with_an_empty_file_and_uneven_row_groups(parquet_dir: MakeParquetDir) -> None:
@@ -223,3 +233,136 @@ def test_multi_row_group_chunks_are_read_only_when_regrouped(parquet_dir: MakePa
             id_column="id",
             ids=ids,
         )
+
+
+# --- the resume suite on Parquet loaders -----------------------------------------------------
+
+# (rows, row group size) per file: uneven files and row groups; 1000 rows in all.
+RESUME_FILES = [(170, 64), (0, 10), (512, 100), (300, 7), (18, 5)]
+RESUME_ROWS = 1000
+
+
+@pytest.fixture
+def resume_source(tmp_path: Path) -> Path:
+    start = 0
+    for i, (rows, row_group) in enumerate(RESUME_FILES):
+        ids = np.arange(start, start + rows)
+        write_parquet(tmp_path / "data" / f"p{i}.parquet", ids, row_group_size=row_group)
+        start += rows
+    assert start == RESUME_ROWS
+    return tmp_path / "data"
+
+
+def resume_loader(root: Path, **options: Any) -> tdu.TabularDataLoader:
+    options = {"batch_size": 45, "shuffle_seed": 3, "shuffle_block_size": 150, **options}
+    if options.get("num_workers"):
+        options.setdefault("multiprocessing_context", "fork")
+        options.setdefault("timeout", 60)  # a stuck worker fails the test instead of hanging it
+        options.setdefault("bundle_rows", 90)  # several messages per worker
+    return tdu.create_dataloader(root, format="parquet", **options)
+
+
+@pytest.mark.parametrize("num_workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_resume_suite(resume_source: Path, shuffle: bool, num_workers: int) -> None:
+    check_resume(
+        lambda: resume_loader(resume_source, shuffle=shuffle, num_workers=num_workers),
+        expected_ids=range(RESUME_ROWS),
+    )
+
+
+def test_resume_suite_with_a_row_filter_and_drop_last(resume_source: Path) -> None:
+    kept = [i for i in range(RESUME_ROWS) if i % 7 != 0]  # label is id % 7
+    check_resume(
+        lambda: resume_loader(
+            resume_source, shuffle=True, num_workers=2, filters=pc.field("label") != 0
+        ),
+        epochs=3,
+        positions=[0, 3, 11, 20, 21],
+        expected_ids=kept,
+    )
+    check_resume(
+        lambda: resume_loader(resume_source, shuffle=True, drop_last=True),
+        positions=[2, 20, 21],
+    )
+
+
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")  # 3 workers
+@pytest.mark.parametrize(
+    ("old", "new", "batches", "options"),
+    [
+        pytest.param((1, 2), (2, 3), 5, {}, id="more-ranks-and-workers"),
+        pytest.param((3, 2), (1, 0), 2, {}, id="fewer-ranks-in-process"),
+        pytest.param((2, 0), (3, 1), 4, {"drop_last": True}, id="drop-last"),
+        pytest.param((2, 2), (3, 2), 3, {"filters": pc.field("label") != 0}, id="filter"),
+        pytest.param((2, 1), (1, 3), 0, {}, id="before-any-batch"),
+        pytest.param((2, 1), (3, 2), 12, {}, id="after-the-whole-epoch"),  # 12 batches a rank
+    ],
+)
+def test_elastic_resume_suite(
+    resume_source: Path,
+    old: tuple[int, int],
+    new: tuple[int, int],
+    batches: int,
+    options: dict[str, Any],
+) -> None:
+    def make(rank: int, world_size: int, num_workers: int) -> tdu.TabularDataLoader:
+        return resume_loader(
+            resume_source,
+            shuffle=True,
+            rank=rank,
+            world_size=world_size,
+            num_workers=num_workers,
+            **options,
+        )
+
+    check_elastic_resume(make, old=old, new=new, batches=batches, epoch=1)
+
+
+# Broken loaders, each wrong in one way; the resume suite must say what went wrong.
+
+
+class ForgetsTheState(tdu.TabularDataLoader):
+    def load_state_dict(self, state_dict: dict[str, Any], **kwargs: Any) -> None:
+        pass
+
+
+class ReplaysTheEpoch(tdu.TabularDataLoader):
+    """Resumes the right epoch, from its first batch."""
+
+    def load_state_dict(self, state_dict: dict[str, Any], **kwargs: Any) -> None:
+        super().load_state_dict({**state_dict, "batches": 0}, **kwargs)
+
+
+class SkipsABatch(tdu.TabularDataLoader):
+    def load_state_dict(self, state_dict: dict[str, Any], **kwargs: Any) -> None:
+        super().load_state_dict({**state_dict, "batches": state_dict["batches"] + 1}, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("broken", "message"),
+    [
+        (ForgetsTheState, r"resume at the end of epoch 0: load_state_dict set epoch 0, not 1"),
+        (SkipsABatch, r"epoch 0 from the initial state: 22 batches, expected 23; missing ids"),
+        (ReplaysTheEpoch, r"1 batches, then the resumed rest of epoch 0: 24 batches, expected 23"),
+    ],
+)
+def test_the_resume_suite_fails_broken_loaders(
+    resume_source: Path, broken: type[tdu.TabularDataLoader], message: str
+) -> None:
+    def make() -> tdu.TabularDataLoader:
+        return broken(tdu.StructuredDataset(resume_source, batch_size=45, shuffle=True))
+
+    with pytest.raises(AssertionError, match=message):
+        check_resume(make, expected_ids=range(RESUME_ROWS))
+
+
+def test_the_elastic_suite_fails_a_loader_that_replays_the_epoch(resume_source: Path) -> None:
+    def make(rank: int, world_size: int, num_workers: int) -> tdu.TabularDataLoader:
+        dataset = tdu.StructuredDataset(
+            resume_source, batch_size=45, shuffle=True, rank=rank, world_size=world_size
+        )
+        return ReplaysTheEpoch(dataset, num_workers=num_workers)
+
+    with pytest.raises(AssertionError, match=r"rows read twice \(at most 0 allowed\)"):
+        check_elastic_resume(make, old=(2, 0), new=(3, 0), batches=3)

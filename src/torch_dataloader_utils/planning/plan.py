@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 
 __all__ = ["Chunk", "Plan"]
+
+
+def _common_folder(paths: list[str]) -> str:
+    """The deepest folder that holds every path ("" when they share none)."""
+    if not paths:
+        return ""
+    folders = {posixpath.dirname(p) for p in paths}
+    try:
+        return posixpath.commonpath(sorted(folders))
+    except ValueError:  # absolute and relative paths mixed
+        return ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,9 +74,13 @@ class Plan:
         digest = hashlib.sha256()
         digest.update(json.dumps(self.details).encode())
         digest.update(self.schema.to_string(show_schema_metadata=False).encode())
+        # Paths relative to the files' common folder: data moved or copied elsewhere (another
+        # mount, a bucket) still resumes; renamed, added or rewritten files do not.
+        root = _common_folder([c.path for c in self.chunks])
         for c in self.chunks:
+            name = posixpath.relpath(c.path, root) if root else c.path
             digest.update(
-                json.dumps([c.path, c.start, c.stop, c.num_rows, list(c.unit_rows)]).encode()
+                json.dumps([name, c.start, c.stop, c.num_rows, list(c.unit_rows)]).encode()
             )
         if self.filtered_rows is not None:
             digest.update(json.dumps(list(self.filtered_rows)).encode())
