@@ -6,6 +6,7 @@ import logging
 import math
 import numbers
 import os
+import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
@@ -203,6 +204,7 @@ class StructuredDataset(IterableDataset[Any]):
         # workers (see `begin_iteration`).
         self._control = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._pending: Iteration | None = None  # a loaded state, for the next pass
+        self._pending_complete = False  # ... whose epoch was complete
         self._iteration: Iteration | None = None  # the pass the main process began last
         self._claimed = True
 
@@ -368,9 +370,16 @@ class StructuredDataset(IterableDataset[Any]):
         if epoch < 0:
             raise InvalidArgumentError(f"epoch must be >= 0, got {epoch}")
         self._control[0] = epoch
-        if self._pending is not None and self._pending.epoch != epoch:
-            logger.info("set_epoch(%d): the loaded state of epoch %d is dropped", epoch, epoch)
+        pending = self._pending
+        if pending is not None and pending.epoch != epoch:
             self._pending = None
+            if pending.resumed and not self._pending_complete:
+                warnings.warn(
+                    f"set_epoch({epoch}) drops the loaded state, which was in the middle of "
+                    f"epoch {pending.epoch}: the rest of that epoch will not be read. Call "
+                    f"set_epoch({pending.epoch}) first to finish it",
+                    stacklevel=2,
+                )
 
     @property
     def epoch(self) -> int:
@@ -381,6 +390,11 @@ class StructuredDataset(IterableDataset[Any]):
     def resume_pending(self) -> Iteration | None:
         """The pass a loaded state will resume, until the next pass begins."""
         return self._pending
+
+    @property
+    def pending_complete(self) -> bool:
+        """Whether the loaded state (`resume_pending`) had delivered its whole epoch."""
+        return self._pending is not None and self._pending_complete
 
     def layout(self) -> Layout:
         """The options that decide which rows each stream reads and in what order."""
@@ -451,6 +465,7 @@ class StructuredDataset(IterableDataset[Any]):
         )
         self._control[0] = iteration.epoch
         self._pending = iteration
+        self._pending_complete = bool(state.get("complete"))
         return iteration
 
     # --- the stream of one worker ---------------------------------------------------------------

@@ -114,8 +114,10 @@ class TabularDataLoader(DataLoader[Any]):
         dataset = self.dataset
         progress = self._progress
         pending = dataset.resume_pending
-        if pending is not None:
-            return dataset.state_at(pending, num_workers=self.num_workers, complete=False)
+        if pending is not None:  # loaded, not yet read: the same state again
+            return dataset.state_at(
+                pending, num_workers=self.num_workers, complete=dataset.pending_complete
+            )
         if progress is None or progress.iteration.epoch != dataset.epoch:
             return dataset.state_at(
                 Iteration(dataset.epoch), num_workers=self.num_workers, complete=False

@@ -155,8 +155,8 @@ def decode_state(
         batches=int(state["batches"]),
     )
     epoch = int(state["epoch"])
-    if state["complete"]:
-        return Iteration(epoch + 1)
+    # A complete epoch resumes at its end (its pass yields nothing): set_epoch(epoch) in a
+    # training loop's first turn must not read it again, set_epoch(epoch + 1) goes on.
     if (saved.world_size, saved.num_workers, saved.layout) == (world_size, num_workers, layout):
         return Iteration(epoch, legs, saved.batches)
     # A topology that delivered nothing is no leg: it consumed no rows.

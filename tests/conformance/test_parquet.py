@@ -342,9 +342,9 @@ class SkipsABatch(tdu.TabularDataLoader):
 @pytest.mark.parametrize(
     ("broken", "message"),
     [
-        (ForgetsTheState, r"resume at the end of epoch 0: load_state_dict set epoch 0, not 1"),
+        (ForgetsTheState, r"epoch 0 resumed from its end: 23 batches, expected 0"),
         (SkipsABatch, r"epoch 0 from the initial state: 22 batches, expected 23; missing ids"),
-        (ReplaysTheEpoch, r"1 batches, then the resumed rest of epoch 0: 24 batches, expected 23"),
+        (ReplaysTheEpoch, r"epoch 0 resumed from its end: 23 batches, expected 0"),
     ],
 )
 def test_the_resume_suite_fails_broken_loaders(

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import pickle
 import shutil
+import warnings
 from collections import Counter
 from itertools import islice
 from pathlib import Path
@@ -150,11 +151,14 @@ def test_resume_across_the_epoch_boundary(source: Path, persistent: bool) -> Non
     last = read(loader, len(ref[1]))  # every batch of epoch 1, the pass not yet ended
     assert last == ref[1]
     end_of_1 = saved(loader)
-    for state, epoch in ((end_of_0, 1), (end_of_1, 2)):  # resumes at the next epoch's start
+    for state, epoch in ((end_of_0, 0), (end_of_1, 1)):  # resumes at the end of its epoch
         resumed = fresh()
         resumed.load_state_dict(state)
         assert resumed.dataset.epoch == epoch
-        assert read(resumed) == ref[epoch]
+        resumed.set_epoch(epoch)  # a loop restarting at the saved epoch reads nothing of it
+        assert read(resumed) == []
+        resumed.set_epoch(epoch + 1)
+        assert read(resumed) == ref[epoch + 1]
     # A training loop calls set_epoch(epoch) after loading its checkpoint: the state stays.
     head, state = interrupted(source, 9, epoch=1, num_workers=2)
     resumed = fresh()
@@ -233,6 +237,25 @@ def test_changed_data_is_refused_unless_allowed(source: Path) -> None:
     assert max(ids.values()) == 1 and set(ids) <= set(range(ROWS + added))
     loader.set_epoch(1)
     assert_every_row_once(read(loader), ROWS + added)
+
+
+def test_moving_on_from_a_loaded_state_warns_unless_its_epoch_was_complete(source: Path) -> None:
+    loader = make_loader(source)
+    loader.set_epoch(0)
+    assert Counter(flat(read(loader))) == Counter(range(ROWS))
+    end = saved(loader)
+    _, middle = interrupted(source, 5)
+    finished = make_loader(source)
+    finished.load_state_dict(end)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # no warning: nothing of epoch 0 was left
+        finished.set_epoch(1)
+    assert_every_row_once(read(finished))
+    dropped = make_loader(source)
+    dropped.load_state_dict(middle)
+    with pytest.warns(UserWarning, match=r"middle of epoch 0: the rest of that epoch will not"):
+        dropped.set_epoch(1)
+    assert_every_row_once(read(dropped))  # epoch 1, whole
 
 
 def test_moved_data_resumes_exactly(source: Path, tmp_path: Path) -> None:

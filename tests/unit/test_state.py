@@ -10,7 +10,14 @@ import pyarrow as pa
 import pytest
 
 from torch_dataloader_utils.errors import InvalidArgumentError, StateMismatchError
-from torch_dataloader_utils.planning import Chunk, Layout, Leg, Plan, epoch_sequence
+from torch_dataloader_utils.planning import (
+    Chunk,
+    Layout,
+    Leg,
+    Plan,
+    epoch_sequence,
+    sequence_length,
+)
 from torch_dataloader_utils.state import STATE_VERSION, Iteration, decode_state, encode_state
 
 SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.float32())])
@@ -110,13 +117,17 @@ def test_same_topology_continues_the_same_streams(batches):
         assert (got.epoch, got.legs, got.batches) == (3, iteration.legs, batches)
 
 
-def test_complete_state_resumes_at_the_next_epoch():
-    legs = (Leg(4, 1, LAYOUT, 6),)
-    for world_size, num_workers in ((2, 3), (5, 1)):
-        state = through_json(encode(Iteration(3, legs, 12), complete=True))
-        got = decode(state, world_size=world_size, num_workers=num_workers)
-        assert (got.epoch, got.legs, got.batches) == (4, (), 0)
-        assert not got.resumed
+def test_complete_state_resumes_at_the_end_of_its_epoch():
+    """Not as the next epoch: a loop calling set_epoch(saved epoch) would drop it, re-reading."""
+    # 100 rows on 2 ranks x 3 workers, batches of 4: 50 rows = 13 batches per rank.
+    state = through_json(encode(Iteration(3, (), 13), complete=True))
+    same = decode(state, world_size=2, num_workers=3)
+    assert (same.epoch, same.legs, same.batches) == (3, (), 13)
+    other = decode(state, world_size=5, num_workers=1)
+    assert (other.epoch, other.batches) == (3, 0)
+    assert other.legs == (Leg(2, 3, LAYOUT, 13),)
+    # Nothing of the epoch is left for the new topology.
+    assert sequence_length(epoch_sequence(PLAN.num_rows, other.legs, epoch=3)) == 0
 
 
 # --- elastic resume: another topology or layout adds a leg --------------------------------------
@@ -191,9 +202,7 @@ def test_round_robin_refuses_elastic_resume(saved, now, world_size):
     with pytest.raises(StateMismatchError, match='split_strategy="round_robin"') as info:
         decode(state, world_size=world_size, layout=now)
     assert "same topology" in str(info.value)
-    # A finished epoch, or one not begun, needs no elastic resume.
-    done = through_json(encode(Iteration(1, (), 5), layout=saved, complete=True))
-    assert decode(done, world_size=world_size, layout=now).epoch == 2
+    # An epoch not begun needs no elastic resume.
     fresh = through_json(encode(Iteration(1, (), 0), layout=saved))
     assert decode(fresh, world_size=world_size, layout=now) == Iteration(1)
 

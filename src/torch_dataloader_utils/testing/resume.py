@@ -123,10 +123,11 @@ def _check_position(
         rest = _take(resumed, id_column)
         _compare(head + rest, reference[0], f"{k} batches, then the resumed rest of epoch 0")
         start = 1
-    else:  # a complete epoch resumes at the start of the next one
-        _check_epoch_of(resumed, 1, f"resume after all {k} batches of epoch 0")
-        _compare(_take(resumed, id_column), reference[1], "epoch 1 after the end of epoch 0")
-        start = 2
+    else:  # a complete epoch resumes at its end: nothing left of it, then the next epoch
+        _check_epoch_of(resumed, 0, f"resume after all {k} batches of epoch 0")
+        resumed.set_epoch(0)  # a training loop's first turn: must not read epoch 0 again
+        _compare(_take(resumed, id_column), [], "epoch 0 resumed after its last batch")
+        start = 1
     for epoch in range(start, len(reference)):
         resumed.set_epoch(epoch)
         got = _take(resumed, id_column)
@@ -147,7 +148,8 @@ def check_resume(
     epoch 0, a fresh loader reads ``k`` batches and saves its state; another fresh loader loads
     it and must yield (a) the rest of epoch 0 batch by batch, then (b) the same later epochs.
     Also (c) the state of a loader that has not started resumes the whole epoch, (d) the state
-    at the end of an epoch resumes at the start of the next one, and (e) every epoch reads
+    at the end of an epoch resumes at its end (nothing more of it; ``set_epoch`` of the next
+    epoch reads that epoch as usual), and (e) every epoch reads
     every row once (exactly ``expected_ids`` when given).
 
     Args:
@@ -175,8 +177,11 @@ def check_resume(
         _check_rows(batches, expected_ids, f"epoch {epoch} of the uninterrupted run")
     end = make_loader()  # (d): the state once a whole pass is read
     end.load_state_dict(ends[0])
-    _check_epoch_of(end, 1, "resume at the end of epoch 0")
-    _compare(_take(end, id_column), reference[1], "epoch 1 resumed from the end of epoch 0")
+    _check_epoch_of(end, 0, "resume at the end of epoch 0")
+    end.set_epoch(0)  # a training loop's first turn: must not read epoch 0 again
+    _compare(_take(end, id_column), [], "epoch 0 resumed from its end")
+    end.set_epoch(1)
+    _compare(_take(end, id_column), reference[1], "epoch 1 after resuming the end of epoch 0")
     initial = make_loader()  # (c)
     state = _saved(initial)
     restarted = make_loader()
@@ -297,8 +302,8 @@ def check_elastic_resume(
     repeated, less at most what the new remainder policy leaves out (``"drop"``: fewer than
     the new world size; ``drop_last``: each new rank's short batch; ``"pad"`` repeats instead);
     and unless ``remainder="uneven"`` every new rank must yield the same number of batches.
-    When ``batches`` covers rank 0's whole epoch, the new ranks must read the next epoch as
-    if they had started it.
+    When ``batches`` covers rank 0's whole epoch, the new ranks must yield nothing more of it,
+    then read the next epoch as if they had started it.
 
     Args:
         make_loader_for: ``(rank, world_size, num_workers)`` → a fresh loader for that rank
@@ -324,7 +329,9 @@ def check_elastic_resume(
     where = f"epoch {epoch}, {batches} batches on {old} (world_size, num_workers), resumed on {new}"
     if run.complete:
         fresh = _read_new(make_loader_for, new, None, epoch + 1)
-        for rank, loader in enumerate(_read_new(make_loader_for, new, run.state, epoch + 1)):
+        for rank, loader in enumerate(_read_new(make_loader_for, new, run.state, epoch)):
+            _compare(_take(loader, id_column), [], f"{where}: rank {rank}, the finished epoch")
+            loader.set_epoch(epoch + 1)
             want = _take(fresh[rank], id_column)
             _compare(_take(loader, id_column), want, f"{where}: rank {rank}, the next epoch")
         return

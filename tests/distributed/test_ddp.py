@@ -1,0 +1,153 @@
+"""DDP ranks under torchrun (gloo, CPU): exactly once per epoch, equal batches, one plan.
+
+One launch per world size reads every configuration (``scripts/read_epochs.py``); the tests
+below check its result. Ranks learn their rank from the initialised process group, and every
+rank builds the loader, as in a DDP job.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+import pytest
+
+import torch_dataloader_utils as tdu
+from tests.distributed.conftest import BATCH, ROWS, assert_exactly_once, ids_of, run_script
+from tests.distributed.scripts.ranks import FILTERS
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
+
+EPOCHS = 2
+SEED = 3  # the shuffle seed scripts/read_epochs.py uses
+READS = ("workers0", "workers2", "workers2-persistent")
+CASES: list[dict[str, Any]] = [
+    {"name": "workers0", "num_workers": 0, "epochs": EPOCHS},
+    {"name": "workers2", "num_workers": 2, "epochs": EPOCHS},
+    {"name": "workers2-persistent", "num_workers": 2, "epochs": EPOCHS, "persistent": True},
+    {"name": "filter", "num_workers": 2, "filter": "label<3,id>=100"},
+    {"name": "pad", "num_workers": 2, "remainder": "pad"},
+]
+
+Ranks = list[dict[str, Any]]  # one case's result: one entry per rank
+
+
+@dataclass(frozen=True)
+class DdpRun:
+    world_size: int
+    cases: dict[str, Ranks]
+
+
+@pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}ranks")
+def ddp_run(request: pytest.FixtureRequest, dataset_dir: Path, work_dir: Path) -> DdpRun:
+    world_size = request.param
+    out = work_dir / f"ddp-{world_size}.json"
+    cases = [{"batch_size": BATCH, **case} for case in CASES]
+    result, _ = run_script(
+        "read_epochs.py", world_size, {"data": str(dataset_dir), "out": str(out), "cases": cases}
+    )
+    return DdpRun(world_size, result)
+
+
+def _epoch(ranks: Ranks, epoch: int) -> list[list[list[int]]]:
+    """The batches of ``epoch`` on each rank."""
+    return [rank["epochs"][epoch] for rank in ranks]
+
+
+def _flat(batches: list[list[int]]) -> list[int]:
+    return [i for batch in batches for i in batch]
+
+
+@pytest.mark.parametrize("case", READS)
+def test_every_id_exactly_once_per_epoch(ddp_run: DdpRun, case: str) -> None:
+    world_size = ddp_run.world_size
+    for epoch in range(EPOCHS):
+        per_rank = _epoch(ddp_run.cases[case], epoch)
+        every = ids_of(batch for batches in per_rank for batch in batches)
+        # "drop": the last ROWS % world_size rows of the epoch's order are not read.
+        assert_exactly_once(every, range(ROWS), missing=ROWS % world_size)
+        assert [len(_flat(b)) for b in per_rank] == [ROWS // world_size] * world_size
+
+
+@pytest.mark.parametrize("case", READS)
+def test_equal_batches_on_every_rank(ddp_run: DdpRun, case: str) -> None:
+    ranks = ddp_run.cases[case]
+    for epoch in range(EPOCHS):
+        sizes = [[len(b) for b in batches] for batches in _epoch(ranks, epoch)]
+        assert all(s == sizes[0] for s in sizes), sizes  # same count, and same sizes, per rank
+        assert len(sizes[0]) == ranks[0]["len"] == -(-(ROWS // ddp_run.world_size) // BATCH)
+        assert all(rank["len"] == ranks[0]["len"] for rank in ranks)
+
+
+@pytest.mark.parametrize("case", READS)
+def test_epochs_differ_in_order(ddp_run: DdpRun, case: str) -> None:
+    ranks = ddp_run.cases[case]
+    first, second = ([_flat(b) for b in _epoch(ranks, e)] for e in range(2))
+    assert all(a != b for a, b in zip(first, second, strict=True))
+    # The chunk order is shuffled too: rows move between ranks from one epoch to the next.
+    assert any(set(a) != set(b) for a, b in zip(first, second, strict=True))
+
+
+def test_a_ranks_share_does_not_depend_on_its_workers(ddp_run: DdpRun) -> None:
+    for epoch in range(EPOCHS):
+        shares = {
+            case: [sorted(_flat(b)) for b in _epoch(ddp_run.cases[case], epoch)] for case in READS
+        }
+        assert shares["workers0"] == shares["workers2"] == shares["workers2-persistent"]
+
+
+def test_ranks_read_what_an_explicit_rank_reads(ddp_run: DdpRun, dataset_dir: Path) -> None:
+    """The broadcast plan reads as a plan made locally with rank= and world_size= does."""
+    world_size = ddp_run.world_size
+    ranks = ddp_run.cases["workers0"]
+    for rank in range(world_size):
+        loader = tdu.create_dataloader(
+            str(dataset_dir),
+            batch_size=BATCH,
+            shuffle=True,
+            shuffle_seed=SEED,
+            num_workers=0,
+            rank=rank,
+            world_size=world_size,
+        )
+        for epoch in range(EPOCHS):
+            loader.set_epoch(epoch)
+            assert [b["id"].tolist() for b in loader] == ranks[rank]["epochs"][epoch]
+
+
+def test_filtered_rows_exactly_once_with_equal_batches(ddp_run: DdpRun, dataset_dir: Path) -> None:
+    world_size = ddp_run.world_size
+    kept = pq.read_table(dataset_dir, filters=FILTERS["label<3,id>=100"], columns=["id"])
+    expected = kept["id"].to_pylist()
+    assert 0 < len(expected) < ROWS
+    per_rank = _epoch(ddp_run.cases["filter"], 0)
+    every = ids_of(batch for batches in per_rank for batch in batches)
+    assert_exactly_once(every, expected, missing=len(expected) % world_size)
+    counts = [len(batches) for batches in per_rank]
+    assert counts == [ddp_run.cases["filter"][0]["len"]] * world_size
+    assert [len(_flat(b)) for b in per_rank] == [len(expected) // world_size] * world_size
+
+
+def test_pad_reads_every_id_and_repeats_fewer_than_world_size(ddp_run: DdpRun) -> None:
+    world_size = ddp_run.world_size
+    per_rank = _epoch(ddp_run.cases["pad"], 0)
+    every = ids_of(batch for batches in per_rank for batch in batches)
+    assert set(every) == set(range(ROWS))
+    share = -(-ROWS // world_size)
+    assert [len(_flat(b)) for b in per_rank] == [share] * world_size
+    repeats = sum(every.values()) - ROWS
+    assert repeats == share * world_size - ROWS
+    assert 0 < repeats < world_size  # 839 rows divide by neither 2 nor 3
+    assert max(every.values()) == 2
+    assert len({len(batches) for batches in per_rank}) == 1
+
+
+@pytest.mark.parametrize("case", [c["name"] for c in CASES])
+def test_plan_is_made_once_on_rank_0(ddp_run: DdpRun, case: str) -> None:
+    ranks = ddp_run.cases[case]
+    assert [rank["list_files"] for rank in ranks] == [1] + [0] * (ddp_run.world_size - 1)
+    filtered = 1 if case == "filter" else 0  # counting the filtered rows reads the data
+    assert [rank["count_rows"] for rank in ranks] == [filtered] + [0] * (len(ranks) - 1)
+    assert len({rank["fingerprint"] for rank in ranks}) == 1
