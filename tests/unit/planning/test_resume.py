@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.unit.planning.test_sequence import expand
 from torch_dataloader_utils.batching import BatchOptions, cut_batches, shuffled_blocks
 from torch_dataloader_utils.planning import (
     REMAINDER_POLICIES,
@@ -45,21 +46,6 @@ from torch_dataloader_utils.planning import (
 
 SEED = 77
 EPOCH = 3
-
-
-def expand(items: Sequence[Run | Deferred]) -> list[int]:
-    """The positions ``items`` stand for, in order."""
-    out: list[int] = []
-    for item in items:
-        if isinstance(item, Deferred):
-            runs = item.make()
-            assert sum(r.num_rows for r in runs) == item.num_rows
-            out.extend(expand(runs))
-        elif item.select is None:
-            out.extend(range(item.start, item.stop))
-        else:
-            out.extend(int(p) for p in item.select)
-    return out
 
 
 # --- DataLoader's order -----------------------------------------------------------------------
