@@ -23,11 +23,15 @@ import torch
 import torch.distributed as dist
 
 import torch_dataloader_utils as tdu
-from tests.distributed.scripts.ranks import gather, ids, join, leave, spec, write
+from tests.distributed.scripts.ranks import gather, ids, join, leave, spec, watchdog, write
 
 
 def build(data: str, batch_size: int, num_workers: int) -> tdu.TabularDataLoader:
-    extra: dict[str, Any] = {"multiprocessing_context": "fork", "timeout": 60}
+    extra: dict[str, Any] = {
+        "multiprocessing_context": "fork",
+        "timeout": 60,
+        "worker_init_fn": watchdog,
+    }
     return tdu.create_dataloader(
         data,
         batch_size=batch_size,

@@ -7,6 +7,7 @@ argument, ``--spec JSON``, whose ``out`` is the file rank 0 writes.
 from __future__ import annotations
 
 import argparse
+import faulthandler
 import json
 import os
 import sys
@@ -66,6 +67,13 @@ def leave() -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(0)
+
+
+def watchdog(worker_id: int) -> None:
+    """A DataLoader ``worker_init_fn``: a worker still alive after 45 s prints every thread's
+    stack to the launch's output (test epochs take a second or two), so a stuck worker, seen
+    once as a 60 s DataLoader timeout in a full suite run, can be diagnosed next time."""
+    faulthandler.dump_traceback_later(45, exit=False)
 
 
 def ids(batches: Iterable[dict[str, Any]]) -> list[list[int]]:
