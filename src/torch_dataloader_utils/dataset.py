@@ -11,17 +11,16 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .batching import BatchOptions, Segment, cut_batches, shuffled_blocks
 from .convert import Converter, Field, ListFormat, NullPolicy, OutputFormat
 from .distributed import plan_once
-from .errors import ColumnNotFoundError, InvalidArgumentError, SchemaMismatchError
-from .filters import filter_columns
+from .errors import InvalidArgumentError
 from .formats import Format, ReadOptions, get_format
-from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
+from .fs import FileSystemSpec, Source
+from .planner import plan_source
 from .planning import (
     REMAINDER_POLICIES,
     SPLIT_STRATEGIES,
@@ -49,7 +48,7 @@ from .planning import (
     stream_spans,
 )
 from .prefetch import Prefetcher
-from .reading import Reader, count_rows, with_partition
+from .reading import Reader
 from .state import Iteration, decode_state, encode_state
 from .transport import BUNDLE_BYTES, Bundle, PackedBundle, bundle_rows, pack, packed_nbytes
 
@@ -67,10 +66,6 @@ DEFAULT_SHUFFLE_BLOCK_BYTES = 64 * 2**20
 # at 1.1x; the first batch came 5 ms later in-process, 25 ms with workers.
 _FIRST_BLOCK_ROWS = 65_536
 _FIRST_BLOCK_BYTES = 8 * 2**20
-# Rows read at plan time to measure the decoded size of a row.
-_SAMPLE_ROWS = 1024
-# When a filter does not apply to the first file, how many others to probe for schema drift.
-_DRIFT_PROBE_FILES = 64
 
 
 class StructuredDataset(IterableDataset[Any]):
@@ -211,8 +206,10 @@ class StructuredDataset(IterableDataset[Any]):
         # Listing, footers and row counting happen once: on rank 0 when torch.distributed is up
         # (the others receive the result), else here.
         planned = plan_once(
-            lambda: self._planned(
+            lambda: plan_source(
                 path,
+                self.format,
+                self.fs,
                 columns=columns,
                 filters=filters,
                 partitioning=partitioning,
@@ -221,9 +218,9 @@ class StructuredDataset(IterableDataset[Any]):
             ),
             explicit=rank is not None,
         )
-        self.read_options: ReadOptions = planned["read_options"]
-        self.plan: Plan = planned["plan"]
-        self._output_columns: tuple[str, ...] | None = planned["output_columns"]
+        self.read_options: ReadOptions = planned.read_options
+        self.plan: Plan = planned.plan
+        self._output_columns = planned.output_columns
         self.converter = Converter(
             self.plan.schema,
             output_format=output_format,
@@ -231,7 +228,7 @@ class StructuredDataset(IterableDataset[Any]):
             null_policy=null_policy,
             pad_value=pad_value,
         )
-        row_bytes = max(self.plan.row_bytes, planned["decoded_row_bytes"])
+        row_bytes = max(self.plan.row_bytes, planned.decoded_row_bytes)
         # Blocks sized by bytes hold whole batches: a batch that spans two blocks is gathered
         # through an extra copy (measured: a third of the token-list throughput).
         whole = _whole_batches(batch_size)
@@ -250,114 +247,6 @@ class StructuredDataset(IterableDataset[Any]):
                 "unequal ranks (and use join())"
             )
         logger.info("%s", self.plan.summary())
-
-    def _planned(
-        self,
-        path: Source,
-        *,
-        columns: Sequence[str] | None,
-        filters: Any,
-        partitioning: str | None,
-        split_bytes: int | None,
-        split_rows: int | None,
-    ) -> dict[str, Any]:
-        """List, read footers, count filtered rows, measure rows: everything that reads."""
-        files = list_files(path, self.fs)
-        if partitioning == "hive":
-            partition_schema, partitions = hive_partitions(files)
-        else:
-            partition_schema, partitions = pa.schema([]), [() for _ in files]
-        file_schema = self.format.schema(files[0], self.fs)
-        clash = [k for k in partition_schema.names if k in file_schema.names]
-        if clash:
-            raise SchemaMismatchError(
-                f"{self.fs.url(files[0].path)}: hive partition key(s) {clash} are also columns "
-                'of the file; read without partitioning="hive" or rename one of them'
-            )
-        available = pa.schema(list(file_schema) + list(partition_schema))
-        # Requested columns are checked against every file by the format's plan (missing
-        # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
-        needed = self._filter_columns(filters, available, files, partition_schema)
-        wanted = list(columns) if columns is not None else list(available.names)
-        read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
-        read_options = ReadOptions(
-            columns=tuple(read) if columns is not None or needed else None,
-            filter=filters,
-            split_bytes=split_bytes,
-            split_rows=split_rows,
-            partition_schema=partition_schema,
-        )
-        planned = self.format.plan(files, partitions, self.fs, read_options)
-        filtered_rows = None
-        if filters is not None:
-            # Count the rows that pass, reading only the filter's columns: equal batch counts
-            # per rank and resuming at a batch need them (docs/concepts/model.md).
-            counting = ReadOptions(
-                columns=tuple(c for c in needed if c not in partition_schema.names),
-                filter=filters,
-                partition_schema=partition_schema,
-            )
-            filtered_rows = tuple(count_rows(planned.chunks, self.format, self.fs, counting))
-        schema = pa.schema(list(planned.schema) + list(partition_schema))
-        plan = Plan(
-            chunks=tuple(planned.chunks),
-            schema=pa.schema([schema.field(c) for c in wanted]),
-            row_bytes=planned.row_bytes,
-            details=Plan.details_of(
-                format=self.format.name, columns=wanted, filter=filters, hive=partitioning
-            ),
-            filtered_rows=filtered_rows,
-        )
-        return {
-            "read_options": read_options,
-            "plan": plan,
-            "output_columns": tuple(wanted) if needed or columns is not None else None,
-            "decoded_row_bytes": self._decoded_row_bytes(plan, read_options),
-        }
-
-    def _decoded_row_bytes(self, plan: Plan, read_options: ReadOptions) -> float:
-        """Decoded bytes per row, measured on the first rows of the first non-empty chunk.
-
-        The footers' uncompressed sizes are encoded sizes: dictionary-encoded strings can be
-        100x smaller there than in memory, which would make "64 MiB" blocks gigabytes.
-        """
-        chunk = next((c for c in plan.chunks if c.num_rows), None)
-        if chunk is None:
-            return 1.0
-        rows = min(chunk.num_rows, _SAMPLE_ROWS)
-        batches = self.format.read(chunk, 0, rows, self.fs, read_options)
-        try:
-            sample = [with_partition(b, chunk.partition, read_options) for b in batches]
-        finally:
-            self.format.close()
-        nbytes = sum(int(b.nbytes) for b in sample)
-        rows = sum(int(b.num_rows) for b in sample)
-        return float(nbytes / max(1, rows))
-
-    def _filter_columns(
-        self,
-        filters: Any,
-        available: pa.Schema,
-        files: Sequence[SourceFile],
-        partition_schema: pa.Schema,
-    ) -> tuple[str, ...]:
-        try:
-            return filter_columns(filters, available)
-        except ColumnNotFoundError as exc:
-            # The first file lacks a column: say so if another file has it (schema drift).
-            for other in files[1:_DRIFT_PROBE_FILES]:
-                schema = pa.schema(
-                    list(self.format.schema(other, self.fs)) + list(partition_schema)
-                )
-                try:
-                    filter_columns(filters, schema)
-                except ColumnNotFoundError:
-                    continue
-                raise SchemaMismatchError(
-                    f"{self.fs.url(files[0].path)} and {self.fs.url(other.path)} disagree on the "
-                    f"columns that filters {filters} reads: it applies to the second only"
-                ) from exc
-            raise ColumnNotFoundError(f"{self.fs.url(files[0].path)}: {exc}") from exc
 
     # --- epochs and passes -----------------------------------------------------------------------
 

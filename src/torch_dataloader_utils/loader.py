@@ -18,7 +18,7 @@ from .formats import Format
 from .fs import Source
 from .planning import round_robin
 from .state import Iteration
-from .transport import Unbundler, init_worker
+from .transport import Unbundler, init_worker, map_tensors
 
 __all__ = ["DEFAULT_BUNDLE_ROWS", "TabularDataLoader", "create_dataloader"]
 
@@ -145,8 +145,7 @@ class TabularDataLoader(DataLoader[Any]):
         self.dataset.load_state(
             state_dict, num_workers=self.num_workers, allow_changed_data=allow_changed_data
         )
-        self._progress = None
-        self._stop_persistent_workers()
+        self._progress = None  # persistent workers restart with the next, resumed pass
 
     def _stop_persistent_workers(self) -> None:
         # Persistent workers hold the dataset as it was when they started; the next pass
@@ -252,13 +251,7 @@ def _gradient_state() -> Any:
 
 
 def _to_device(value: Any, device: torch.device) -> Any:
-    if isinstance(value, torch.Tensor):
-        return value.to(device, non_blocking=True)
-    if isinstance(value, dict):
-        return {k: _to_device(v, device) for k, v in value.items()}
-    if isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor) for v in value):
-        return type(value)(_to_device(v, device) for v in value)
-    return value
+    return map_tensors(value, lambda t: t.to(device, non_blocking=True))
 
 
 def _counted(batches: Iterator[Any], progress: _Progress) -> Iterator[Any]:

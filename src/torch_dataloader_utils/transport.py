@@ -18,7 +18,7 @@ import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -39,7 +39,7 @@ __all__ = [
     "pack",
     "packed_nbytes",
     "Unbundler",
-    "unbundle",
+    "map_tensors",
 ]
 
 _ALIGN = 64
@@ -89,17 +89,22 @@ def _keep_freed_memory() -> None:
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
 
 
-def _pin(value: Any) -> Any:
+def map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
+    """``value`` with ``fn`` applied to every tensor in it (dicts, lists, tuples, namedtuples)."""
     if isinstance(value, torch.Tensor):
-        return value.pin_memory()
+        return fn(value)
     if isinstance(value, dict):
-        return {k: _pin(v) for k, v in value.items()}
+        return {k: map_tensors(v, fn) for k, v in value.items()}
     if isinstance(value, list | tuple) and any(isinstance(v, torch.Tensor | dict) for v in value):
-        pinned = [_pin(v) for v in value]
+        mapped = [map_tensors(v, fn) for v in value]
         if hasattr(value, "_fields"):  # a namedtuple
-            return type(value)(*pinned)
-        return type(value)(pinned)
-    return value  # strings, lists of Python objects: nothing to pin
+            return type(value)(*mapped)
+        return type(value)(mapped)
+    return value  # strings, lists of Python objects: no tensors
+
+
+def _pin(value: Any) -> Any:
+    return map_tensors(value, torch.Tensor.pin_memory)
 
 
 class Bundle:
@@ -456,12 +461,3 @@ class Unbundler:
         if isinstance(item, Bundle):
             return item.unpack()
         return [item]
-
-
-def unbundle(
-    items: Iterator[Any], finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None
-) -> Iterator[Any]:
-    """Yield the batches inside bundles, in message order (anything else passes through)."""
-    unpack = Unbundler(finish)
-    for item in items:
-        yield from unpack(item)

@@ -22,9 +22,9 @@ from torch_dataloader_utils.transport import (
     Bundle,
     Landing,
     PackedBundle,
+    Unbundler,
     _Strings,
     pack,
-    unbundle,
 )
 
 
@@ -177,7 +177,8 @@ def test_unbundle_flattens_bundles_and_passes_plain_items_through() -> None:
     )
     plain = {"v": torch.tensor([9], dtype=torch.int32)}
     stream = [plain, Bundle(["a", "b"]), packed, "c", Bundle([]), 7]
-    out = list(unbundle(iter(stream)))
+    unpack = Unbundler()
+    out = [batch for item in stream for batch in unpack(item)]
     assert out[0] is plain
     assert out[1:3] == ["a", "b"]
     assert out[3]["v"].tolist() == [1, 2]

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch_dataloader_utils as tdu
-import torch_dataloader_utils.dataset as dataset_module
+import torch_dataloader_utils.planner as planner_module
 from tests.distributed.scripts.ranks import FILTERS, gather, ids, join, leave, spec, write
 
 # Count the planning calls of this process. They are the library's own functions, wrapped
@@ -31,8 +31,8 @@ def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-dataset_module.list_files = counted("list_files", dataset_module.list_files)  # type: ignore[assignment]
-dataset_module.count_rows = counted("count_rows", dataset_module.count_rows)  # type: ignore[assignment]
+planner_module.list_files = counted("list_files", planner_module.list_files)  # type: ignore[assignment]
+planner_module.count_rows = counted("count_rows", planner_module.count_rows)  # type: ignore[assignment]
 
 
 def read_case(data: str, case: dict[str, Any]) -> dict[str, Any]:

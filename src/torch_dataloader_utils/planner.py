@@ -1,0 +1,169 @@
+"""Planning a source: listing, footers, filtered row counts and the decoded size of a row.
+
+Everything here reads storage; it runs once per job (on rank 0 under torch.distributed, see
+`plan_once`). The pure part of planning lives in `planning/`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from .errors import ColumnNotFoundError, SchemaMismatchError
+from .filters import filter_columns
+from .formats import Format, ReadOptions
+from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
+from .planning import Plan
+from .reading import count_rows, with_partition
+
+__all__ = ["Planned", "plan_source"]
+
+# Rows read at plan time to measure the decoded size of a row.
+_SAMPLE_ROWS = 1024
+# When a filter does not apply to the first file, how many others to probe for schema drift.
+_DRIFT_PROBE_FILES = 64
+
+
+@dataclass(frozen=True)
+class Planned:
+    """What planning a source produced (picklable: rank 0 broadcasts it).
+
+    Attributes:
+        read_options: the columns read (output plus filter columns), filter, partition schema.
+        plan: the plan.
+        output_columns: the columns batches carry, when not all read columns.
+        decoded_row_bytes: decoded bytes per row, sampled (sizes shuffle blocks).
+    """
+
+    read_options: ReadOptions
+    plan: Plan
+    output_columns: tuple[str, ...] | None
+    decoded_row_bytes: float
+
+
+def plan_source(
+    path: Source,
+    fmt: Format,
+    fs: FileSystemSpec,
+    *,
+    columns: Sequence[str] | None,
+    filters: Any,
+    partitioning: str | None,
+    split_bytes: int | None,
+    split_rows: int | None,
+) -> Planned:
+    """List, read footers, count filtered rows, measure rows: everything planning reads.
+
+    Raises:
+        StorageNotFoundError: ``path`` does not exist.
+        ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
+        SchemaMismatchError: files disagree on the columns read, or a hive key is a column.
+    """
+    files = list_files(path, fs)
+    if partitioning == "hive":
+        partition_schema, partitions = hive_partitions(files)
+    else:
+        partition_schema, partitions = pa.schema([]), [() for _ in files]
+    file_schema = fmt.schema(files[0], fs)
+    clash = [k for k in partition_schema.names if k in file_schema.names]
+    if clash:
+        raise SchemaMismatchError(
+            f"{fs.url(files[0].path)}: hive partition key(s) {clash} are also columns "
+            'of the file; read without partitioning="hive" or rename one of them'
+        )
+    available = pa.schema(list(file_schema) + list(partition_schema))
+    # Requested columns are checked against every file by the format's plan (missing
+    # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
+    needed = _filter_columns(
+        fmt,
+        fs,
+        filters=filters,
+        available=available,
+        files=files,
+        partition_schema=partition_schema,
+    )
+    wanted = list(columns) if columns is not None else list(available.names)
+    read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
+    read_options = ReadOptions(
+        columns=tuple(read) if columns is not None or needed else None,
+        filter=filters,
+        split_bytes=split_bytes,
+        split_rows=split_rows,
+        partition_schema=partition_schema,
+    )
+    planned = fmt.plan(files, partitions, fs, read_options)
+    filtered_rows = None
+    if filters is not None:
+        # Count the rows that pass, reading only the filter's columns: equal batch counts
+        # per rank and resuming at a batch need them (docs/concepts/model.md).
+        counting = ReadOptions(
+            columns=tuple(c for c in needed if c not in partition_schema.names),
+            filter=filters,
+            partition_schema=partition_schema,
+        )
+        filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, counting))
+    schema = pa.schema(list(planned.schema) + list(partition_schema))
+    plan = Plan(
+        chunks=tuple(planned.chunks),
+        schema=pa.schema([schema.field(c) for c in wanted]),
+        row_bytes=planned.row_bytes,
+        details=Plan.details_of(format=fmt.name, columns=wanted, filter=filters, hive=partitioning),
+        filtered_rows=filtered_rows,
+    )
+    return Planned(
+        read_options=read_options,
+        plan=plan,
+        output_columns=tuple(wanted) if needed or columns is not None else None,
+        decoded_row_bytes=_decoded_row_bytes(plan, read_options, fmt, fs),
+    )
+
+
+def _decoded_row_bytes(
+    plan: Plan, read_options: ReadOptions, fmt: Format, fs: FileSystemSpec
+) -> float:
+    """Decoded bytes per row, measured on the first rows of the first non-empty chunk.
+
+    The footers' uncompressed sizes are encoded sizes: dictionary-encoded strings can be
+    100x smaller there than in memory, which would make "64 MiB" blocks gigabytes.
+    """
+    chunk = next((c for c in plan.chunks if c.num_rows), None)
+    if chunk is None:
+        return 1.0
+    rows = min(chunk.num_rows, _SAMPLE_ROWS)
+    batches = fmt.read(chunk, 0, rows, fs, read_options)
+    try:
+        sample = [with_partition(b, chunk.partition, read_options) for b in batches]
+    finally:
+        fmt.close()
+    nbytes = sum(int(b.nbytes) for b in sample)
+    rows = sum(int(b.num_rows) for b in sample)
+    return float(nbytes / max(1, rows))
+
+
+def _filter_columns(
+    fmt: Format,
+    fs: FileSystemSpec,
+    *,
+    filters: Any,
+    available: pa.Schema,
+    files: Sequence[SourceFile],
+    partition_schema: pa.Schema,
+) -> tuple[str, ...]:
+    try:
+        return filter_columns(filters, available)
+    except ColumnNotFoundError as exc:
+        # The first file lacks a column: say so if another file has it (schema drift).
+        for other in files[1:_DRIFT_PROBE_FILES]:
+            schema = pa.schema(list(fmt.schema(other, fs)) + list(partition_schema))
+            try:
+                filter_columns(filters, schema)
+            except ColumnNotFoundError:
+                continue
+            raise SchemaMismatchError(
+                f"{fs.url(files[0].path)} and {fs.url(other.path)} disagree on the "
+                f"columns that filters {filters} reads: it applies to the second only"
+            ) from exc
+        raise ColumnNotFoundError(f"{fs.url(files[0].path)}: {exc}") from exc
