@@ -7,7 +7,7 @@ import math
 import numbers
 import os
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
@@ -19,8 +19,8 @@ from .convert import Converter, Field, ListFormat, NullPolicy, OutputFormat
 from .distributed import plan_once
 from .errors import InvalidArgumentError
 from .formats import Format, ReadOptions, get_format
-from .fs import FileSystemSpec, Source
-from .planner import plan_source
+from .fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
+from .planner import Planned, plan_source
 from .planning import (
     REMAINDER_POLICIES,
     SPLIT_STRATEGIES,
@@ -88,7 +88,9 @@ class StructuredDataset(IterableDataset[Any]):
         shuffle_seed: the seed; with ``set_epoch`` it fixes every epoch's order.
         split_bytes: target compressed bytes per chunk (``None``: one row group per chunk).
         split_rows: target rows per chunk.
-        storage_options: options for the fsspec filesystem (credentials, endpoint).
+        storage_options: options for the fsspec filesystem (credentials, endpoint), or a
+            picklable function returning them, called in each process (each DataLoader worker
+            too) so that expiring credentials are fetched where they are used.
         partitioning: ``"hive"`` adds ``key=value`` directory columns.
         output_format: ``"torch"`` (default), ``"numpy"``, ``"arrow"`` or ``"dict"``.
         list_format: variable-length lists as ``"padded"`` (default), ``"offsets"``,
@@ -107,6 +109,11 @@ class StructuredDataset(IterableDataset[Any]):
             (the earlier library's: whole chunks dealt to workers in turn; unequal streams).
         collate_fn: applied to every batch after conversion, in the worker.
         num_ranks: the earlier library's name for ``world_size``.
+        storage_backend: ``"auto"`` (default): pyarrow's native S3/GCS/Azure filesystem where
+            the protocol has one and every storage option translates to it, else fsspec;
+            ``"arrow"`` or ``"fsspec"`` force one. Results are the same either way.
+        retries: how storage requests are retried: a `RetryPolicy`, or a number of retries
+            (default: `RetryPolicy()`, 5 retries with capped, jittered exponential backoff).
 
     Raises:
         UnknownFormatError: ``format`` is not registered.
@@ -138,7 +145,7 @@ class StructuredDataset(IterableDataset[Any]):
         shuffle_seed: int = 42,
         split_bytes: int | None = None,
         split_rows: int | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: StorageOptions | None = None,
         partitioning: str | None = None,
         output_format: OutputFormat = "torch",
         list_format: ListFormat = "padded",
@@ -153,6 +160,8 @@ class StructuredDataset(IterableDataset[Any]):
         split_strategy: SplitStrategy = "equal",
         collate_fn: Callable[[Any], Any] | None = None,
         num_ranks: int | None = None,
+        storage_backend: StorageBackend = "auto",
+        retries: RetryPolicy | int | None = None,
     ) -> None:
         super().__init__()
         if num_ranks is not None:  # the earlier library's name for world_size
@@ -181,8 +190,9 @@ class StructuredDataset(IterableDataset[Any]):
                 f"columns must be a list of names, got the string {columns!r}"
             )
         self.format = get_format(format)
-        first = os.fspath(path if isinstance(path, str | os.PathLike) else next(iter(path), ""))
-        self.fs = FileSystemSpec.for_path(first, storage_options)
+        self.fs = self._filesystem(
+            path, storage_options, backend=storage_backend, retry=RetryPolicy.of(retries)
+        )
         self.batch_size = batch_size
         self.shuffle = shuffle
         self.shuffle_seed = shuffle_seed
@@ -206,10 +216,8 @@ class StructuredDataset(IterableDataset[Any]):
         # Listing, footers and row counting happen once: on rank 0 when torch.distributed is up
         # (the others receive the result), else here.
         planned = plan_once(
-            lambda: plan_source(
+            lambda: self._plan_source(
                 path,
-                self.format,
-                self.fs,
                 columns=columns,
                 filters=filters,
                 partitioning=partitioning,
@@ -247,6 +255,48 @@ class StructuredDataset(IterableDataset[Any]):
                 "unequal ranks (and use join())"
             )
         logger.info("%s", self.plan.summary())
+
+    # --- planning (subclasses read other sources: IcebergDataset) ------------------------------
+
+    def _filesystem(
+        self,
+        path: Source,
+        storage_options: StorageOptions | None,
+        *,
+        backend: StorageBackend,
+        retry: RetryPolicy,
+    ) -> FileSystemSpec:
+        """The filesystem the data lives on (from the first path's protocol)."""
+        first = os.fspath(path if isinstance(path, str | os.PathLike) else next(iter(path), ""))
+        return FileSystemSpec.for_path(first, storage_options, backend=backend, retry=retry)
+
+    def _plan_source(
+        self,
+        path: Source,
+        *,
+        columns: Sequence[str] | None,
+        filters: Any,
+        partitioning: str | None,
+        split_bytes: int | None,
+        split_rows: int | None,
+    ) -> Planned:
+        """Plan the source: list, read footers, count filtered rows (`plan_source`)."""
+        return plan_source(
+            path,
+            self.format,
+            self.fs,
+            columns=columns,
+            filters=filters,
+            partitioning=partitioning,
+            split_bytes=split_bytes,
+            split_rows=split_rows,
+        )
+
+    @property
+    def storage_retries(self) -> int:
+        """Storage requests retried so far, in this process and its DataLoader workers (each
+        retry is also logged at WARNING on the ``torch_dataloader_utils.storage`` logger)."""
+        return self.fs.retries.total
 
     # --- epochs and passes -----------------------------------------------------------------------
 

@@ -71,8 +71,17 @@ class Reader:
             NullValueError: a column holds nulls the output refuses, naming file and rows.
         """
         try:
-            for pieces, select in parts:
-                batches = (b for piece in pieces for b in self._piece(piece))
+            queue = iter(parts)
+            following = next(queue, None)
+            while following is not None:
+                (pieces, select), following = following, next(queue, None)
+                # Each piece's bytes start downloading while the piece before it decodes.
+                upcoming = [*pieces[1:], *(following[0][:1] if following is not None else [])]
+                batches = (
+                    b
+                    for i, piece in enumerate(pieces)
+                    for b in self._piece(piece, upcoming[i] if i < len(upcoming) else None)
+                )
                 if select is None:
                     yield from batches
                     continue
@@ -82,7 +91,16 @@ class Reader:
         finally:
             self.fmt.close()
 
-    def _piece(self, piece: Piece) -> Iterator[pa.RecordBatch]:
+    def _hint(self, piece: Piece) -> None:
+        chunk = self.chunks[piece.chunk]
+        if self.options.filter is None:
+            self.fmt.prefetch(chunk, piece.start, piece.stop, self.fs, self.options)
+        else:
+            self.fmt.prefetch(chunk, 0, chunk.num_rows, self.fs, self.options)
+
+    def _piece(self, piece: Piece, upcoming: Piece | None = None) -> Iterator[pa.RecordBatch]:
+        if upcoming is not None:
+            self._hint(upcoming)
         chunk = self.chunks[piece.chunk]
         expr = self.options.filter
         if expr is None:

@@ -108,5 +108,16 @@ class Format(ABC):
             StorageError: the storage failed.
         """
 
+    def prefetch(  # noqa: B027 - optional hook
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> None:
+        """A hint: ``read`` of these rows comes next. Remote formats start fetching their bytes
+        (bounded); the default does nothing."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release cached handles (open files); called when a stream ends."""

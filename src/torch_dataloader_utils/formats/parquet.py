@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from contextlib import contextmanager
 from dataclasses import dataclass
 
@@ -13,8 +13,9 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import ColumnNotFoundError, CorruptFileError, SchemaMismatchError
-from ..fs import FileSystemSpec, SourceFile, translate_os_error
+from ..errors import ColumnNotFoundError, CorruptFileError, SchemaMismatchError, StorageError
+from ..fs import FileSystemSpec, SourceFile, is_transient, retrying, translate_os_error
+from ..fs.ranges import RangeFetcher, RangeFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 
@@ -27,6 +28,15 @@ _READ_BATCH_ROWS = 16_384
 # Open files kept per worker. An open ParquetFile keeps its pre-buffered row group alive (measured:
 # 8 cached files held ~360 MB), and shuffled streams rarely revisit a file, so keep one.
 _OPEN_FILES = 1
+# Remote files: footers kept per worker (about 40 KB each), and row groups fetched ahead of the
+# one being decoded. Memory: the row group decoded plus at most this many fetched or in flight
+# (projected compressed bytes).
+_FOOTERS = 16
+_AHEAD = 2
+# A read of at most this share of a row group's first rows streams its pages (1 MiB requests)
+# instead of fetching whole column chunks: the plan-time sample of a row's decoded size.
+_HEAD_SHARE = 8
+_STREAM_BUFFER = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -57,9 +67,11 @@ def _parsing(where: str) -> Iterator[None]:
     """Errors while parsing an opened file: bad bytes, unless the network failed mid-read."""
     try:
         yield
-    except (ConnectionError, TimeoutError) as exc:  # storage failures, never bad bytes
-        raise translate_os_error(exc, where) from exc
+    except StorageError:
+        raise  # a request failed (after its retries), e.g. inside a range read
     except (OSError, pa.ArrowException) as exc:
+        if is_transient(exc):
+            raise  # a storage failure, never bad bytes: the caller's retries see it
         raise CorruptFileError(f"{where}: not a readable Parquet file ({exc})") from exc
 
 
@@ -72,13 +84,16 @@ def _read_facts(
     url = fs.url(f.path)
     if f.size == 0:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
-    with _open(f.path, fs) as source, _parsing(url):
-        fragment = ds.ParquetFileFormat().make_fragment(
-            source, partition_expression=_partition_expression(partition)
-        )
-        fragment.ensure_complete_metadata()
-        metadata = fragment.metadata
-        schema = fragment.physical_schema
+
+    def footer() -> tuple[ds.ParquetFileFragment, pq.FileMetaData, pa.Schema]:
+        with _open(f.path, fs) as source, _parsing(url):
+            fragment = ds.ParquetFileFormat().make_fragment(
+                source, partition_expression=_partition_expression(partition)
+            )
+            fragment.ensure_complete_metadata()
+            return fragment, fragment.metadata, fragment.physical_schema
+
+    fragment, metadata, schema = retrying(footer, what=url, policy=fs.retry, counter=fs.retries)
     kept: set[int] | None = None
     if options.filter is not None:
         full = schema
@@ -125,6 +140,25 @@ def _leaf_owners(schema: pa.Schema) -> list[str]:
     which breaks for column names that contain a dot.
     """
     return [field.name for field in schema for _ in range(_leaf_count(field.type))]
+
+
+def _chunk_ranges(
+    metadata: pq.FileMetaData, rg: int, columns: Sequence[str] | None
+) -> list[tuple[int, int]]:
+    """Byte ranges ``(offset, size)`` of row group ``rg``'s column chunks of ``columns``."""
+    owners = _leaf_owners(metadata.schema.to_arrow_schema())
+    wanted = set(columns) if columns is not None else None
+    group = metadata.row_group(rg)
+    ranges = []
+    for j, owner in enumerate(owners):
+        if wanted is not None and owner not in wanted:
+            continue
+        column = group.column(j)
+        start = column.data_page_offset
+        if column.has_dictionary_page and 0 < column.dictionary_page_offset < start:
+            start = column.dictionary_page_offset
+        ranges.append((start, column.total_compressed_size))
+    return ranges
 
 
 def _nullable(schema: pa.Schema) -> pa.Schema:
@@ -233,6 +267,12 @@ class ParquetFormat(Format):
 
     def __init__(self) -> None:
         self._open: OrderedDict[str, pq.ParquetFile] = OrderedDict()
+        # Remote reads: footers and file sizes, row groups being fetched, the fetch threads.
+        self._footers: OrderedDict[str, tuple[pq.FileMetaData, int]] = OrderedDict()
+        self._ahead: OrderedDict[tuple[str, int], Future[dict[int, bytes | bytearray]]] = (
+            OrderedDict()
+        )
+        self._fetcher: RangeFetcher | None = None
 
     def __reduce__(self) -> tuple[type[ParquetFormat], tuple[()]]:
         return (type(self), ())  # open files stay behind: each process opens its own
@@ -241,8 +281,12 @@ class ParquetFormat(Format):
         url = fs.url(file.path)
         if file.size == 0:
             raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
-        with _open(file.path, fs) as source, _parsing(url):
-            return pq.read_schema(source).remove_metadata()
+
+        def read() -> pa.Schema:
+            with _open(file.path, fs) as source, _parsing(url):
+                return pq.read_schema(source).remove_metadata()
+
+        return retrying(read, what=url, policy=fs.retry, counter=fs.retries)
 
     def plan(
         self,
@@ -298,11 +342,10 @@ class ParquetFormat(Format):
     ) -> Iterator[pa.RecordBatch]:
         url = fs.url(chunk.path)
         columns = list(options.columns) if options.columns is not None else None
-        first = 0  # row of the chunk where the current row group starts
-        for rg, rg_rows in zip(range(chunk.start, chunk.stop), chunk.unit_rows, strict=True):
-            lo, hi = max(row_start, first), min(row_stop, first + rg_rows)
-            if lo < hi:
-                where = f"{url} row group {rg} (rows {lo - first}:{hi - first})"
+        spans = list(_row_group_spans(chunk, row_start, row_stop))
+        for k, (rg, lo, hi, rg_rows) in enumerate(spans):
+            where = f"{url} row group {rg} (rows {lo}:{hi})"
+            if fs.is_local:
                 handle = self._file(chunk.path, fs)
                 with _parsing(where):
                     # One thread: pyarrow's column threads cost more than they give at these
@@ -313,15 +356,140 @@ class ParquetFormat(Format):
                         columns=columns,
                         use_threads=False,
                     )
-                    yield from _slice_batches(batches, lo - first, hi - first, where)
-            first += rg_rows
-            if first >= row_stop:
-                break
+                    yield from _slice_batches(batches, lo, hi, where)
+                continue
+            if k + 1 < len(spans):  # the next row group downloads while this one decodes
+                self._start(chunk.path, spans[k + 1][0], columns, fs)
+            yield from self._read_remote(
+                chunk.path, rg, lo=lo, hi=hi, rg_rows=rg_rows, columns=columns, fs=fs, where=where
+            )
+
+    def prefetch(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> None:
+        """Start fetching the first row group of rows ``[row_start, row_stop)`` (remote)."""
+        if fs.is_local:
+            return
+        columns = list(options.columns) if options.columns is not None else None
+        for rg, lo, hi, rg_rows in _row_group_spans(chunk, row_start, row_stop):
+            if not _head_only(lo, hi, rg_rows):
+                self._start(chunk.path, rg, columns, fs)
+            return
+
+    # --- remote reading: whole column chunks fetched in parallel, ahead of decoding ---------
+
+    def _footer(self, path: str, fs: FileSystemSpec) -> tuple[pq.FileMetaData, int]:
+        found = self._footers.get(path)
+        if found is not None:
+            self._footers.move_to_end(path)
+            return found
+        url = fs.url(path)
+
+        def read() -> tuple[pq.FileMetaData, int]:
+            with _open(path, fs) as source, _parsing(url):
+                return pq.read_metadata(source), source.size()
+
+        found = retrying(read, what=url, policy=fs.retry, counter=fs.retries)
+        self._footers[path] = found
+        while len(self._footers) > _FOOTERS:
+            self._footers.popitem(last=False)
+        return found
+
+    def _start(
+        self, path: str, rg: int, columns: list[str] | None, fs: FileSystemSpec
+    ) -> Future[dict[int, bytes | bytearray]]:
+        key = (path, rg)
+        future = self._ahead.get(key)
+        if future is None:
+            metadata, _ = self._footer(path, fs)
+            if self._fetcher is None:
+                self._fetcher = RangeFetcher(fs.read_range)
+            future = self._fetcher.fetch(path, _chunk_ranges(metadata, rg, columns))
+            self._ahead[key] = future
+            while len(self._ahead) > _AHEAD:
+                _, old = self._ahead.popitem(last=False)
+                old.cancel()
+        return future
+
+    def _read_remote(
+        self,
+        path: str,
+        rg: int,
+        *,
+        lo: int,
+        hi: int,
+        rg_rows: int,
+        columns: list[str] | None,
+        fs: FileSystemSpec,
+        where: str,
+    ) -> Iterator[pa.RecordBatch]:
+        metadata, size = self._footer(path, fs)
+        if _head_only(lo, hi, rg_rows) and (path, rg) not in self._ahead:
+            # A few first rows: stream the first pages rather than fetch whole column chunks.
+            def head() -> list[pa.RecordBatch]:
+                with _open(path, fs) as source, _parsing(where):
+                    handle = pq.ParquetFile(
+                        source, metadata=metadata, pre_buffer=False, buffer_size=_STREAM_BUFFER
+                    )
+                    batches = handle.iter_batches(
+                        batch_size=_READ_BATCH_ROWS,
+                        row_groups=[rg],
+                        columns=columns,
+                        use_threads=False,
+                    )
+                    return list(_slice_batches(batches, lo, hi, where))
+
+            yield from retrying(head, what=where, policy=fs.retry, counter=fs.retries)
+            return
+        future = self._start(path, rg, columns, fs)
+        try:
+            buffers = future.result()
+        except OSError as exc:
+            raise translate_os_error(exc, where) from exc
+        finally:
+            self._ahead.pop((path, rg), None)
+        source = RangeFile(size, buffers, lambda offset, n: fs.read_range(path, offset, n))
+        with _parsing(where):
+            handle = pq.ParquetFile(source.arrow(), metadata=metadata, pre_buffer=False)
+            batches = handle.iter_batches(
+                batch_size=_READ_BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False
+            )
+            yield from _slice_batches(batches, lo, hi, where)
 
     def close(self) -> None:
         for handle in self._open.values():
             handle.close()
         self._open.clear()
+        for future in self._ahead.values():
+            future.cancel()
+        self._ahead.clear()
+        if self._fetcher is not None:
+            self._fetcher.close()
+            self._fetcher = None
+
+
+def _row_group_spans(
+    chunk: Chunk, row_start: int, row_stop: int
+) -> Iterator[tuple[int, int, int, int]]:
+    """``(row group, first row, stop row, rows)`` of each row group of ``chunk`` that rows
+    ``[row_start, row_stop)`` touch, rows counted inside the row group."""
+    first = 0  # row of the chunk where the current row group starts
+    for rg, rg_rows in zip(range(chunk.start, chunk.stop), chunk.unit_rows, strict=True):
+        lo, hi = max(row_start, first), min(row_stop, first + rg_rows)
+        if lo < hi:
+            yield rg, lo - first, hi - first, rg_rows
+        first += rg_rows
+        if first >= row_stop:
+            return
+
+
+def _head_only(lo: int, hi: int, rows: int) -> bool:
+    return lo == 0 and hi * _HEAD_SHARE <= rows
 
 
 def _slice_batches(

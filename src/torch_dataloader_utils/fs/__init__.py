@@ -3,13 +3,21 @@
 from .errors import translate_os_error
 from .hive import hive_partitions
 from .listing import Source, SourceFile, list_files
-from .spec import FileSystemSpec
+from .retry import RetryCounter, RetryPolicy, is_transient, retrying
+from .spec import STORAGE_BACKENDS, FileSystemSpec, StorageBackend, StorageOptions
 
 __all__ = [
+    "STORAGE_BACKENDS",
     "FileSystemSpec",
+    "RetryCounter",
+    "RetryPolicy",
     "Source",
     "SourceFile",
+    "StorageBackend",
+    "StorageOptions",
     "hive_partitions",
+    "is_transient",
     "list_files",
+    "retrying",
     "translate_os_error",
 ]

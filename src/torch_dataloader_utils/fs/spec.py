@@ -3,16 +3,35 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
-from typing import Any
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Literal
 
 import fsspec
+import pyarrow as pa
 import pyarrow.fs as pafs
+from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol
 
-__all__ = ["FileSystemSpec"]
+from ..errors import InvalidArgumentError
+from .native import NATIVE_PROTOCOLS, native_filesystem, untranslatable
+from .retry import RetryCounter, RetryPolicy, retrying
+
+__all__ = ["STORAGE_BACKENDS", "FileSystemSpec", "StorageBackend", "StorageOptions"]
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
+
+StorageBackend = Literal["auto", "arrow", "fsspec"]
+STORAGE_BACKENDS: tuple[str, ...] = ("auto", "arrow", "fsspec")
+
+# Storage options, or a function that returns them: called in each process that touches the
+# storage (each DataLoader worker too), so short-lived credentials are fetched where they are
+# used rather than frozen into a pickle.
+StorageOptions = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
+
+# Open native files kept per process for range reads (a native open costs a HEAD request).
+_OPEN_FILES = 8
 
 
 class FileSystemSpec:
@@ -20,46 +39,187 @@ class FileSystemSpec:
 
     The spec pickles through its constructor arguments only; the fsspec and pyarrow filesystem
     objects are built lazily in each process (a fork or spawn worker builds its own). Storage
-    options may hold secrets, so they never appear in ``repr``.
+    options may hold secrets, so they never appear in ``repr``; a callable is pickled as is
+    and called in each process.
 
     Args:
         protocol: fsspec protocol (``"file"``, ``"s3"``, ``"gs"``, ...).
-        storage_options: keyword arguments for the fsspec filesystem.
+        storage_options: keyword arguments for the fsspec filesystem, or a picklable function
+            returning them (for credentials that expire).
+        backend: ``"arrow"``: pyarrow's native S3/GCS/Azure filesystem (parallel range reads),
+            built from the same options; ``"fsspec"``: fsspec file objects; ``"auto"``
+            (default): native where the protocol has one and every option translates.
+        retry: how requests are retried.
     """
 
-    def __init__(self, protocol: str, storage_options: Mapping[str, Any] | None = None) -> None:
+    def __init__(
+        self,
+        protocol: str,
+        storage_options: StorageOptions | None = None,
+        *,
+        backend: StorageBackend = "auto",
+        retry: RetryPolicy | None = None,
+        retries: RetryCounter | None = None,
+    ) -> None:
+        if backend not in STORAGE_BACKENDS:
+            raise InvalidArgumentError(
+                f"storage_backend must be one of {STORAGE_BACKENDS}, got {backend!r}"
+            )
+        if storage_options is not None and not (
+            callable(storage_options) or isinstance(storage_options, Mapping)
+        ):
+            raise InvalidArgumentError(
+                "storage_options must be a mapping or a function returning one, got "
+                f"{type(storage_options).__name__}"
+            )
         self.protocol = "file" if protocol in _LOCAL_PROTOCOLS else protocol
-        self.storage_options: dict[str, Any] = dict(storage_options or {})
+        self._source: StorageOptions = (
+            storage_options if callable(storage_options) else dict(storage_options or {})
+        )
+        self.backend: StorageBackend = backend
+        self.retry = retry or RetryPolicy()
+        self.retries = retries or RetryCounter()
+        self._options: dict[str, Any] | None = None
         self._fsspec: fsspec.AbstractFileSystem | None = None
         self._arrow: pafs.FileSystem | None = None
+        self._files: OrderedDict[str, pa.NativeFile] = OrderedDict()
+        self._lock = threading.Lock()
+        self._pid = os.getpid()
+
+    def _check_process(self) -> None:
+        """A forked child rebuilds its filesystems: connections and client state taken over
+        from the parent are unusable (measured: a native S3 client's pooled connection gave
+        "Weird server reply" in a forked DataLoader worker)."""
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._options = None  # an options function is called again in each process
+            self._fsspec = None
+            self._arrow = None
+            self._files = OrderedDict()
 
     @classmethod
     def for_path(
-        cls, path: str | os.PathLike[str], storage_options: Mapping[str, Any] | None = None
+        cls,
+        path: str | os.PathLike[str],
+        storage_options: StorageOptions | None = None,
+        *,
+        backend: StorageBackend = "auto",
+        retry: RetryPolicy | None = None,
     ) -> FileSystemSpec:
         """The spec for the protocol of ``path`` (local when it has none)."""
         protocol, _ = split_protocol(os.fspath(path))
-        return cls(protocol or "file", storage_options)
+        return cls(protocol or "file", storage_options, backend=backend, retry=retry)
 
     @property
     def is_local(self) -> bool:
         """True for the local filesystem."""
         return self.protocol == "file"
 
+    @property
+    def storage_options(self) -> dict[str, Any]:
+        """The options (a callable is called once per process, and again on `refresh`)."""
+        self._check_process()
+        if self._options is None:
+            source = self._source
+            options = source() if callable(source) else source
+            if not isinstance(options, Mapping):
+                raise InvalidArgumentError(
+                    "the storage_options function must return a mapping, got "
+                    f"{type(options).__name__}"
+                )
+            self._options = dict(options)
+        return self._options
+
+    @property
+    def refreshable(self) -> bool:
+        """Whether the options come from a function (credentials can be fetched again)."""
+        return callable(self._source)
+
+    def refresh(self) -> None:
+        """Forget the options and filesystems: the next use calls the options function again."""
+        with self._lock:
+            self._options = None
+            self._fsspec = None
+            self._arrow = None
+            self._files.clear()
+
+    @property
+    def native(self) -> bool:
+        """Whether reads go through a pyarrow native filesystem (local disk included)."""
+        if self.is_local or self.backend == "arrow":
+            return True
+        if self.backend == "fsspec" or self.protocol not in NATIVE_PROTOCOLS:
+            return False
+        return not untranslatable(self.protocol, self.storage_options)
+
     def fsspec(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem, built once per process."""
+        self._check_process()
         if self._fsspec is None:
             self._fsspec = fsspec.filesystem(self.protocol, **self.storage_options)
         return self._fsspec
 
     def arrow(self) -> pafs.FileSystem:
-        """A pyarrow filesystem over the same storage (native for local, fsspec-bridged else)."""
+        """A pyarrow filesystem over the same storage: native (local, or S3/GCS/Azure as
+        `native` says), else fsspec bridged into pyarrow."""
+        self._check_process()
         if self._arrow is None:
             if self.is_local:
                 self._arrow = pafs.LocalFileSystem()
+            elif self.native:
+                self._arrow = native_filesystem(
+                    self.protocol, self.storage_options, timeout=self.retry.request_timeout
+                )
             else:
                 self._arrow = pafs.PyFileSystem(pafs.FSSpecHandler(self.fsspec()))
         return self._arrow
+
+    def read_range(self, path: str, offset: int, size: int, file_size: int | None = None) -> bytes:
+        """Bytes ``[offset, offset + size)`` of ``path`` in one request, retried as `retry`
+        says; a refused credential from an options function is fetched again once.
+
+        Safe to call from several threads at once.
+        """
+        what = f"{self.url(path)} bytes {offset}-{offset + size - 1}"
+
+        def once() -> bytes:
+            if self.native:
+                return bytes(self._native_file(path, file_size).read_at(size, offset))
+            data = self.fsspec().cat_file(path, start=offset, end=offset + size)
+            return bytes(data)
+
+        try:
+            data = retrying(once, what=what, policy=self.retry, counter=self.retries)
+        except PermissionError:
+            if not self.refreshable:
+                raise
+            self.refresh()  # expired credentials: ask the options function again
+            data = retrying(once, what=what, policy=self.retry, counter=self.retries)
+        if len(data) != size:
+            raise OSError(f"{what}: got {len(data)} bytes, the object is shorter than expected")
+        return data
+
+    def _native_file(self, path: str, file_size: int | None) -> pa.NativeFile:
+        self._check_process()
+        with self._lock:
+            handle = self._files.get(path)
+            if handle is not None:
+                self._files.move_to_end(path)
+                return handle
+        # A FileInfo with the size saves the HEAD request of a plain open.
+        target: str | pafs.FileInfo = (
+            pafs.FileInfo(path, type=pafs.FileType.File, size=file_size)
+            if file_size is not None and not self.is_local
+            else path
+        )
+        handle = self.arrow().open_input_file(target)
+        with self._lock:
+            self._files[path] = handle
+            while len(self._files) > _OPEN_FILES:
+                _, old = self._files.popitem(last=False)
+                old.close()
+        return handle
 
     def strip(self, path: str | os.PathLike[str]) -> str:
         """``path`` without its protocol, in the form both filesystems accept."""
@@ -67,28 +227,51 @@ class FileSystemSpec:
         if self.is_local:
             _, bare = split_protocol(text)
             return os.path.abspath(os.path.expanduser(str(bare)))
-        return str(self.fsspec()._strip_protocol(text))
+        return str(self.fsspec_class()._strip_protocol(text))
+
+    def fsspec_class(self) -> type[AbstractFileSystem]:
+        """The fsspec filesystem class (no connection made)."""
+        return fsspec.get_filesystem_class(self.protocol)  # type: ignore[no-any-return]
 
     def url(self, path: str) -> str:
         """``path`` with its protocol, for messages and fingerprints."""
         return path if self.is_local else f"{self.protocol}://{path}"
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"protocol": self.protocol, "storage_options": self.storage_options}
+        return {
+            "protocol": self.protocol,
+            "storage_options": self._source,
+            "backend": self.backend,
+            "retry": self.retry,
+            "retries": self.retries,
+        }
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["protocol"], state["storage_options"])  # type: ignore[misc]
+        self.__init__(  # type: ignore[misc]
+            state["protocol"],
+            state["storage_options"],
+            backend=state.get("backend", "auto"),
+            retry=state.get("retry"),
+            retries=state.get("retries"),
+        )
 
     def __eq__(self, other: object) -> bool:
         return (
             isinstance(other, FileSystemSpec)
             and self.protocol == other.protocol
-            and self.storage_options == other.storage_options
+            and self._source == other._source
+            and self.backend == other.backend
         )
 
     def __hash__(self) -> int:
         return hash(self.protocol)
 
     def __repr__(self) -> str:
-        keys = ", ".join(sorted(self.storage_options))
-        return f"FileSystemSpec(protocol={self.protocol!r}, storage_options=<{keys or 'none'}>)"
+        if callable(self._source):
+            options = "<function>"
+        else:
+            options = "<" + (", ".join(sorted(self._source)) or "none") + ">"
+        return (
+            f"FileSystemSpec(protocol={self.protocol!r}, storage_options={options}, "
+            f"backend={self.backend!r})"
+        )

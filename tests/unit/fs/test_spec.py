@@ -39,7 +39,9 @@ def test_cached_filesystems_are_not_pickled_and_are_rebuilt() -> None:
     assert b"MemoryFileSystem" not in blob
     assert b"PyFileSystem" not in blob
     copy = pickle.loads(blob)
-    assert copy.__getstate__() == {"protocol": "memory", "storage_options": {"marker": "m"}}
+    state = copy.__getstate__()
+    assert (state["protocol"], state["storage_options"]) == ("memory", {"marker": "m"})
+    assert state["backend"] == "auto"
     rebuilt = copy.fsspec()
     assert rebuilt.storage_options == built.storage_options
     assert isinstance(copy.arrow(), pafs.PyFileSystem)

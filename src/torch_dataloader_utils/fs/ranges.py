@@ -1,0 +1,181 @@
+"""Concurrent byte-range fetching of remote objects, and a file made of the fetched ranges.
+
+A Parquet reader asks for one column chunk at a time; on object storage each ask is a request
+with tens of milliseconds of latency, and through an fsspec file object the asks are serialised
+(FACTS.md). Formats that know their byte ranges in advance (from a footer or an index) fetch
+them here instead: close ranges are coalesced, large ones split into parts, and the parts
+requested in parallel threads, ahead of decoding. Decoding then reads from memory through a
+`RangeFile`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import io
+import threading
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+
+import pyarrow as pa
+
+__all__ = ["RangeFile", "RangeFetcher", "coalesce"]
+
+# Ranges closer than this are fetched as one (the gap is read and discarded): a request costs
+# more than reading a megabyte on any object store.
+HOLE_BYTES = 1 << 20
+# Parts of a large range are fetched in parallel; per-request throughput on object stores is
+# limited, concurrency is not.
+PART_BYTES = 8 << 20
+# Requests in flight per process.
+THREADS = 8
+
+
+def coalesce(ranges: Sequence[tuple[int, int]], hole: int = HOLE_BYTES) -> list[tuple[int, int]]:
+    """Merge ``(offset, size)`` ranges whose gaps are at most ``hole`` bytes; sorted."""
+    merged: list[tuple[int, int]] = []
+    for offset, size in sorted(r for r in ranges if r[1] > 0):
+        if merged and offset <= merged[-1][0] + merged[-1][1] + hole:
+            start = merged[-1][0]
+            merged[-1] = (start, max(merged[-1][1], offset + size - start))
+        else:
+            merged.append((offset, size))
+    return merged
+
+
+class RangeFile(io.RawIOBase):
+    """A read-only file of ``size`` bytes of which some ranges are in memory.
+
+    A read inside a fetched range is a zero-copy slice; any other read is fetched on demand
+    with ``fetch(offset, size)`` (correct, only slower). Wrap it in ``pyarrow.PythonFile``.
+    """
+
+    def __init__(
+        self,
+        size: int,
+        ranges: dict[int, bytes | bytearray],
+        fetch: Callable[[int, int], bytes],
+    ) -> None:
+        super().__init__()
+        self._size = size
+        self._starts = sorted(ranges)
+        self._data = [memoryview(ranges[s]) for s in self._starts]
+        self._fetch = fetch
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes | memoryview:
+        pos = self._pos
+        stop = self._size if size is None or size < 0 else min(self._size, pos + size)
+        if stop <= pos:
+            return b""
+        self._pos = stop
+        i = bisect.bisect_right(self._starts, pos) - 1
+        if i >= 0:
+            start, data = self._starts[i], self._data[i]
+            if stop <= start + len(data):
+                return data[pos - start : stop - start]
+        return self._fetch(pos, stop - pos)
+
+    def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
+        data = self.read(len(buffer))
+        buffer[: len(data)] = data
+        return len(data)
+
+    def arrow(self) -> pa.PythonFile:
+        """This file as a pyarrow input file."""
+        return pa.PythonFile(self, mode="r")
+
+
+class RangeFetcher:
+    """Fetches byte ranges with a pool of threads; one per process, built lazily.
+
+    Args:
+        read: ``read(path, offset, size) -> bytes``, one request (retried by the caller's
+            policy); called from several threads at once.
+    """
+
+    def __init__(self, read: Callable[[str, int, int], bytes]) -> None:
+        self._read = read
+        self._pool: ThreadPoolExecutor | None = None
+
+    def _executor(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="tdu-fetch")
+        return self._pool
+
+    def fetch(
+        self, path: str, ranges: Sequence[tuple[int, int]]
+    ) -> Future[dict[int, bytes | bytearray]]:
+        """Start fetching ``ranges`` (coalesced and split into parts, in parallel).
+
+        Returns:
+            A future of ``{offset: bytes}`` per coalesced range; it raises what a part's
+            request raised.
+        """
+        pool = self._executor()
+        merged = coalesce(ranges)
+        parts: list[tuple[int, int, int, Future[bytes]]] = []
+        for index, (offset, size) in enumerate(merged):
+            for lo in range(offset, offset + size, PART_BYTES):
+                n = min(PART_BYTES, offset + size - lo)
+                parts.append((index, lo, n, pool.submit(self._read, path, lo, n)))
+        result: Future[dict[int, bytes | bytearray]] = Future()
+        if not parts:
+            result.set_result({})
+            return result
+        remaining = [len(parts)]
+        lock = threading.Lock()
+
+        def assemble(done: Future[bytes]) -> None:
+            del done
+            with lock:  # parts finish in different threads
+                remaining[0] -= 1
+                if remaining[0]:
+                    return
+            try:
+                buffers: dict[int, bytes | bytearray] = {}
+                for index, (offset, size) in enumerate(merged):
+                    mine = [p for p in parts if p[0] == index]
+                    if len(mine) == 1:
+                        buffers[offset] = mine[0][3].result()
+                        continue
+                    whole = bytearray(size)
+                    for _, lo, n, future in mine:
+                        whole[lo - offset : lo - offset + n] = future.result()
+                    buffers[offset] = whole
+                outcome: tuple[dict[int, bytes | bytearray] | None, BaseException | None] = (
+                    buffers,
+                    None,
+                )
+            except BaseException as exc:  # the first failed part's error, in the consumer
+                outcome = (None, exc)
+            if not result.set_running_or_notify_cancel():
+                return  # cancelled: nobody wants these bytes
+            if outcome[1] is not None:
+                result.set_exception(outcome[1])
+            else:
+                assert outcome[0] is not None
+                result.set_result(outcome[0])
+
+        for part in parts:
+            part[3].add_done_callback(assemble)
+        return result
+
+    def close(self) -> None:
+        """Stop the threads (pending fetches are cancelled)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=False, cancel_futures=True)
+            self._pool = None

@@ -1,0 +1,230 @@
+"""Retries of storage requests: capped exponential backoff with full jitter, counted and logged.
+
+Only transient failures are retried: throttling (503 SlowDown, 429), other 5xx answers,
+timeouts, refused/reset/dropped connections. A missing object (404) or a refused credential
+(403) fails at once. After the last attempt a `StorageError` names the file.
+
+pyarrow's native filesystems raise plain ``OSError`` whose only structure is the message
+(for example ``AWS Error SLOW_DOWN during GetObject operation``), so those are classified by
+the AWS error names and HTTP statuses in the text, with quoted parts (keys, paths) removed
+first so a file named ``part-503.parquet`` is never mistaken for a status.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import re
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+import torch
+from torch.utils.data import get_worker_info
+
+from ..errors import InvalidArgumentError, StorageError
+
+__all__ = ["RetryCounter", "RetryPolicy", "is_transient", "retrying"]
+
+logger = logging.getLogger("torch_dataloader_utils.storage")
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """How storage requests are retried.
+
+    The delay before retry ``n`` (1-based) is uniform in ``[0, min(max_delay, initial_delay *
+    multiplier ** (n - 1))]`` ("full jitter": clients that failed together do not retry
+    together).
+
+    Attributes:
+        max_attempts: tries per request, the first included (1: no retries).
+        initial_delay: seconds; the cap of the first backoff.
+        max_delay: seconds; no backoff exceeds it.
+        multiplier: growth of the cap per retry.
+        request_timeout: seconds without progress before a request counts as failed (native
+            filesystems; fsspec filesystems take their own timeout options).
+    """
+
+    max_attempts: int = 6
+    initial_delay: float = 0.1
+    max_delay: float = 10.0
+    multiplier: float = 2.0
+    request_timeout: float | None = 60.0
+
+    def __post_init__(self) -> None:
+        if self.max_attempts < 1:
+            raise InvalidArgumentError(f"max_attempts must be >= 1, got {self.max_attempts}")
+        if self.initial_delay < 0 or self.max_delay < 0 or self.multiplier < 1:
+            raise InvalidArgumentError(
+                "initial_delay and max_delay must be >= 0 and multiplier >= 1, got "
+                f"{self.initial_delay}, {self.max_delay}, {self.multiplier}"
+            )
+
+    @classmethod
+    def of(cls, value: RetryPolicy | int | None) -> RetryPolicy:
+        """A policy from ``retries=``: a policy, a number of retries, or ``None`` (default)."""
+        if value is None:
+            return cls()
+        if isinstance(value, RetryPolicy):
+            return value
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise InvalidArgumentError(
+                f"retries must be a RetryPolicy or a number of retries >= 0, got {value!r}"
+            )
+        return cls(max_attempts=value + 1)
+
+    def backoff(self, retry: int, rng: random.Random) -> float:
+        """Seconds to wait before retry number ``retry`` (1-based)."""
+        cap = min(self.max_delay, self.initial_delay * self.multiplier ** (retry - 1))
+        return rng.uniform(0.0, cap)
+
+
+# One slot per process of a rank (main process = slot 0, worker w = slot w + 1), so processes
+# never write the same memory; threads of one process share a lock.
+_SLOTS = 256
+
+
+class RetryCounter:
+    """Retries made, summed over the main process and its DataLoader workers.
+
+    The counts live in shared memory, so a worker's retries are visible in the main process
+    (``dataset.storage_retries``), with fork and spawn alike.
+    """
+
+    def __init__(self) -> None:
+        self._counts = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        self._lock = threading.Lock()
+
+    def add(self, n: int = 1) -> None:
+        """Count ``n`` retries made by this process."""
+        info = get_worker_info()
+        slot = 0 if info is None else (info.id + 1) % _SLOTS
+        with self._lock:
+            self._counts[slot] += n
+
+    @property
+    def total(self) -> int:
+        """Retries so far, in all processes."""
+        return int(self._counts.sum())
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"counts": self._counts}
+
+    def __setstate__(self, state: dict[str, object]) -> None:
+        counts = state["counts"]
+        assert isinstance(counts, torch.Tensor)
+        self._counts = counts
+        self._lock = threading.Lock()
+
+
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
+_STATUS = re.compile(r"\b(?:status|code|HTTP)\D{0,12}(\d{3})\b", re.IGNORECASE)
+_TRANSIENT_WORDS = re.compile(
+    r"SLOW_?DOWN|THROTTL|TOO_?MANY_?REQUESTS|SERVICE_?UNAVAILABLE|INTERNAL_?(?:ERROR|FAILURE)"
+    r"|REQUEST_?TIMEOUT|NETWORK_?CONNECTION|timed? ?out|timeout|connection (?:reset|refused|"
+    r"aborted|closed)|reset by peer|broken pipe|curl error|unexpected eof|end of file|"
+    r"incomplete|server disconnected|premature",
+    re.IGNORECASE,
+)
+_PERMANENT_WORDS = re.compile(
+    r"ACCESS_?DENIED|NO_?SUCH_?(?:KEY|BUCKET)|SIGNATURE_?DOES_?NOT_?MATCH|"
+    r"INVALID_?ACCESS_?KEY|FORBIDDEN|NOT_?FOUND",
+    re.IGNORECASE,
+)
+# Exception class names (anywhere in the MRO) of transient failures from aiohttp, botocore,
+# requests and urllib3, matched by name so none of them has to be importable.
+_TRANSIENT_TYPES = frozenset(
+    {
+        "ClientConnectionError",
+        "ServerDisconnectedError",
+        "ServerTimeoutError",
+        "ClientPayloadError",
+        "EndpointConnectionError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "ResponseStreamingError",
+        "IncompleteReadError",
+        "IncompleteRead",
+        "ProtocolError",
+        "ChunkedEncodingError",
+    }
+)
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether ``exc`` is a failure worth retrying (see the module docstring)."""
+    if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError):
+        return False
+    if isinstance(exc, ConnectionError | TimeoutError):
+        return True
+    if any(t.__name__ in _TRANSIENT_TYPES for t in type(exc).__mro__):
+        return True
+    if not isinstance(exc, OSError):
+        return False
+    text = _QUOTED.sub("''", str(exc))
+    for status in _STATUS.findall(text):
+        code = int(status)
+        if code in (408, 429) or 500 <= code <= 599:
+            return True
+        if 400 <= code <= 499:
+            return False
+    if _PERMANENT_WORDS.search(text):
+        return False
+    return bool(_TRANSIENT_WORDS.search(text))
+
+
+def _describe(exc: BaseException) -> str:
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def retrying(
+    call: Callable[[], T],
+    *,
+    what: str,
+    policy: RetryPolicy,
+    counter: RetryCounter | None = None,
+    rng: random.Random | None = None,
+) -> T:
+    """``call()``, retried on transient failures as ``policy`` says.
+
+    Args:
+        call: the request.
+        what: the file (and range) for messages, e.g. ``s3://bucket/key bytes 0-1023``.
+        policy: the retry policy.
+        counter: counts each retry.
+        rng: jitter source (default: a fresh one).
+
+    Raises:
+        StorageError: a transient failure persisted through every attempt (names ``what``).
+        Exception: a permanent failure, unchanged (the caller translates it).
+    """
+    random_source = rng or random.Random()
+    for attempt in range(1, policy.max_attempts + 1):
+        try:
+            return call()
+        except Exception as exc:
+            if not is_transient(exc):
+                raise
+            if attempt == policy.max_attempts:
+                raise StorageError(
+                    f"{what}: failed after {attempt} attempt(s): {_describe(exc)}"
+                ) from exc
+            delay = policy.backoff(attempt, random_source)
+            if counter is not None:
+                counter.add()
+            logger.warning(
+                "%s: %s; retry %d of %d in %.2f s",
+                what,
+                _describe(exc),
+                attempt,
+                policy.max_attempts - 1,
+                delay,
+            )
+            time.sleep(delay)
+    raise AssertionError("unreachable")  # pragma: no cover
