@@ -100,6 +100,7 @@ class Reader:
 
     def _piece(self, piece: Piece, upcoming: Piece | None = None) -> Iterator[pa.RecordBatch]:
         if upcoming is not None:
+            self._hint(piece)  # (already started, unless this is the first piece)
             self._hint(upcoming)
         chunk = self.chunks[piece.chunk]
         expr = self.options.filter

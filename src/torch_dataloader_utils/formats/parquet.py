@@ -14,7 +14,7 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..errors import ColumnNotFoundError, CorruptFileError, SchemaMismatchError, StorageError
-from ..fs import FileSystemSpec, SourceFile, is_transient, retrying, translate_os_error
+from ..fs import FileSystemSpec, SourceFile, is_transient, translate_os_error
 from ..fs.ranges import RangeFetcher, RangeFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
@@ -29,8 +29,8 @@ _READ_BATCH_ROWS = 16_384
 # 8 cached files held ~360 MB), and shuffled streams rarely revisit a file, so keep one.
 _OPEN_FILES = 1
 # Remote files: footers kept per worker (about 40 KB each), and row groups fetched ahead of the
-# one being decoded. Memory: the row group decoded plus at most this many fetched or in flight
-# (projected compressed bytes).
+# one being decoded: the next one of the chunk, and the next piece's first. Memory: the row group
+# decoded plus at most this many fetched or in flight (projected compressed bytes).
 _FOOTERS = 16
 _AHEAD = 2
 # A read of at most this share of a row group's first rows streams its pages (1 MiB requests)
@@ -93,7 +93,7 @@ def _read_facts(
             fragment.ensure_complete_metadata()
             return fragment, fragment.metadata, fragment.physical_schema
 
-    fragment, metadata, schema = retrying(footer, what=url, policy=fs.retry, counter=fs.retries)
+    fragment, metadata, schema = fs.request(footer, what=url)
     kept: set[int] | None = None
     if options.filter is not None:
         full = schema
@@ -286,7 +286,7 @@ class ParquetFormat(Format):
             with _open(file.path, fs) as source, _parsing(url):
                 return pq.read_schema(source).remove_metadata()
 
-        return retrying(read, what=url, policy=fs.retry, counter=fs.retries)
+        return fs.request(read, what=url)
 
     def plan(
         self,
@@ -358,10 +358,16 @@ class ParquetFormat(Format):
                     )
                     yield from _slice_batches(batches, lo, hi, where)
                 continue
-            if k + 1 < len(spans):  # the next row group downloads while this one decodes
-                self._start(chunk.path, spans[k + 1][0], columns, fs)
             yield from self._read_remote(
-                chunk.path, rg, lo=lo, hi=hi, rg_rows=rg_rows, columns=columns, fs=fs, where=where
+                chunk.path,
+                rg,
+                lo=lo,
+                hi=hi,
+                rg_rows=rg_rows,
+                columns=columns,
+                fs=fs,
+                where=where,
+                after=spans[k + 1][0] if k + 1 < len(spans) else None,
             )
 
     def prefetch(
@@ -378,7 +384,7 @@ class ParquetFormat(Format):
         columns = list(options.columns) if options.columns is not None else None
         for rg, lo, hi, rg_rows in _row_group_spans(chunk, row_start, row_stop):
             if not _head_only(lo, hi, rg_rows):
-                self._start(chunk.path, rg, columns, fs)
+                self._start(chunk.path, rg, columns, fs, hint=True)
             return
 
     # --- remote reading: whole column chunks fetched in parallel, ahead of decoding ---------
@@ -394,26 +400,28 @@ class ParquetFormat(Format):
             with _open(path, fs) as source, _parsing(url):
                 return pq.read_metadata(source), source.size()
 
-        found = retrying(read, what=url, policy=fs.retry, counter=fs.retries)
+        found = fs.request(read, what=url)
         self._footers[path] = found
         while len(self._footers) > _FOOTERS:
             self._footers.popitem(last=False)
         return found
 
     def _start(
-        self, path: str, rg: int, columns: list[str] | None, fs: FileSystemSpec
-    ) -> Future[dict[int, bytes | bytearray]]:
+        self, path: str, rg: int, columns: list[str] | None, fs: FileSystemSpec, *, hint: bool
+    ) -> Future[dict[int, bytes | bytearray]] | None:
+        """Row group ``rg``'s bytes: already fetched or in flight, or a new fetch. A hint
+        (a fetch ahead of need) is kept for its read; with `_AHEAD` hints pending it is
+        dropped, never one of those (a cancelled fetch would be fetched twice)."""
         key = (path, rg)
-        future = self._ahead.get(key)
-        if future is None:
-            metadata, _ = self._footer(path, fs)
-            if self._fetcher is None:
-                self._fetcher = RangeFetcher(fs.read_range)
-            future = self._fetcher.fetch(path, _chunk_ranges(metadata, rg, columns))
+        future = self._ahead.pop(key, None) if not hint else self._ahead.get(key)
+        if future is not None or (hint and len(self._ahead) >= _AHEAD):
+            return future
+        metadata, _ = self._footer(path, fs)
+        if self._fetcher is None:
+            self._fetcher = RangeFetcher(fs.read_range)
+        future = self._fetcher.fetch(path, _chunk_ranges(metadata, rg, columns))
+        if hint:
             self._ahead[key] = future
-            while len(self._ahead) > _AHEAD:
-                _, old = self._ahead.popitem(last=False)
-                old.cancel()
         return future
 
     def _read_remote(
@@ -427,7 +435,10 @@ class ParquetFormat(Format):
         columns: list[str] | None,
         fs: FileSystemSpec,
         where: str,
+        after: int | None,
     ) -> Iterator[pa.RecordBatch]:
+        """Rows ``[lo, hi)`` of row group ``rg``; row group ``after`` starts downloading
+        once this one's requests are out."""
         metadata, size = self._footer(path, fs)
         if _head_only(lo, hi, rg_rows) and (path, rg) not in self._ahead:
             # A few first rows: stream the first pages rather than fetch whole column chunks.
@@ -444,15 +455,16 @@ class ParquetFormat(Format):
                     )
                     return list(_slice_batches(batches, lo, hi, where))
 
-            yield from retrying(head, what=where, policy=fs.retry, counter=fs.retries)
+            yield from fs.request(head, what=where)
             return
-        future = self._start(path, rg, columns, fs)
+        future = self._start(path, rg, columns, fs, hint=False)
+        assert future is not None  # a fetch that is needed is never dropped
+        if after is not None:
+            self._start(path, after, columns, fs, hint=True)
         try:
             buffers = future.result()
         except OSError as exc:
             raise translate_os_error(exc, where) from exc
-        finally:
-            self._ahead.pop((path, rg), None)
         source = RangeFile(size, buffers, lambda offset, n: fs.read_range(path, offset, n))
         with _parsing(where):
             handle = pq.ParquetFile(source.arrow(), metadata=metadata, pre_buffer=False)

@@ -1,8 +1,10 @@
-"""Translate third-party storage errors into our hierarchy, by type."""
+"""Translate third-party storage errors into our hierarchy: by type, else by the status in
+pyarrow's message (see `retry`)."""
 
 from __future__ import annotations
 
 from ..errors import StorageError, StorageNotFoundError, StoragePermissionError
+from .retry import is_missing, is_refused
 
 __all__ = ["translate_os_error"]
 
@@ -15,8 +17,9 @@ def translate_os_error(exc: OSError, url: str) -> StorageError:
     if isinstance(exc, StorageError):
         return exc
     detail = exc.strerror or str(exc) or type(exc).__name__
-    if isinstance(exc, FileNotFoundError):
+    # pyarrow's native filesystems raise plain OSError: read the status from the message.
+    if is_missing(exc):
         return StorageNotFoundError(f"{url}: not found ({detail})")
-    if isinstance(exc, PermissionError):
+    if is_refused(exc):
         return StoragePermissionError(f"{url}: permission denied ({detail})")
     return StorageError(f"{url}: {detail}")

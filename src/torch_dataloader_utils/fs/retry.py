@@ -21,12 +21,20 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
+import pyarrow as pa
 import torch
 from torch.utils.data import get_worker_info
 
 from ..errors import InvalidArgumentError, StorageError
 
-__all__ = ["RetryCounter", "RetryPolicy", "is_transient", "retrying"]
+__all__ = [
+    "RetryCounter",
+    "RetryPolicy",
+    "is_missing",
+    "is_refused",
+    "is_transient",
+    "retrying",
+]
 
 logger = logging.getLogger("torch_dataloader_utils.storage")
 
@@ -123,19 +131,24 @@ class RetryCounter:
 
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
-_STATUS = re.compile(r"\b(?:status|code|HTTP)\D{0,12}(\d{3})\b", re.IGNORECASE)
+# An HTTP status: after "status"/"code"/"HTTP", or after a bracketed error name (Azure's
+# "[ServerBusy] 503 Server Busy").
+_STATUS = re.compile(r"(?:\b(?:status|code|HTTP)\D{0,12}|\]\s*)(\d{3})\b", re.IGNORECASE)
 _TRANSIENT_WORDS = re.compile(
-    r"SLOW_?DOWN|THROTTL|TOO_?MANY_?REQUESTS|SERVICE_?UNAVAILABLE|INTERNAL_?(?:ERROR|FAILURE)"
+    r"SLOW_?DOWN|THROTTL|TOO_?MANY_?REQUESTS|UNAVAILABLE|INTERNAL_?(?:ERROR|FAILURE)|SERVER_?BUSY"
+    r"|RESOURCE_?EXHAUSTED|DEADLINE_?EXCEEDED|OPERATION_?TIMED_?OUT"
     r"|REQUEST_?TIMEOUT|NETWORK_?CONNECTION|timed? ?out|timeout|connection (?:reset|refused|"
     r"aborted|closed)|reset by peer|broken pipe|curl error|unexpected eof|end of file|"
     r"incomplete|server disconnected|premature",
     re.IGNORECASE,
 )
-_PERMANENT_WORDS = re.compile(
-    r"ACCESS_?DENIED|NO_?SUCH_?(?:KEY|BUCKET)|SIGNATURE_?DOES_?NOT_?MATCH|"
-    r"INVALID_?ACCESS_?KEY|FORBIDDEN|NOT_?FOUND",
+_REFUSED_WORDS = re.compile(
+    r"ACCESS_?DENIED|SIGNATURE_?DOES_?NOT_?MATCH|INVALID_?ACCESS_?KEY|EXPIRED_?TOKEN|"
+    r"TOKEN_?REFRESH_?REQUIRED|AUTHENTICATION_?FAILED|AUTHORIZATION_?FAILURE|FORBIDDEN|"
+    r"PERMISSION_?DENIED|UNAUTHENTICATED",
     re.IGNORECASE,
 )
+_MISSING_WORDS = re.compile(r"NO_?SUCH_?(?:KEY|BUCKET)|NOT_?FOUND|BLOB_?NOT_?FOUND", re.IGNORECASE)
 # Exception class names (anywhere in the MRO) of transient failures from aiohttp, botocore,
 # requests and urllib3, matched by name so none of them has to be importable.
 _TRANSIENT_TYPES = frozenset(
@@ -164,18 +177,51 @@ def is_transient(exc: BaseException) -> bool:
         return True
     if any(t.__name__ in _TRANSIENT_TYPES for t in type(exc).__mro__):
         return True
-    if not isinstance(exc, OSError):
-        return False
-    text = _QUOTED.sub("''", str(exc))
-    for status in _STATUS.findall(text):
-        code = int(status)
-        if code in (408, 429) or 500 <= code <= 599:
-            return True
-        if 400 <= code <= 499:
-            return False
-    if _PERMANENT_WORDS.search(text):
+    if not isinstance(exc, OSError | pa.ArrowCapacityError):
+        return False  # (pyarrow raises GCS's RESOURCE_EXHAUSTED as ArrowCapacityError)
+    code = _status(exc)
+    if code is not None:
+        return code in (408, 429) or 500 <= code <= 599
+    text = _text(exc)
+    if _REFUSED_WORDS.search(text) or _MISSING_WORDS.search(text):
         return False
     return bool(_TRANSIENT_WORDS.search(text))
+
+
+def _text(exc: BaseException) -> str:
+    return _QUOTED.sub("''", str(exc))
+
+
+def _status(exc: BaseException) -> int | None:
+    """The first 4xx/5xx HTTP status in the message, if any."""
+    for status in _STATUS.findall(_text(exc)):
+        code = int(status)
+        if 400 <= code <= 599:
+            return code
+    return None
+
+
+def is_refused(exc: BaseException) -> bool:
+    """Whether ``exc`` says the credentials were refused (403, access denied, expired)."""
+    if isinstance(exc, PermissionError):
+        return True
+    if not isinstance(exc, OSError) or isinstance(exc, FileNotFoundError):
+        return False
+    code = _status(exc)
+    if code in (401, 403):
+        return True
+    # S3 answers an expired token with 400 ExpiredToken.
+    return (code is None or code == 400) and bool(_REFUSED_WORDS.search(_text(exc)))
+
+
+def is_missing(exc: BaseException) -> bool:
+    """Whether ``exc`` says the object does not exist (404, no such key)."""
+    if isinstance(exc, FileNotFoundError):
+        return True
+    if not isinstance(exc, OSError):
+        return False
+    code = _status(exc)
+    return code == 404 or (code is None and bool(_MISSING_WORDS.search(_text(exc))))
 
 
 def _describe(exc: BaseException) -> str:

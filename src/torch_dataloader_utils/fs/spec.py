@@ -6,7 +6,7 @@ import os
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar
 
 import fsspec
 import pyarrow as pa
@@ -16,9 +16,11 @@ from fsspec.core import split_protocol
 
 from ..errors import InvalidArgumentError
 from .native import NATIVE_PROTOCOLS, native_filesystem, untranslatable
-from .retry import RetryCounter, RetryPolicy, retrying
+from .retry import RetryCounter, RetryPolicy, is_refused, retrying
 
 __all__ = ["STORAGE_BACKENDS", "FileSystemSpec", "StorageBackend", "StorageOptions"]
+
+T = TypeVar("T")
 
 _LOCAL_PROTOCOLS = frozenset({"file", "local"})
 
@@ -84,6 +86,9 @@ class FileSystemSpec:
         self._arrow: pafs.FileSystem | None = None
         self._files: OrderedDict[str, pa.NativeFile] = OrderedDict()
         self._lock = threading.Lock()
+        self._refresh_lock = threading.Lock()
+        self._options_lock = threading.Lock()
+        self._generation = 0  # refreshes so far
         self._pid = os.getpid()
 
     def _check_process(self) -> None:
@@ -93,6 +98,8 @@ class FileSystemSpec:
         if self._pid != os.getpid():
             self._pid = os.getpid()
             self._lock = threading.Lock()
+            self._refresh_lock = threading.Lock()
+            self._options_lock = threading.Lock()
             self._options = None  # an options function is called again in each process
             self._fsspec = None
             self._arrow = None
@@ -120,16 +127,20 @@ class FileSystemSpec:
     def storage_options(self) -> dict[str, Any]:
         """The options (a callable is called once per process, and again on `refresh`)."""
         self._check_process()
-        if self._options is None:
-            source = self._source
-            options = source() if callable(source) else source
-            if not isinstance(options, Mapping):
-                raise InvalidArgumentError(
-                    "the storage_options function must return a mapping, got "
-                    f"{type(options).__name__}"
-                )
-            self._options = dict(options)
-        return self._options
+        found = self._options
+        if found is not None:
+            return found
+        with self._options_lock:  # fetch threads share one call of the options function
+            if self._options is None:
+                source = self._source
+                options = source() if callable(source) else source
+                if not isinstance(options, Mapping):
+                    raise InvalidArgumentError(
+                        "the storage_options function must return a mapping, got "
+                        f"{type(options).__name__}"
+                    )
+                self._options = dict(options)
+            return self._options
 
     @property
     def refreshable(self) -> bool:
@@ -139,6 +150,7 @@ class FileSystemSpec:
     def refresh(self) -> None:
         """Forget the options and filesystems: the next use calls the options function again."""
         with self._lock:
+            self._generation += 1
             self._options = None
             self._fsspec = None
             self._arrow = None
@@ -175,9 +187,29 @@ class FileSystemSpec:
                 self._arrow = pafs.PyFileSystem(pafs.FSSpecHandler(self.fsspec()))
         return self._arrow
 
+    def request(self, call: Callable[[], T], *, what: str) -> T:
+        """``call()`` (one storage request), retried as `retry` says. When the options come
+        from a function and the storage refuses them (403, expired token), the function is
+        called again, once for all threads refused with the same options, and the request
+        tried again.
+
+        Raises:
+            StorageError: a transient failure persisted (names ``what``).
+            Exception: a permanent failure, unchanged.
+        """
+        generation = self._generation
+        try:
+            return retrying(call, what=what, policy=self.retry, counter=self.retries)
+        except OSError as exc:
+            if not (self.refreshable and is_refused(exc)):
+                raise
+            with self._refresh_lock:
+                if self._generation == generation:
+                    self.refresh()
+            return retrying(call, what=what, policy=self.retry, counter=self.retries)
+
     def read_range(self, path: str, offset: int, size: int, file_size: int | None = None) -> bytes:
-        """Bytes ``[offset, offset + size)`` of ``path`` in one request, retried as `retry`
-        says; a refused credential from an options function is fetched again once.
+        """Bytes ``[offset, offset + size)`` of ``path`` in one `request`.
 
         Safe to call from several threads at once.
         """
@@ -189,13 +221,7 @@ class FileSystemSpec:
             data = self.fsspec().cat_file(path, start=offset, end=offset + size)
             return bytes(data)
 
-        try:
-            data = retrying(once, what=what, policy=self.retry, counter=self.retries)
-        except PermissionError:
-            if not self.refreshable:
-                raise
-            self.refresh()  # expired credentials: ask the options function again
-            data = retrying(once, what=what, policy=self.retry, counter=self.retries)
+        data = self.request(once, what=what)
         if len(data) != size:
             raise OSError(f"{what}: got {len(data)} bytes, the object is shorter than expected")
         return data
