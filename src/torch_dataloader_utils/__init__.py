@@ -24,6 +24,7 @@ from .errors import (
     FilterTypeError,
     InvalidArgumentError,
     InvalidSourceError,
+    MissingDependencyError,
     NullValueError,
     SchemaMismatchError,
     StateMismatchError,
@@ -32,9 +33,12 @@ from .errors import (
     StoragePermissionError,
     TorchDataloaderUtilsError,
     UnknownFormatError,
+    UnsupportedTableError,
     UnsupportedTypeError,
 )
 from .formats import Format, FormatPlan, ReadOptions, available_formats, get_format
+from .fs import RetryPolicy
+from .iceberg import IcebergDataset
 from .loader import TabularDataLoader, create_dataloader
 from .planning import Chunk, Piece, Plan, Topology
 
@@ -49,12 +53,15 @@ __all__ = [
     "FilterTypeError",
     "Format",
     "FormatPlan",
+    "IcebergDataset",
     "InvalidArgumentError",
     "InvalidSourceError",
+    "MissingDependencyError",
     "NullValueError",
     "Piece",
     "Plan",
     "ReadOptions",
+    "RetryPolicy",
     "SchemaMismatchError",
     "StateMismatchError",
     "StorageError",
@@ -65,6 +72,7 @@ __all__ = [
     "Topology",
     "TorchDataloaderUtilsError",
     "UnknownFormatError",
+    "UnsupportedTableError",
     "UnsupportedTypeError",
     "__version__",
     "available_formats",

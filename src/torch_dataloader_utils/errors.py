@@ -15,6 +15,7 @@ __all__ = [
     "FilterTypeError",
     "InvalidArgumentError",
     "InvalidSourceError",
+    "MissingDependencyError",
     "NullValueError",
     "SchemaMismatchError",
     "StateMismatchError",
@@ -23,6 +24,7 @@ __all__ = [
     "StoragePermissionError",
     "TorchDataloaderUtilsError",
     "UnknownFormatError",
+    "UnsupportedTableError",
     "UnsupportedTypeError",
 ]
 
@@ -48,6 +50,16 @@ class ColumnNotFoundError(InvalidArgumentError):
 
 class InvalidSourceError(InvalidArgumentError):
     """The source (path, glob, list) is malformed: duplicates, nothing matched, bad pattern."""
+
+
+class UnsupportedTableError(InvalidSourceError):
+    """The table holds something this library cannot read correctly (equality deletes, ORC or
+    Avro data files, deletion vectors) or the read asked for is not one it does (an incremental
+    read over snapshots that are not appends). The message says what to do instead."""
+
+
+class MissingDependencyError(TorchDataloaderUtilsError, ImportError):
+    """An optional dependency is not installed; the message names the pip extra."""
 
 
 class FilterTypeError(TorchDataloaderUtilsError, TypeError):

@@ -46,12 +46,16 @@ class Iteration:
 
 
 def _plan_facts(plan: Plan) -> dict[str, Any]:
-    return {
+    facts: dict[str, Any] = {
         "fingerprint": plan.fingerprint,
         "rows": plan.num_rows,
         "chunks": len(plan.chunks),
         "files": len({c.path for c in plan.chunks}),
     }
+    snapshot = dict(plan.details).get("snapshot_id")
+    if snapshot not in (None, "None"):  # a table read at a pinned snapshot (Iceberg)
+        facts["snapshot_id"] = snapshot
+    return facts
 
 
 def _leg(data: dict[str, Any]) -> Leg:
@@ -108,10 +112,17 @@ def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
         for key in ("rows", "chunks", "files")
         if saved.get(key) != now[key]
     ] or ["the same counts, but other files, row groups, columns or filter"]
+    hint = ""
+    snapshot = saved.get("snapshot_id")
+    if snapshot is not None and snapshot != now.get("snapshot_id"):
+        hint = (
+            f"The table was read at snapshot {snapshot} then, {now.get('snapshot_id')} now: "
+            f"pass snapshot_id={snapshot} to read the snapshot the state was saved at. "
+        )
     raise StateMismatchError(
         f"the state was saved for plan {saved.get('fingerprint')} and the data now plans as "
-        f"{now['fingerprint']} ({'; '.join(changes)}). Resuming would lose or repeat rows; "
-        "pass allow_changed_data=True to load_state_dict to resume at the same epoch and "
+        f"{now['fingerprint']} ({'; '.join(changes)}). {hint}Resuming would lose or repeat "
+        "rows; pass allow_changed_data=True to load_state_dict to resume at the same epoch and "
         "batch anyway"
     )
 

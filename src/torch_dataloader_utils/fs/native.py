@@ -44,6 +44,7 @@ _S3_KEYS = {
     "client_kwargs",
     "region_name",
     "use_ssl",
+    "config_kwargs",
 }
 _S3_CLIENT_KEYS = ("endpoint_url", "region_name")
 _GCS_KEYS = {"token", "project", "endpoint_url", "anon"}
@@ -77,6 +78,9 @@ def _s3(options: Mapping[str, Any], timeout: float | None) -> pafs.FileSystem:
         "request_timeout": timeout,
         "connect_timeout": timeout,
     }
+    style = ((options.get("config_kwargs") or {}).get("s3") or {}).get("addressing_style")
+    if style == "virtual":
+        kwargs["force_virtual_addressing"] = True
     endpoint = options.get("endpoint_url") or client.get("endpoint_url")
     if endpoint:
         kwargs["endpoint_override"], kwargs["scheme"] = _endpoint(str(endpoint))
@@ -158,6 +162,14 @@ def untranslatable(protocol: str, options: Mapping[str, Any]) -> list[str]:
     if family == "s3":
         client = options.get("client_kwargs") or {}
         unknown += [f"client_kwargs.{k}" for k in sorted(client) if k not in _S3_CLIENT_KEYS]
+        config = dict(options.get("config_kwargs") or {})
+        s3_config = dict(config.pop("s3", None) or {})
+        style = s3_config.pop("addressing_style", "auto")
+        # Only the addressing style translates (Iceberg's s3.path-style-access sets it).
+        unknown += [f"config_kwargs.{k}" for k in sorted(config)]
+        unknown += [f"config_kwargs.s3.{k}" for k in sorted(s3_config)]
+        if style not in ("auto", "path", "virtual"):
+            unknown.append("config_kwargs.s3.addressing_style")
     if family == "gcs" and options.get("token") not in (None, "anon"):
         unknown.append("token")
     if family == "azure" and options.get("anon"):

@@ -1,0 +1,212 @@
+"""`IcebergDataset`: a `StructuredDataset` over an Iceberg table read by name."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from ..dataset import StructuredDataset
+from ..errors import InvalidArgumentError
+from ..formats import Format
+from ..fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
+from ..planner import Planned
+from .catalog import TableName, require_pyiceberg, table_name
+from .options import IcebergReadOptions
+from .snapshots import SnapshotSelector
+from .storage import merge_options
+
+if TYPE_CHECKING:
+    from ..loader import TabularDataLoader
+
+__all__ = ["IcebergDataset"]
+
+
+class IcebergDataset(StructuredDataset):
+    """Batches of an Apache Iceberg table, read exactly once per epoch, like `StructuredDataset`.
+
+    The table is loaded through its catalog (``pyiceberg.catalog.load_catalog``) and planned
+    from its metadata once (on rank 0 under torch.distributed): the snapshot is resolved and
+    pinned, pyiceberg's scan prunes partitions and files with the filter, and every Parquet
+    data file is split at row groups so that one big file feeds several workers and ranks.
+    Positional deletes are applied (chunks count the rows left after them); columns are
+    matched by field id (renamed and added columns, promoted types, files without field ids
+    through the table's name mapping). Data is read with the table's FileIO properties
+    (``s3.endpoint``, ``s3.access-key-id``, ...) as storage options, under any explicit
+    ``storage_options``.
+
+    The plan's fingerprint carries the snapshot id, so a loader state resumes only the
+    snapshot it was saved at: pass ``snapshot_id=`` (the id is in the error) to resume after
+    new commits.
+
+    Args:
+        table: the table's name, ``"namespace.table"`` (or a tuple of names).
+        format: ``"iceberg"`` (the only one; present for `create_dataloader`'s signature).
+        catalog_config: the catalog's properties, passed to
+            ``pyiceberg.catalog.load_catalog(name, **properties)``; the key ``"name"`` names
+            the catalog (default: pyiceberg's default catalog, ``"default"``), whose properties
+            pyiceberg also reads from ``~/.pyiceberg.yaml`` and ``PYICEBERG_CATALOG__*``
+            variables. ``None``: that configuration alone. Never stored, logged or shown.
+        snapshot_id: read this snapshot.
+        as_of: read the snapshot current at this time: a ``datetime`` (naive: local time) or
+            epoch milliseconds.
+        ref: read the head of this branch, or this tag.
+        from_snapshot_id: read only the rows appended after this snapshot (exclusive) up to the
+            snapshot read (inclusive; the current one by default). Every snapshot between must
+            be an append.
+        **options: every option of `StructuredDataset` (``batch_size``, ``columns``,
+            ``filters``, ``shuffle``, ``rank``, ``world_size``, ``output_format``,
+            ``storage_options``, ``split_bytes``, ...). ``filters`` may be a
+            ``pyarrow.compute.Expression``, a pyiceberg ``BooleanExpression`` or a pyiceberg
+            filter string (``"x > 0 and y = 'a'"``); it prunes files and filters rows.
+
+    Raises:
+        MissingDependencyError: pyiceberg is not installed.
+        InvalidArgumentError: bad options; no such snapshot, branch, tag or time.
+        StorageNotFoundError: the table does not exist.
+        ColumnNotFoundError: a column of ``columns`` or ``filters`` is not in the table.
+        UnsupportedTableError: the table has equality deletes or non-Parquet files, or an
+            incremental read spans a snapshot that is not an append.
+
+    Examples:
+        >>> loader, dataset = IcebergDataset.create_dataloader(  # doctest: +SKIP
+        ...     table="db.events",
+        ...     catalog_config={"type": "rest", "uri": "https://catalog.example.com"},
+        ...     batch_size=1024, shuffle=True, num_workers=4,
+        ...     filters="region_id >= 5")
+        >>> for epoch in range(3):  # doctest: +SKIP
+        ...     dataset.set_epoch(epoch)
+        ...     for batch in loader:
+        ...         ...
+    """
+
+    def __init__(
+        self,
+        table: TableName,
+        format: str | Format = "iceberg",
+        *,
+        catalog_config: Mapping[str, Any] | None = None,
+        snapshot_id: int | None = None,
+        as_of: datetime | int | None = None,
+        ref: str | None = None,
+        from_snapshot_id: int | None = None,
+        **options: Any,
+    ) -> None:
+        require_pyiceberg()
+        from .format import IcebergFormat
+
+        if not (format == "iceberg" or isinstance(format, IcebergFormat)):
+            raise InvalidArgumentError(
+                f'IcebergDataset reads format="iceberg" only, got {format!r}; for files use '
+                "StructuredDataset"
+            )
+        if options.get("partitioning") is not None:
+            raise InvalidArgumentError(
+                "partitioning does not apply to Iceberg tables: their partitions come from the "
+                "table's metadata"
+            )
+        if catalog_config is not None and not isinstance(catalog_config, Mapping):
+            raise InvalidArgumentError(
+                f"catalog_config must be a mapping of catalog properties, got "
+                f"{type(catalog_config).__name__}"
+            )
+        self.table = table_name(table)
+        self.selector = SnapshotSelector.of(
+            snapshot_id=snapshot_id, as_of=as_of, ref=ref, from_snapshot_id=from_snapshot_id
+        )
+        # Used by planning only (in the constructor), then dropped: it may hold secrets.
+        self._catalog_config = dict(catalog_config or {})
+        try:
+            super().__init__(self.table, IcebergFormat(), **options)
+        finally:
+            del self._catalog_config
+        # Every rank received the table's storage with the plan; it adds its own options.
+        planned = self.read_options
+        if not isinstance(planned, IcebergReadOptions) or planned.storage is None:
+            raise TypeError("an Iceberg plan carries IcebergReadOptions with the storage")
+        self.fs = FileSystemSpec(
+            planned.storage.protocol,
+            merge_options(planned.storage.storage_options, self._user_storage),
+            backend=self._backend,
+            retry=self._retry,
+        )
+        self.read_options = dataclasses.replace(planned, storage=None)
+        del self._user_storage, self._backend, self._retry  # in self.fs now
+
+    @property
+    def snapshot_id(self) -> int | None:
+        """The snapshot this dataset reads (pinned at planning; ``None``: an empty table)."""
+        value = dict(self.plan.details).get("snapshot_id", "None")
+        return None if value == "None" else int(value)
+
+    def _filesystem(
+        self,
+        path: Source,
+        storage_options: StorageOptions | None,
+        *,
+        backend: StorageBackend,
+        retry: RetryPolicy,
+    ) -> FileSystemSpec:
+        """A placeholder: the table's storage is known once planning loaded the table; the
+        constructor replaces it. The options are kept for planning and for that."""
+        self._user_storage = storage_options
+        self._backend: StorageBackend = backend
+        self._retry = retry
+        return FileSystemSpec("file")
+
+    def _plan_source(
+        self,
+        path: Source,
+        *,
+        columns: Sequence[str] | None,
+        filters: Any,
+        partitioning: str | None,
+        split_bytes: int | None,
+        split_rows: int | None,
+    ) -> Planned:
+        """Load the table, resolve the snapshot, plan its files (`plan_table`)."""
+        from .planning import plan_table
+
+        return plan_table(
+            self.table,
+            self._catalog_config,
+            self.selector,
+            columns=columns,
+            filters=filters,
+            split_bytes=split_bytes,
+            split_rows=split_rows,
+            storage_options=self._user_storage,
+            backend=self._backend,
+            retry=self._retry,
+        )
+
+    def __repr__(self) -> str:
+        return (
+            f"{type(self).__name__}(table={self.table!r}, snapshot_id={self.snapshot_id}, "
+            f"fs={self.fs!r}, chunks={len(self.plan.chunks)}, rows={self.plan.num_rows}, "
+            f"batch_size={self.batch_size}, shuffle={self.shuffle})"
+        )
+
+    @classmethod
+    def create_dataloader(  # type: ignore[override]
+        cls, table: TableName | None = None, format: str | Format = "iceberg", **kwargs: Any
+    ) -> tuple[TabularDataLoader, IcebergDataset]:
+        """Build the dataset and a DataLoader over it; see `create_dataloader` for the loader's
+        options and `IcebergDataset` for the table's.
+
+        Returns:
+            ``(loader, dataset)``: call ``dataset.set_epoch(epoch)`` before each epoch.
+
+        Raises:
+            InvalidArgumentError: no ``table``, or a bad option.
+        """
+        from ..loader import create_dataloader
+
+        if table is None:
+            raise InvalidArgumentError('pass the table to read: table="namespace.table"')
+        loader = create_dataloader(table, format=format, dataset_class=cls, **kwargs)
+        dataset = loader.dataset
+        if not isinstance(dataset, IcebergDataset):  # pragma: no cover - create_dataloader built it
+            raise TypeError(f"expected an IcebergDataset, got {type(dataset).__name__}")
+        return loader, dataset

@@ -1,0 +1,255 @@
+"""The Iceberg `Format`: reads a plan's chunks (row-group ranges of Parquet data files), with
+positional deletes applied and columns resolved by field id.
+
+Decoding is ParquetFormat's: a chunk of an Iceberg plan is a Parquet chunk whose rows are the
+live rows (after deletes). `read` maps the live rows asked for to the physical rows to decode,
+reads them with ``ParquetFormat.read``, drops deleted rows batch by batch, and projects the
+file's columns onto the table's schema. Planning is not done here: a table is planned from its
+catalog and manifests (`plan_table`), not from a list of files.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from typing import TypeVar
+
+import numpy as np
+import pyarrow as pa
+
+from ..errors import InvalidArgumentError
+from ..formats import Format, FormatPlan, ReadOptions
+from ..formats.parquet import ParquetFormat
+from ..fs import FileSystemSpec, SourceFile
+from ..planning import Chunk
+from .deletes import (
+    DeletePositions,
+    deleted_in,
+    keep_mask,
+    merge_positions,
+    physical_range,
+    read_position_deletes,
+)
+from .options import DataFileInfo, IcebergReadOptions
+from .projection import (
+    FileProjection,
+    arrow_schema,
+    parse_name_mapping,
+    project,
+    projected_schema,
+    resolve_file,
+)
+
+__all__ = ["IcebergFormat"]
+
+# Per worker: data files whose column matching is kept, delete files kept parsed, and data files
+# whose merged deleted positions are kept. A stream reads chunks of a few files at a time.
+_FILES = 64
+_DELETE_FILES = 4
+_DELETED = 8
+
+
+V = TypeVar("V")
+
+
+def _cached(cache: OrderedDict[str, V], key: str, size: int, make: Callable[[], V]) -> V:
+    """``cache[key]``, made and kept (the ``size`` most recently used) when missing."""
+    value = cache.get(key)
+    if value is None:
+        value = cache[key] = make()
+        while len(cache) > size:
+            cache.popitem(last=False)
+    cache.move_to_end(key)
+    return value
+
+
+@dataclass(frozen=True)
+class _Physical:
+    """The Parquet side of a read: the chunk's physical rows, the range of them to decode, the
+    chunk's deleted rows (relative to its first row) and the file's column matching."""
+
+    chunk: Chunk
+    start: int
+    stop: int
+    deleted: np.ndarray
+    projection: FileProjection
+
+
+def iceberg_options(options: ReadOptions) -> IcebergReadOptions:
+    """``options`` as the Iceberg options planning made.
+
+    Raises:
+        InvalidArgumentError: they are plain `ReadOptions` (not from `plan_table`).
+    """
+    if not isinstance(options, IcebergReadOptions):
+        raise InvalidArgumentError(
+            "the Iceberg format reads chunks planned from an Iceberg table (IcebergDataset), "
+            f"with IcebergReadOptions; got {type(options).__name__}"
+        )
+    return options
+
+
+class IcebergFormat(Format):
+    """Parquet data files of an Iceberg table, read by field id with positional deletes.
+
+    Stateless apart from per-process caches (dropped when pickled and on `close`).
+    """
+
+    name = "iceberg"
+
+    def __init__(self) -> None:
+        self._parquet = ParquetFormat()
+        self._projections: OrderedDict[str, FileProjection] = OrderedDict()
+        self._delete_files: OrderedDict[str, DeletePositions] = OrderedDict()
+        self._deleted: OrderedDict[str, np.ndarray] = OrderedDict()
+
+    def __reduce__(self) -> tuple[type[IcebergFormat], tuple[()]]:
+        return (type(self), ())  # caches stay behind: each process fills its own
+
+    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+        """The physical schema of one data file (its own column names)."""
+        return self._parquet.schema(file, fs)
+
+    def plan(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> FormatPlan:
+        """Not supported: an Iceberg table is planned from its catalog and manifests.
+
+        Raises:
+            InvalidArgumentError: always; use ``IcebergDataset``.
+        """
+        raise InvalidArgumentError(
+            "an Iceberg table is planned from its catalog, not from a list of files: use "
+            'IcebergDataset.create_dataloader(table="db.table", catalog_config={...})'
+        )
+
+    # --- per-process caches ----------------------------------------------------------------------
+
+    def _projection(
+        self, file: DataFileInfo, fs: FileSystemSpec, options: IcebergReadOptions
+    ) -> FileProjection:
+        def make() -> FileProjection:
+            return resolve_file(
+                self._parquet.schema(SourceFile(file.path, file.size, ""), fs),
+                projected_schema(options.schema_json, options.columns),
+                name_mapping=parse_name_mapping(options.name_mapping_json),
+                format_version=options.format_version,
+                constants=dict(file.constants),
+                where=fs.url(file.path),
+            )
+
+        key = f"{file.path}\0{options.schema_json}\0{options.columns}"
+        return _cached(self._projections, key, _FILES, make)
+
+    def deleted(self, file: DataFileInfo, fs: FileSystemSpec) -> np.ndarray:
+        """The sorted positions of ``file`` that its delete files delete (file-wide ordinals)."""
+        if not file.deletes:
+            return np.empty(0, dtype=np.int64)
+
+        def parsed(path: str) -> DeletePositions:
+            return _cached(
+                self._delete_files, path, _DELETE_FILES, lambda: read_position_deletes(path, fs)
+            )
+
+        return _cached(
+            self._deleted,
+            file.path,
+            _DELETED,
+            lambda: merge_positions((parsed(d) for d in file.deletes), file.url),
+        )
+
+    # --- reading --------------------------------------------------------------------------------
+
+    def _physical(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        options: IcebergReadOptions,
+    ) -> _Physical | None:
+        """What to decode for live rows ``[row_start, row_stop)`` of ``chunk`` (``None``:
+        nothing)."""
+        file = options.file(chunk.path)
+        first = file.first_row(chunk.start)
+        physical_rows = file.row_groups[chunk.start : chunk.stop]
+        total = sum(physical_rows)
+        deleted = deleted_in(self.deleted(file, fs), first, first + total)
+        start, stop = physical_range(deleted, row_start, min(row_stop, chunk.num_rows))
+        if start >= stop:
+            return None
+        parquet_chunk = Chunk(
+            path=chunk.path,
+            start=chunk.start,
+            stop=chunk.stop,
+            num_rows=total,
+            num_bytes=chunk.num_bytes,
+            unit_rows=physical_rows,
+        )
+        projection = self._projection(file, fs, options)
+        return _Physical(parquet_chunk, start, stop, deleted, projection)
+
+    def prefetch(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> None:
+        """A hint that ``read`` of these live rows comes next: ParquetFormat starts fetching
+        the physical rows' bytes (remote storage)."""
+        if fs.is_local:
+            return
+        physical = self._physical(chunk, row_start, row_stop, fs, iceberg_options(options))
+        if physical is not None:
+            columns = ReadOptions(columns=physical.projection.columns)
+            self._parquet.prefetch(physical.chunk, physical.start, physical.stop, fs, columns)
+
+    def read(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> Iterator[pa.RecordBatch]:
+        """Live rows ``[row_start, row_stop)`` of ``chunk`` in the table's schema, in order.
+
+        Raises:
+            SchemaMismatchError: a file's columns do not resolve to the table's.
+            CorruptFileError: a file's bytes cannot be decoded.
+            StorageError: the storage failed.
+        """
+        opts = iceberg_options(options)
+        physical = self._physical(chunk, row_start, row_stop, fs, opts)
+        if physical is None:
+            return
+        schema = projected_schema(opts.schema_json, opts.columns)
+        target = arrow_schema(opts.schema_json, opts.columns)
+        where = f"{fs.url(chunk.path)} (Iceberg table {opts.table})"
+        position = physical.start
+        columns = ReadOptions(columns=physical.projection.columns)
+        for batch in self._parquet.read(physical.chunk, physical.start, physical.stop, fs, columns):
+            mask = keep_mask(physical.deleted, position, batch.num_rows)
+            position += batch.num_rows
+            live = batch if mask is None else batch.filter(pa.array(mask))
+            if live.num_rows:
+                yield project(
+                    live,
+                    schema,
+                    physical.projection,
+                    target,
+                    format_version=opts.format_version,
+                    where=where,
+                )
+
+    def close(self) -> None:
+        self._parquet.close()
+        self._deleted.clear()
+        self._delete_files.clear()

@@ -1,0 +1,366 @@
+"""Planning an Iceberg read: snapshot, scan tasks, row-group chunks counted in live rows.
+
+Runs once per job (rank 0 under torch.distributed; `plan_once` broadcasts the result). It reads
+the catalog, the manifests (through pyiceberg's scan), the footers of data files with several
+row groups (in parallel threads: a single-row-group file needs only its manifest entry), every
+position-delete file that applies, and, with a row filter, the filter's columns.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from ..errors import ColumnNotFoundError, CorruptFileError, InvalidSourceError
+from ..filters import filter_columns
+from ..fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions, translate_os_error
+from ..planner import Planned
+from ..planning import Chunk, Plan
+from ..reading import count_rows
+from .catalog import TableName, load_table, table_name
+from .deletes import DeletePositions, live_rows, merge_positions, read_position_deletes
+from .expressions import normalize_filter
+from .format import IcebergFormat
+from .options import DataFileInfo, IcebergReadOptions
+from .projection import arrow_schema, projected_schema
+from .scan import scan_tasks
+from .snapshots import SnapshotSelector
+from .storage import io_storage_options, merge_options, protocol_of
+
+if TYPE_CHECKING:
+    from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.manifest import DataFile
+    from pyiceberg.table import FileScanTask, Table
+
+__all__ = ["plan_table", "valid_split_offsets"]
+
+logger = logging.getLogger(__name__)
+
+_PLAN_THREADS = 32
+# Rows read at plan time to measure the decoded size of a row.
+_SAMPLE_ROWS = 1024
+# The smallest offset a row group can start at: after the 4-byte "PAR1" magic.
+_FIRST_OFFSET = 4
+
+
+def valid_split_offsets(offsets: Sequence[int] | None, file_size: int) -> list[int] | None:
+    """A data file's ``split_offsets`` (its row groups' start offsets), if they can be trusted.
+
+    They must be strictly increasing, at least 4 (after the magic) and inside the file; writers
+    have been wrong (Iceberg Java 1.4.0 wrote corrupt ones), and some write none.
+    """
+    if not offsets:
+        return None
+    values = [int(o) for o in offsets]
+    if values[0] < _FIRST_OFFSET or values[-1] >= file_size:
+        return None
+    if any(b <= a for a, b in itertools.pairwise(values)):
+        return None
+    return values
+
+
+@dataclass(frozen=True)
+class _Facts:
+    """A data file and, per row group, its live rows and (projected, estimated) bytes."""
+
+    info: DataFileInfo
+    live: tuple[int, ...]
+    nbytes: tuple[int, ...]
+
+
+def _footer(path: str, fs: FileSystemSpec) -> pq.FileMetaData:
+    url = fs.url(path)
+    try:
+        source = fs.arrow().open_input_file(path)
+    except OSError as exc:
+        raise translate_os_error(exc, url) from exc
+    with source:
+        try:
+            return pq.read_metadata(source)
+        except (ConnectionError, TimeoutError) as exc:
+            raise translate_os_error(exc, url) from exc
+        except (OSError, pa.ArrowException) as exc:
+            raise CorruptFileError(f"{url}: not a readable Parquet file ({exc})") from exc
+
+
+def _row_groups(data: DataFile, path: str, fs: FileSystemSpec) -> tuple[list[int], list[int]]:
+    """Rows and compressed bytes of each row group: from the manifest for one row group,
+    else from the footer."""
+    size = int(data.file_size_in_bytes)
+    offsets = valid_split_offsets(data.split_offsets, size)
+    if offsets is not None and len(offsets) == 1:
+        return [int(data.record_count)], [size - offsets[0]]
+    footer = _footer(path, fs)
+    groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
+    rows = [g.num_rows for g in groups]
+    if sum(rows) != data.record_count:
+        raise CorruptFileError(
+            f"{fs.url(path)}: the footer counts {sum(rows)} rows, the table's manifest "
+            f"{data.record_count}; the file was changed or replaced after it was committed"
+        )
+    nbytes = [sum(g.column(j).total_compressed_size for j in range(g.num_columns)) for g in groups]
+    return rows, nbytes
+
+
+def _constants(table: Table, data: DataFile) -> tuple[tuple[int, Any], ...]:
+    """Identity-partition values of a data file, by source field id."""
+    from pyiceberg.transforms import IdentityTransform
+
+    spec = table.metadata.specs().get(data.spec_id)
+    if spec is None:
+        return ()
+    values = []
+    for position, field in enumerate(spec.fields):
+        value = data.partition[position] if position < len(data.partition) else None
+        if isinstance(field.transform, IdentityTransform) and value is not None:
+            values.append((field.source_id, value))
+    return tuple(values)
+
+
+def _projected_fraction(data: DataFile, field_ids: set[int]) -> float:
+    """The share of a file's bytes in the columns read (manifest column sizes), else 1."""
+    sizes = data.column_sizes or {}
+    total = sum(sizes.values())
+    if not total:
+        return 1.0
+    return min(1.0, sum(v for k, v in sizes.items() if k in field_ids) / total)
+
+
+def _file_facts(
+    table: Table,
+    task: FileScanTask,
+    *,
+    fs: FileSystemSpec,
+    protocol: str,
+    deletes: Mapping[str, DeletePositions],
+    field_ids: set[int],
+) -> _Facts:
+    data = task.file
+    if protocol_of(data.file_path) != protocol:
+        raise InvalidSourceError(
+            f"data file {data.file_path} is not on the table's storage ({protocol}://)"
+        )
+    path = fs.strip(data.file_path)
+    rows, nbytes = _row_groups(data, path, fs)
+    delete_paths = tuple(sorted(fs.strip(d.file_path) for d in task.delete_files))
+    positions = merge_positions((deletes[d] for d in delete_paths), data.file_path)
+    live, first = [], 0
+    for n in rows:
+        live.append(live_rows(positions, first, first + n))
+        first += n
+    info = DataFileInfo(
+        path=path,
+        url=data.file_path,
+        size=int(data.file_size_in_bytes),
+        row_groups=tuple(rows),
+        deletes=delete_paths,
+        constants=_constants(table, data),
+    )
+    fraction = _projected_fraction(data, field_ids)
+    return _Facts(info, tuple(live), tuple(round(b * fraction) for b in nbytes))
+
+
+def _chunks(facts: _Facts, split_rows: int | None, split_bytes: int | None) -> list[Chunk]:
+    """Consecutive row groups with live rows, grouped to about ``split_rows``/``split_bytes``
+    (neither: one row group per chunk); a row group without live rows breaks a run."""
+    chunks: list[Chunk] = []
+    run: list[int] = []
+
+    def flush() -> None:
+        if run:
+            units = tuple(facts.live[i] for i in run)
+            chunks.append(
+                Chunk(
+                    path=facts.info.path,
+                    start=run[0],
+                    stop=run[-1] + 1,
+                    num_rows=sum(units),
+                    num_bytes=sum(facts.nbytes[i] for i in run),
+                    unit_rows=units,
+                )
+            )
+            run.clear()
+
+    for i, rows in enumerate(facts.live):
+        if not rows:
+            flush()
+            continue
+        run.append(i)
+        total_rows = sum(facts.live[j] for j in run)
+        total_bytes = sum(facts.nbytes[j] for j in run)
+        if (
+            (split_rows is None and split_bytes is None)
+            or (split_rows is not None and total_rows >= split_rows)
+            or (split_bytes is not None and total_bytes >= split_bytes)
+        ):
+            flush()
+    flush()
+    return chunks
+
+
+def _decoded_row_bytes(
+    chunks: Sequence[Chunk], fmt: IcebergFormat, fs: FileSystemSpec, options: IcebergReadOptions
+) -> float:
+    chunk = next((c for c in chunks if c.num_rows), None)
+    if chunk is None:
+        return 1.0
+    try:
+        sample = list(fmt.read(chunk, 0, min(chunk.num_rows, _SAMPLE_ROWS), fs, options))
+    finally:
+        fmt.close()
+    rows = sum(b.num_rows for b in sample)
+    return float(sum(b.nbytes for b in sample) / max(1, rows))
+
+
+def _columns(
+    schema_json: str, columns: Sequence[str] | None, arrow_filter: pc.Expression | None, name: str
+) -> tuple[list[str], tuple[str, ...]]:
+    """The columns batches carry, and those the row filter reads.
+
+    Raises:
+        ColumnNotFoundError: a column is not in the table.
+    """
+    available = arrow_schema(schema_json, None)
+    needed = filter_columns(arrow_filter, available) if arrow_filter is not None else ()
+    wanted = list(columns) if columns is not None else list(available.names)
+    try:
+        projected_schema(schema_json, tuple(wanted))
+    except ColumnNotFoundError as exc:
+        raise ColumnNotFoundError(f"Iceberg table {name}: {exc}") from exc
+    return wanted, needed
+
+
+def _read_metadata(
+    table: Table,
+    tasks: Sequence[FileScanTask],
+    fs: FileSystemSpec,
+    protocol: str,
+    field_ids: set[int],
+) -> tuple[list[_Facts], int]:
+    """Every delete file, then the row groups and live rows of every data file, in threads
+    (the reads are small requests on object storage). Returns the facts and the number of
+    delete files."""
+    delete_paths = sorted({fs.strip(d.file_path) for t in tasks for d in t.delete_files})
+    threads = max(1, min(_PLAN_THREADS, len(tasks) + len(delete_paths)))
+    with ThreadPoolExecutor(threads, thread_name_prefix="tdu-iceberg-plan") as pool:
+        parsed = pool.map(lambda path: read_position_deletes(path, fs), delete_paths)
+        deletes = dict(zip(delete_paths, parsed, strict=True))
+        facts = list(
+            pool.map(
+                lambda task: _file_facts(
+                    table, task, fs=fs, protocol=protocol, deletes=deletes, field_ids=field_ids
+                ),
+                tasks,
+            )
+        )
+    return facts, len(delete_paths)
+
+
+def _filter_text(filters: Any, iceberg_filter: BooleanExpression) -> str:
+    """The filter as the fingerprint knows it, the same in every process: a pyarrow expression
+    as given; otherwise pyiceberg's expression, whose repr sorts set literals (the pyarrow form
+    converted from it lists them in set order, which differs between processes)."""
+    return str(filters) if isinstance(filters, pc.Expression) else repr(iceberg_filter)
+
+
+def plan_table(
+    table: TableName,
+    catalog_config: Mapping[str, Any] | None,
+    selector: SnapshotSelector,
+    *,
+    columns: Sequence[str] | None,
+    filters: Any,
+    split_bytes: int | None,
+    split_rows: int | None,
+    storage_options: StorageOptions | None,
+    backend: StorageBackend,
+    retry: RetryPolicy,
+) -> Planned:
+    """Plan a read of an Iceberg table: everything that reads the catalog and storage.
+
+    Returns:
+        The plan, with `IcebergReadOptions` (its ``storage`` is the table's filesystem without
+        the user's ``storage_options``, which each rank adds itself).
+
+    Raises:
+        InvalidArgumentError: no such snapshot, branch, tag or time; bad catalog config.
+        StorageNotFoundError: no such table.
+        ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the table.
+        UnsupportedTableError: equality deletes, non-Parquet files, a non-append in an
+            incremental read.
+        CorruptFileError: a data or delete file cannot be parsed.
+    """
+    name = table_name(table)
+    loaded = load_table(table, catalog_config)
+    resolved = selector.resolve(loaded, name)
+    protocol = protocol_of(loaded.metadata.location)
+    table_options = io_storage_options(protocol, loaded.io.properties)
+    fs = FileSystemSpec(
+        protocol, merge_options(table_options, storage_options), backend=backend, retry=retry
+    )
+    schema_json = resolved.schema.model_dump_json()
+    arrow_filter, iceberg_filter = normalize_filter(filters, resolved.schema)
+    wanted, needed = _columns(schema_json, columns, arrow_filter, name)
+    read = tuple(dict.fromkeys([*wanted, *needed]))
+    field_ids = set(projected_schema(schema_json, read).field_ids)
+
+    tasks = scan_tasks(loaded, resolved, iceberg_filter, name)
+    facts, delete_files = _read_metadata(loaded, tasks, fs, protocol, field_ids)
+    chunks = [c for f in facts for c in _chunks(f, split_rows, split_bytes)]
+    options = IcebergReadOptions(
+        columns=read if columns is not None or needed else None,
+        filter=arrow_filter,
+        split_bytes=split_bytes,
+        split_rows=split_rows,
+        table=name,
+        schema_json=schema_json,
+        name_mapping_json=(
+            mapping.model_dump_json() if (mapping := loaded.name_mapping()) else None
+        ),
+        format_version=loaded.metadata.format_version,
+        files=tuple(f.info for f in facts),
+        storage=FileSystemSpec(protocol, table_options),
+    )
+    fmt = IcebergFormat()
+    filtered_rows = None
+    if arrow_filter is not None:
+        counting = dataclasses.replace(options, columns=tuple(needed))
+        filtered_rows = tuple(count_rows(chunks, fmt, fs, counting))
+    rows = sum(c.num_rows for c in chunks)
+    plan = Plan(
+        chunks=tuple(chunks),
+        schema=arrow_schema(schema_json, tuple(wanted)),
+        row_bytes=max(1.0, sum(c.num_bytes for c in chunks) / max(1, rows)),
+        details=Plan.details_of(
+            format="iceberg",
+            table_uuid=loaded.metadata.table_uuid,
+            snapshot_id=resolved.snapshot_id,
+            from_snapshot_id=resolved.from_snapshot_id,
+            columns=wanted,
+            filter=_filter_text(filters, iceberg_filter),
+        ),
+        filtered_rows=filtered_rows,
+    )
+    logger.info(
+        "Iceberg table %s at snapshot %s: %d data files, %d position-delete files, %d live rows",
+        name,
+        resolved.snapshot_id,
+        len(facts),
+        delete_files,
+        rows,
+    )
+    return Planned(
+        read_options=options,
+        plan=plan,
+        output_columns=tuple(wanted) if needed or columns is not None else None,
+        decoded_row_bytes=_decoded_row_bytes(chunks, fmt, fs, options),
+    )
