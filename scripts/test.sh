@@ -3,6 +3,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/bootstrap.sh dev
+scripts/services.sh  # Azurite (npm), PostgreSQL (apt): servers pip cannot install
 export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff";   ruff check . && ruff format --check .
 echo "== mypy";   mypy

@@ -17,6 +17,7 @@ from braceexpand import braceexpand
 
 from ..errors import InvalidSourceError
 from .errors import translate_os_error
+from .retry import as_os_error
 from .spec import FileSystemSpec
 
 __all__ = ["Source", "SourceFile", "list_files"]
@@ -83,8 +84,11 @@ def _expand_one(pattern: str, fs: FileSystemSpec) -> list[SourceFile]:
                 raise InvalidSourceError(f"{url}: the directory holds no data files")
             return files
         return [SourceFile(path, int(info.get("size") or 0), posixpath.dirname(path))]
-    except OSError as exc:
-        raise translate_os_error(exc, url) from exc
+    except Exception as exc:
+        error = as_os_error(exc)  # also SDK errors that are not OSError (adlfs's)
+        if error is None:
+            raise
+        raise translate_os_error(error, url) from exc
 
 
 def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:

@@ -12,6 +12,7 @@ first so a file named ``part-503.parquet`` is never mistaken for a status.
 
 from __future__ import annotations
 
+import errno
 import logging
 import random
 import re
@@ -30,6 +31,7 @@ from ..errors import InvalidArgumentError, StorageError
 __all__ = [
     "RetryCounter",
     "RetryPolicy",
+    "as_os_error",
     "is_missing",
     "is_refused",
     "is_transient",
@@ -224,6 +226,38 @@ def is_missing(exc: BaseException) -> bool:
     return code == 404 or (code is None and bool(_MISSING_WORDS.search(_text(exc))))
 
 
+# SDK errors that are not OSError but carry an HTTP status (azure-core, google-api-core,
+# botocore), matched by class name so none of them has to be importable.
+_HTTP_ERROR_TYPES = frozenset(
+    {"HttpResponseError", "GoogleAPICallError", "HttpError", "ClientError"}
+)
+
+
+def as_os_error(exc: BaseException) -> OSError | None:
+    """``exc`` as the matching ``OSError`` when it is an SDK error with an HTTP status: 404
+    becomes ``FileNotFoundError``, 401/403 ``PermissionError``, others an ``OSError`` whose
+    message starts with the status (so `is_transient` reads it). ``None`` otherwise."""
+    if isinstance(exc, OSError):
+        return exc
+    if not any(t.__name__ in _HTTP_ERROR_TYPES for t in type(exc).__mro__):
+        return None
+    status = getattr(exc, "status_code", None)
+    if status is None:
+        status = getattr(exc, "code", None)
+    if status is None:
+        response = getattr(exc, "response", None)
+        if isinstance(response, dict):
+            status = response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    if not isinstance(status, int):
+        return None
+    detail = " ".join(str(exc).split())[:300] or type(exc).__name__
+    if status == 404:
+        return FileNotFoundError(errno.ENOENT, detail)
+    if status in (401, 403):
+        return PermissionError(errno.EACCES, detail)
+    return OSError(f"HTTP status {status}: {detail}")
+
+
 def _describe(exc: BaseException) -> str:
     text = " ".join(str(exc).split()) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
@@ -254,8 +288,11 @@ def retrying(
     for attempt in range(1, policy.max_attempts + 1):
         try:
             return call()
-        except Exception as exc:
+        except Exception as raised:
+            exc: BaseException = as_os_error(raised) or raised
             if not is_transient(exc):
+                if exc is not raised:
+                    raise exc from raised
                 raise
             if attempt == policy.max_attempts:
                 raise StorageError(

@@ -35,6 +35,13 @@ StorageOptions = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 # Open native files kept per process for range reads (a native open costs a HEAD request).
 _OPEN_FILES = 8
 
+# The Azure C++ SDK keeps its connection pool in a process-wide global, which a fork copies:
+# measured, two forked workers that each built a new AzureFileSystem after the parent had used
+# one received each other's responses (wrong bytes, "Parquet magic bytes not found", crashes).
+# So "auto" reads Azure through adlfs, and "arrow" refuses to build one in a forked child of a
+# process that already had one. This holds the pid of the process that built one.
+_native_azure_pid: int | None = None
+
 
 class FileSystemSpec:
     """Protocol plus storage options: what every process needs to rebuild a filesystem.
@@ -163,6 +170,8 @@ class FileSystemSpec:
             return True
         if self.backend == "fsspec" or self.protocol not in NATIVE_PROTOCOLS:
             return False
+        if NATIVE_PROTOCOLS[self.protocol] == "azure":
+            return False  # not fork-safe (see _native_azure_pid): opt in with "arrow"
         return not untranslatable(self.protocol, self.storage_options)
 
     def fsspec(self) -> fsspec.AbstractFileSystem:
@@ -180,6 +189,8 @@ class FileSystemSpec:
             if self.is_local:
                 self._arrow = pafs.LocalFileSystem()
             elif self.native:
+                if NATIVE_PROTOCOLS.get(self.protocol) == "azure":
+                    _claim_native_azure()
                 self._arrow = native_filesystem(
                     self.protocol, self.storage_options, timeout=self.retry.request_timeout
                 )
@@ -301,3 +312,15 @@ class FileSystemSpec:
             f"FileSystemSpec(protocol={self.protocol!r}, storage_options={options}, "
             f"backend={self.backend!r})"
         )
+
+
+def _claim_native_azure() -> None:
+    global _native_azure_pid
+    if _native_azure_pid is not None and _native_azure_pid != os.getpid():
+        raise InvalidArgumentError(
+            'storage_backend="arrow" with Azure in a forked process whose parent already used '
+            "pyarrow's Azure filesystem: its connection pool is shared with the parent, and "
+            'responses get mixed up between processes. Use multiprocessing_context="spawn", '
+            'or storage_backend="fsspec" (the default for Azure)'
+        )
+    _native_azure_pid = os.getpid()
