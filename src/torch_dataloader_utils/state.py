@@ -117,7 +117,8 @@ def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
     if snapshot is not None and snapshot != now.get("snapshot_id"):
         hint = (
             f"The table was read at snapshot {snapshot} then, {now.get('snapshot_id')} now: "
-            f"pass snapshot_id={snapshot} to read the snapshot the state was saved at. "
+            f"pass snapshot_id={snapshot} (and the same from_snapshot_id, for an incremental "
+            "read) to read the snapshot the state was saved at. "
         )
     raise StateMismatchError(
         f"the state was saved for plan {saved.get('fingerprint')} and the data now plans as "

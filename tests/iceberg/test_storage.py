@@ -8,6 +8,7 @@ import pickle
 
 import pytest
 
+import torch_dataloader_utils as tdu
 from tests.iceberg.conftest import Catalog, batch_ids, flat
 from torch_dataloader_utils import IcebergDataset, InvalidArgumentError
 from torch_dataloader_utils.fs import FileSystemSpec
@@ -149,3 +150,14 @@ def test_secrets_stay_out_of_reprs_logs_states_and_pickles(
         assert SECRET not in text
     assert SECRET.encode() not in pickle.dumps(dataset)  # the catalog config is not kept
     assert not hasattr(dataset, "_catalog_config")
+
+
+def test_an_unreachable_catalog_database_is_a_storage_error() -> None:
+    import socket
+
+    with socket.socket() as probe:  # a loopback port nobody listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    config = {"type": "sql", "uri": f"postgresql+psycopg2://postgres@127.0.0.1:{port}/iceberg"}
+    with pytest.raises(tdu.StorageError, match="catalog database cannot be reached"):
+        tdu.IcebergDataset.create_dataloader(table="db.events", catalog_config=config)

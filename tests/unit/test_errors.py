@@ -28,6 +28,8 @@ BUILTIN_BASES: dict[str, type[BaseException]] = {
     "SchemaMismatchError": ValueError,
     "StateMismatchError": ValueError,
     "NullValueError": ValueError,
+    "UnsupportedTableError": ValueError,
+    "MissingDependencyError": ImportError,
 }
 
 # Narrower library bases a class must keep (a caller catching the broader one sees it).
@@ -41,6 +43,7 @@ LIBRARY_BASES: dict[str, str] = {
     "SchemaMismatchError": "DataError",
     "StateMismatchError": "InvalidArgumentError",
     "NullValueError": "DataError",
+    "UnsupportedTableError": "InvalidSourceError",
 }
 
 

@@ -32,8 +32,14 @@ def get_format(name: str | Format) -> Format:
         return name
     key = _ALIASES.get(str(name).lower(), str(name).lower())
     if key not in _REGISTRY:
+        hint = (
+            "; Iceberg tables are read by name with IcebergDataset.create_dataloader(table=..., "
+            "catalog_config=...)"
+            if key == "iceberg"
+            else ""
+        )
         raise UnknownFormatError(
-            f"unknown format {name!r}; available formats: {', '.join(available_formats())}"
+            f"unknown format {name!r}; available formats: {', '.join(available_formats())}{hint}"
         )
     module, _, cls = _REGISTRY[key].partition(":")
     fmt: Format = getattr(importlib.import_module(module), cls)()

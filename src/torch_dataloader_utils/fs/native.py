@@ -168,7 +168,10 @@ def untranslatable(protocol: str, options: Mapping[str, Any]) -> list[str]:
         # Only the addressing style translates (Iceberg's s3.path-style-access sets it).
         unknown += [f"config_kwargs.{k}" for k in sorted(config)]
         unknown += [f"config_kwargs.s3.{k}" for k in sorted(s3_config)]
-        if style not in ("auto", "path", "virtual"):
+        endpoint = options.get("endpoint_url") or client.get("endpoint_url")
+        # pyarrow addresses buckets by path only behind an endpoint; on AWS itself it uses
+        # virtual hosts, which a user asking for path style may not be able to use.
+        if style not in ("auto", "path", "virtual") or (style == "path" and not endpoint):
             unknown.append("config_kwargs.s3.addressing_style")
     if family == "gcs" and options.get("token") not in (None, "anon"):
         unknown.append("token")

@@ -42,6 +42,9 @@ _OPEN_FILES = 8
 # process that already had one. This holds the pid of the process that built one.
 _native_azure_pid: int | None = None
 
+# Clients a forked child inherited from its parent (see `FileSystemSpec._check_process`).
+_inherited: list[object] = []
+
 
 class FileSystemSpec:
     """Protocol plus storage options: what every process needs to rebuild a filesystem.
@@ -103,6 +106,10 @@ class FileSystemSpec:
         from the parent are unusable (measured: a native S3 client's pooled connection gave
         "Weird server reply" in a forked DataLoader worker)."""
         if self._pid != os.getpid():
+            # The parent's clients stay referenced, never closed here: finalizing an s3fs
+            # client in the child closes its aiohttp session on a loop that is not this
+            # process's ("attached to a different loop" tracebacks in every worker).
+            _inherited.append((self._fsspec, self._arrow, self._files))
             self._pid = os.getpid()
             self._lock = threading.Lock()
             self._refresh_lock = threading.Lock()

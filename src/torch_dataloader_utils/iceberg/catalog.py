@@ -6,7 +6,7 @@ import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..errors import InvalidArgumentError, StorageNotFoundError
+from ..errors import InvalidArgumentError, StorageError, StorageNotFoundError
 from ..fs import translate_os_error
 from .errors import INSTALL_HINT, MissingDependencyError
 
@@ -94,6 +94,10 @@ def load_table(table: TableName, catalog_config: Mapping[str, Any] | None) -> Ta
         ) from exc
     except OSError as exc:
         raise translate_os_error(exc, where) from exc
+    except Exception as exc:
+        if _is_database_error(exc):
+            raise StorageError(f"{where}: the catalog database cannot be reached ({exc})") from exc
+        raise
     identifier = tuple(table) if not isinstance(table, str) else name
     try:
         return catalog.load_table(identifier)
@@ -101,3 +105,14 @@ def load_table(table: TableName, catalog_config: Mapping[str, Any] | None) -> Ta
         raise StorageNotFoundError(f"{where}: table {name} does not exist ({exc})") from exc
     except OSError as exc:
         raise translate_os_error(exc, f"{where}, table {name}") from exc
+    except Exception as exc:
+        if _is_database_error(exc):
+            raise StorageError(
+                f"{where}, table {name}: the catalog database cannot be reached ({exc})"
+            ) from exc
+        raise
+
+
+def _is_database_error(exc: BaseException) -> bool:
+    """A SQL catalog's database failure (SQLAlchemy's errors are not OSError)."""
+    return any(t.__module__.startswith("sqlalchemy") for t in type(exc).__mro__)

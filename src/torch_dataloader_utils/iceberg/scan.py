@@ -3,6 +3,7 @@ that the filter does not prune, checked for what this library can read."""
 
 from __future__ import annotations
 
+import logging
 from typing import TYPE_CHECKING
 
 from ..errors import InvalidArgumentError
@@ -15,10 +16,14 @@ if TYPE_CHECKING:
 
 __all__ = ["scan_tasks"]
 
+logger = logging.getLogger(__name__)
+
 _COMPACT_HINT = (
     "Compact the table so that no equality deletes remain before training, e.g. in Spark "
     "CALL <catalog>.system.rewrite_data_files(table => '<table>', options => "
-    "map('delete-file-threshold', '1')), then read the new snapshot; or read a snapshot from "
+    "map('delete-file-threshold', '1')) and then remove the equality delete files that no "
+    "longer apply (Iceberg >= 1.7: CALL <catalog>.system.rewrite_position_delete_files or "
+    "the remove-dangling-deletes action), then read the new snapshot; or read a snapshot from "
     "before the deletes (snapshot_id=...)"
 )
 
@@ -85,17 +90,35 @@ def scan_tasks(
     snapshot_id = resolved.snapshot_id
     if snapshot_id is None or snapshot_id == resolved.from_snapshot_id:
         return []  # an empty table, or an incremental read of nothing
-    if resolved.from_snapshot_id is not None:
-        scan = table.incremental_append_scan(
-            from_snapshot_id_exclusive=resolved.from_snapshot_id,
-            to_snapshot_id_inclusive=snapshot_id,
-            row_filter=row_filter,
-        )
-        planned = scan.plan_files
-    else:
-        planned = table.scan(row_filter=row_filter, snapshot_id=snapshot_id).plan_files
+
+    def planned(row_filter: BooleanExpression) -> list[FileScanTask]:
+        if resolved.from_snapshot_id is not None:
+            scan = table.incremental_append_scan(
+                from_snapshot_id_exclusive=resolved.from_snapshot_id,
+                to_snapshot_id_inclusive=snapshot_id,
+                row_filter=row_filter,
+            )
+            return list(scan.plan_files())
+        return list(table.scan(row_filter=row_filter, snapshot_id=snapshot_id).plan_files())
+
     try:
-        tasks = list(planned())
+        try:
+            tasks = planned(row_filter)
+        except TypeError as exc:
+            if "NoneType" not in str(exc):
+                raise
+            # pyiceberg 0.12 fails to evaluate some filters against a null identity-partition
+            # value (apache/iceberg-python#3498). Pruning is an optimisation: plan every file
+            # and let the reader filter the rows.
+            logger.warning(
+                "Iceberg table %s: pyiceberg could not prune files with the filter (a known "
+                "pyiceberg 0.12 bug with null partition values); reading every file and "
+                "filtering rows",
+                name,
+            )
+            from pyiceberg.expressions import AlwaysTrue
+
+            tasks = planned(AlwaysTrue())
     except (ValueError, NotImplementedError) as exc:
         # pyiceberg refuses equality deletes with a ValueError; look for them by type.
         equality = _equality_deletes(table, snapshot_id)

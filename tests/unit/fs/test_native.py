@@ -146,11 +146,12 @@ def test_s3_untranslatable_keys_are_named_sorted_values_never_shown() -> None:
         "client_kwargs": {"verify": SECRET, "endpoint_url": "http://h:1", "aws_ca": 1},
     }
     assert untranslatable("s3", options) == [
-        "config_kwargs",
         "requester_pays",
         "client_kwargs.aws_ca",
         "client_kwargs.verify",
+        "config_kwargs.max_pool_connections",
     ]
+
     with pytest.raises(InvalidArgumentError) as info:
         native_filesystem("s3a", options)
     message = str(info.value)
@@ -288,3 +289,13 @@ def test_spec_arrow_backend_refuses_untranslatable_and_fsspec_backend_never_nati
     assert FileSystemSpec("file").native
     with pytest.raises(InvalidArgumentError, match="'memory'"):
         FileSystemSpec("memory", backend="arrow").arrow()
+
+
+def test_s3_addressing_style_translates_with_an_endpoint() -> None:
+    path = {"config_kwargs": {"s3": {"addressing_style": "path"}}}
+    # pyarrow addresses by path only with an endpoint; on AWS itself it uses virtual hosts.
+    assert untranslatable("s3", path) == ["config_kwargs.s3.addressing_style"]
+    assert untranslatable("s3", {**path, "endpoint_url": "http://127.0.0.1:9000"}) == []
+    virtual = {"config_kwargs": {"s3": {"addressing_style": "virtual"}}}
+    assert untranslatable("s3", virtual) == []
+    assert native_filesystem("s3", virtual).__reduce__()[1][0]["force_virtual_addressing"]
