@@ -161,3 +161,10 @@ def test_an_unreachable_catalog_database_is_a_storage_error() -> None:
     config = {"type": "sql", "uri": f"postgresql+psycopg2://postgres@127.0.0.1:{port}/iceberg"}
     with pytest.raises(tdu.StorageError, match="catalog database cannot be reached"):
         tdu.IcebergDataset.create_dataloader(table="db.events", catalog_config=config)
+
+
+def test_catalog_errors_do_not_show_configuration_values() -> None:
+    config = {"uri": "mysql+pymysql://admin:S3cr3tPW@db/iceberg"}
+    with pytest.raises(InvalidArgumentError) as caught:
+        tdu.IcebergDataset.create_dataloader(table="db.events", catalog_config=config)
+    assert "S3cr3tPW" not in str(caught.value) and "['uri']" in str(caught.value)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -14,12 +15,13 @@ import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..errors import ColumnNotFoundError, CorruptFileError, SchemaMismatchError, StorageError
-from ..fs import FileSystemSpec, SourceFile, is_transient, translate_os_error
+from ..fs import FileSystemSpec, SourceFile, translate_os_error
 from ..fs.ranges import RangeFetcher, RangeFile
+from ..fs.retry import is_missing, is_refused, is_transient
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 
-__all__ = ["ParquetFormat"]
+__all__ = ["ParquetFormat", "open_input", "parsing"]
 
 # Footers are read by threads: the work is I/O (one small request per file on object storage).
 _PLAN_THREADS = 32
@@ -38,6 +40,9 @@ _AHEAD = 2
 _HEAD_SHARE = 8
 _STREAM_BUFFER = 1 << 20
 
+# What forked children inherited from a parent's formats (see `ParquetFormat._check_process`).
+_inherited: list[object] = []
+
 
 @dataclass(frozen=True)
 class _FileFacts:
@@ -52,7 +57,7 @@ def _partition_expression(partition: tuple[tuple[str, object], ...]) -> pc.Expre
     return expr
 
 
-def _open(path: str, fs: FileSystemSpec) -> pa.NativeFile:
+def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:
     """Open ``path``; storage failures (missing, denied, unreachable) are raised here, so that
     any error while parsing afterwards means the bytes are bad (pyarrow raises some parse
     errors, like a footer that does not deserialize, as ``OSError``)."""
@@ -63,16 +68,22 @@ def _open(path: str, fs: FileSystemSpec) -> pa.NativeFile:
 
 
 @contextmanager
-def _parsing(where: str) -> Iterator[None]:
-    """Errors while parsing an opened file: bad bytes, unless the network failed mid-read."""
+def parsing(where: str, kind: str = "a readable Parquet file") -> Iterator[None]:
+    """Errors while parsing an opened file: bad bytes (`CorruptFileError`, saying the file is
+    not ``kind``), unless the storage failed mid-read (a `StorageError`, which `fs.request`
+    retries when it is transient)."""
     try:
         yield
     except StorageError:
         raise  # a request failed (after its retries), e.g. inside a range read
+    except UnicodeDecodeError as exc:  # a corrupt footer's column names
+        raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
     except (OSError, pa.ArrowException) as exc:
+        if isinstance(exc, OSError) and (is_transient(exc) or is_missing(exc) or is_refused(exc)):
+            raise translate_os_error(exc, where) from exc  # storage, never bad bytes
         if is_transient(exc):
-            raise  # a storage failure, never bad bytes: the caller's retries see it
-        raise CorruptFileError(f"{where}: not a readable Parquet file ({exc})") from exc
+            raise StorageError(f"{where}: {exc}") from exc
+        raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
 
 
 def _read_facts(
@@ -86,7 +97,7 @@ def _read_facts(
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
 
     def footer() -> tuple[ds.ParquetFileFragment, pq.FileMetaData, pa.Schema]:
-        with _open(f.path, fs) as source, _parsing(url):
+        with open_input(f.path, fs) as source, parsing(url):
             fragment = ds.ParquetFileFormat().make_fragment(
                 source, partition_expression=_partition_expression(partition)
             )
@@ -273,6 +284,16 @@ class ParquetFormat(Format):
             OrderedDict()
         )
         self._fetcher: RangeFetcher | None = None
+        self._pid = os.getpid()
+
+    def _check_process(self) -> None:
+        """A forked child drops what it inherited: the parent's fetch threads do not exist in
+        it (a submitted fetch would never run) and its pending fetches never complete. The
+        parent's objects stay referenced, never closed here (they are the parent's)."""
+        if self._pid != os.getpid():
+            _inherited.append((self._open, self._ahead, self._fetcher))
+            self._open, self._ahead, self._fetcher = OrderedDict(), OrderedDict(), None
+            self._pid = os.getpid()
 
     def __reduce__(self) -> tuple[type[ParquetFormat], tuple[()]]:
         return (type(self), ())  # open files stay behind: each process opens its own
@@ -283,7 +304,7 @@ class ParquetFormat(Format):
             raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
 
         def read() -> pa.Schema:
-            with _open(file.path, fs) as source, _parsing(url):
+            with open_input(file.path, fs) as source, parsing(url):
                 return pq.read_schema(source).remove_metadata()
 
         return fs.request(read, what=url)
@@ -317,9 +338,9 @@ class ParquetFormat(Format):
     def _file(self, path: str, fs: FileSystemSpec) -> pq.ParquetFile:
         handle = self._open.get(path)
         if handle is None:
-            source = _open(path, fs)
+            source = open_input(path, fs)
             try:
-                with _parsing(fs.url(path)):
+                with parsing(fs.url(path)):
                     handle = pq.ParquetFile(source)
             except CorruptFileError:
                 source.close()
@@ -340,6 +361,7 @@ class ParquetFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> Iterator[pa.RecordBatch]:
+        self._check_process()
         url = fs.url(chunk.path)
         columns = list(options.columns) if options.columns is not None else None
         spans = list(_row_group_spans(chunk, row_start, row_stop))
@@ -347,7 +369,7 @@ class ParquetFormat(Format):
             where = f"{url} row group {rg} (rows {lo}:{hi})"
             if fs.is_local:
                 handle = self._file(chunk.path, fs)
-                with _parsing(where):
+                with parsing(where):
                     # One thread: pyarrow's column threads cost more than they give at these
                     # sizes (measured 2.8 M vs 2.4 M rows/s), and workers are processes anyway.
                     batches = handle.iter_batches(
@@ -381,6 +403,7 @@ class ParquetFormat(Format):
         """Start fetching the first row group of rows ``[row_start, row_stop)`` (remote)."""
         if fs.is_local:
             return
+        self._check_process()
         columns = list(options.columns) if options.columns is not None else None
         for rg, lo, hi, rg_rows in _row_group_spans(chunk, row_start, row_stop):
             if not _head_only(lo, hi, rg_rows):
@@ -397,7 +420,7 @@ class ParquetFormat(Format):
         url = fs.url(path)
 
         def read() -> tuple[pq.FileMetaData, int]:
-            with _open(path, fs) as source, _parsing(url):
+            with open_input(path, fs) as source, parsing(url):
                 return pq.read_metadata(source), source.size()
 
         found = fs.request(read, what=url)
@@ -443,7 +466,7 @@ class ParquetFormat(Format):
         if _head_only(lo, hi, rg_rows) and (path, rg) not in self._ahead:
             # A few first rows: stream the first pages rather than fetch whole column chunks.
             def head() -> list[pa.RecordBatch]:
-                with _open(path, fs) as source, _parsing(where):
+                with open_input(path, fs) as source, parsing(where):
                     handle = pq.ParquetFile(
                         source, metadata=metadata, pre_buffer=False, buffer_size=_STREAM_BUFFER
                     )
@@ -466,7 +489,7 @@ class ParquetFormat(Format):
         except OSError as exc:
             raise translate_os_error(exc, where) from exc
         source = RangeFile(size, buffers, lambda offset, n: fs.read_range(path, offset, n))
-        with _parsing(where):
+        with parsing(where):
             handle = pq.ParquetFile(source.arrow(), metadata=metadata, pre_buffer=False)
             batches = handle.iter_batches(
                 batch_size=_READ_BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False
@@ -474,6 +497,7 @@ class ParquetFormat(Format):
             yield from _slice_batches(batches, lo, hi, where)
 
     def close(self) -> None:
+        self._check_process()
         for handle in self._open.values():
             handle.close()
         self._open.clear()

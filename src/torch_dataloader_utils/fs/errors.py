@@ -4,7 +4,7 @@ pyarrow's message (see `retry`)."""
 from __future__ import annotations
 
 from ..errors import StorageError, StorageNotFoundError, StoragePermissionError
-from .retry import is_missing, is_refused
+from .retry import is_missing, is_refused, scrub
 
 __all__ = ["translate_os_error"]
 
@@ -16,7 +16,7 @@ def translate_os_error(exc: OSError, url: str) -> StorageError:
     """
     if isinstance(exc, StorageError):
         return exc
-    detail = exc.strerror or str(exc) or type(exc).__name__
+    detail = scrub(exc.strerror or str(exc) or type(exc).__name__)
     # pyarrow's native filesystems raise plain OSError: read the status from the message.
     if is_missing(exc):
         return StorageNotFoundError(f"{url}: not found ({detail})")

@@ -73,7 +73,7 @@ def _s3(options: Mapping[str, Any], timeout: float | None) -> pafs.FileSystem:
         "secret_key": options.get("secret"),
         "session_token": options.get("token"),
         "anonymous": bool(options.get("anon", False)),
-        "region": options.get("region_name") or client.get("region_name") or "us-east-1",
+        "region": options.get("region_name") or client.get("region_name"),
         "retry_strategy": pafs.AwsStandardS3RetryStrategy(max_attempts=_ONE_ATTEMPT),
         "request_timeout": timeout,
         "connect_timeout": timeout,
@@ -84,6 +84,9 @@ def _s3(options: Mapping[str, Any], timeout: float | None) -> pafs.FileSystem:
     endpoint = options.get("endpoint_url") or client.get("endpoint_url")
     if endpoint:
         kwargs["endpoint_override"], kwargs["scheme"] = _endpoint(str(endpoint))
+        # S3-compatible stores sign with some region; without an endpoint pyarrow takes AWS's
+        # own (AWS_REGION, the profile), as s3fs does.
+        kwargs["region"] = kwargs["region"] or "us-east-1"
     elif options.get("use_ssl") is False:
         kwargs["scheme"] = "http"
     return pafs.S3FileSystem(**{k: v for k, v in kwargs.items() if v is not None})
@@ -138,6 +141,9 @@ def _azure(options: Mapping[str, Any], timeout: float | None) -> pafs.FileSystem
                 blob_storage_scheme=scheme,
                 dfs_storage_scheme=scheme,
             )
+    if kwargs["sas_token"] and not str(kwargs["sas_token"]).startswith("?"):
+        # pyarrow appends the token to the URL as given: without "?" it lands in the path.
+        kwargs["sas_token"] = f"?{kwargs['sas_token']}"
     if not kwargs["account_name"]:
         raise InvalidArgumentError("Azure storage options need account_name or connection_string")
     return pafs.AzureFileSystem(**{k: v for k, v in kwargs.items() if v is not None})

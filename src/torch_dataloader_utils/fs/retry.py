@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import errno
 import logging
+import os
 import random
 import re
 import threading
@@ -36,6 +37,7 @@ __all__ = [
     "is_refused",
     "is_transient",
     "retrying",
+    "scrub",
 ]
 
 logger = logging.getLogger("torch_dataloader_utils.storage")
@@ -109,11 +111,14 @@ class RetryCounter:
     def __init__(self) -> None:
         self._counts = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
     def add(self, n: int = 1) -> None:
         """Count ``n`` retries made by this process."""
         info = get_worker_info()
         slot = 0 if info is None else (info.id + 1) % _SLOTS
+        if self._pid != os.getpid():  # a fork may have copied the lock held
+            self._lock, self._pid = threading.Lock(), os.getpid()
         with self._lock:
             self._counts[slot] += n
 
@@ -130,6 +135,7 @@ class RetryCounter:
         assert isinstance(counts, torch.Tensor)
         self._counts = counts
         self._lock = threading.Lock()
+        self._pid = os.getpid()
 
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
@@ -141,7 +147,7 @@ _TRANSIENT_WORDS = re.compile(
     r"|RESOURCE_?EXHAUSTED|DEADLINE_?EXCEEDED|OPERATION_?TIMED_?OUT"
     r"|REQUEST_?TIMEOUT|NETWORK_?CONNECTION|timed? ?out|timeout|connection (?:reset|refused|"
     r"aborted|closed)|reset by peer|broken pipe|curl error|unexpected eof|end of file|"
-    r"incomplete|server disconnected|premature",
+    r"incomplete|server disconnected|premature|could not connect|couldn't connect",
     re.IGNORECASE,
 )
 _REFUSED_WORDS = re.compile(
@@ -173,6 +179,11 @@ _TRANSIENT_TYPES = frozenset(
 
 def is_transient(exc: BaseException) -> bool:
     """Whether ``exc`` is a failure worth retrying (see the module docstring)."""
+    if isinstance(exc, StorageError):
+        # Ours, translated from the failure that caused it: judged by that one, unless its
+        # retries are already spent.
+        cause = exc.__cause__
+        return cause is not None and not getattr(exc, "final", False) and is_transient(cause)
     if isinstance(exc, FileNotFoundError | PermissionError | IsADirectoryError):
         return False
     if isinstance(exc, ConnectionError | TimeoutError):
@@ -212,6 +223,8 @@ def is_refused(exc: BaseException) -> bool:
     code = _status(exc)
     if code in (401, 403):
         return True
+    if code == 400 and "HEADOBJECT" in str(exc).upper():
+        return True  # S3 answers a HEAD with an expired token with a bare 400 (no body)
     # S3 answers an expired token with 400 ExpiredToken.
     return (code is None or code == 400) and bool(_REFUSED_WORDS.search(_text(exc)))
 
@@ -258,8 +271,20 @@ def as_os_error(exc: BaseException) -> OSError | None:
     return OSError(f"HTTP status {status}: {detail}")
 
 
+# Signatures that URLs in storage errors can carry (Azure SAS, presigned S3/GCS URLs).
+_SIGNATURES = re.compile(
+    r"((?:sig|signature|x-amz-signature|x-goog-signature|x-amz-security-token)=)[^&\s'\"/]+",
+    re.IGNORECASE,
+)
+
+
+def scrub(text: str) -> str:
+    """``text`` with URL signatures masked."""
+    return _SIGNATURES.sub(r"\1***", text)
+
+
 def _describe(exc: BaseException) -> str:
-    text = " ".join(str(exc).split()) or type(exc).__name__
+    text = scrub(" ".join(str(exc).split())) or type(exc).__name__
     return text if len(text) <= 300 else text[:297] + "..."
 
 
@@ -295,9 +320,9 @@ def retrying(
                     raise exc from raised
                 raise
             if attempt == policy.max_attempts:
-                raise StorageError(
-                    f"{what}: failed after {attempt} attempt(s): {_describe(exc)}"
-                ) from exc
+                final = StorageError(f"{what}: failed after {attempt} attempt(s): {_describe(exc)}")
+                final.final = True  # type: ignore[attr-defined]  # no more retries upstream
+                raise final from exc
             delay = policy.backoff(attempt, random_source)
             if counter is not None:
                 counter.add()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
 
 from ..errors import InvalidArgumentError, StorageError, StorageNotFoundError
 from ..fs import translate_os_error
@@ -88,7 +89,8 @@ def load_table(table: TableName, catalog_config: Mapping[str, Any] | None) -> Ta
     except (ValueError, TypeError, KeyError) as exc:
         keys = sorted(properties)
         raise InvalidArgumentError(
-            f"{where}: cannot load it from catalog_config with keys {keys}: {exc}. Pass the "
+            f"{where}: cannot load it from catalog_config with keys {keys}: "
+            f"{_redacted(exc, properties)}. Pass the "
             'catalog properties, e.g. {"type": "rest", "uri": "https://..."} or '
             '{"type": "sql", "uri": "sqlite:///catalog.db", "warehouse": "file:///warehouse"}'
         ) from exc
@@ -96,7 +98,9 @@ def load_table(table: TableName, catalog_config: Mapping[str, Any] | None) -> Ta
         raise translate_os_error(exc, where) from exc
     except Exception as exc:
         if _is_database_error(exc):
-            raise StorageError(f"{where}: the catalog database cannot be reached ({exc})") from exc
+            raise StorageError(
+                f"{where}: the catalog database cannot be reached ({_redacted(exc, properties)})"
+            ) from exc
         raise
     identifier = tuple(table) if not isinstance(table, str) else name
     try:
@@ -108,9 +112,25 @@ def load_table(table: TableName, catalog_config: Mapping[str, Any] | None) -> Ta
     except Exception as exc:
         if _is_database_error(exc):
             raise StorageError(
-                f"{where}, table {name}: the catalog database cannot be reached ({exc})"
+                f"{where}, table {name}: the catalog database cannot be reached "
+                f"({_redacted(exc, properties)})"
             ) from exc
         raise
+
+
+def _redacted(exc: BaseException, properties: Mapping[str, Any]) -> str:
+    """``exc``'s message with every catalog_config value longer than 3 characters masked:
+    pyiceberg and SQLAlchemy quote URIs, which can hold passwords."""
+    text = str(exc)
+    values = {str(v) for v in properties.values() if isinstance(v, str | int) and len(str(v)) > 3}
+    for value in sorted(values, key=len, reverse=True):
+        text = text.replace(value, "***")
+    # A URI's password also appears on its own (SQLAlchemy renders URLs with it masked or not).
+    for value in values:
+        parsed = urlsplit(value)
+        if parsed.password and len(parsed.password) > 3:
+            text = text.replace(parsed.password, "***")
+    return text
 
 
 def _is_database_error(exc: BaseException) -> bool:

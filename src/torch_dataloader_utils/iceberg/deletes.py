@@ -18,8 +18,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import CorruptFileError
-from ..fs import FileSystemSpec, translate_os_error
+from ..formats.parquet import open_input, parsing
+from ..fs import FileSystemSpec
 
 __all__ = [
     "DeletePositions",
@@ -53,20 +53,15 @@ def read_position_deletes(path: str, fs: FileSystemSpec) -> DeletePositions:
         CorruptFileError: the file is not a Parquet position-delete file.
     """
     url = fs.url(path)
-    try:
-        source = fs.arrow().open_input_file(path)
-    except OSError as exc:
-        raise translate_os_error(exc, url) from exc
-    with source:
-        try:
-            table = pq.read_table(source, columns=[FILE_PATH, POS], use_threads=False)
-        except (ConnectionError, TimeoutError) as exc:
-            raise translate_os_error(exc, url) from exc
-        except (OSError, pa.ArrowException) as exc:
-            raise CorruptFileError(
-                f"{url}: not a readable Iceberg position-delete file (Parquet with columns "
-                f"{FILE_PATH!r} and {POS!r}): {exc}"
-            ) from exc
+    kind = (
+        f"a readable Iceberg position-delete file (Parquet with columns {FILE_PATH!r} and {POS!r})"
+    )
+
+    def read() -> pa.Table:
+        with open_input(path, fs) as source, parsing(url, kind):
+            return pq.read_table(source, columns=[FILE_PATH, POS], use_threads=False)
+
+    table = fs.request(read, what=url)
     table = table.drop_null()
     if not table.num_rows:
         return {}

@@ -16,13 +16,13 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import ColumnNotFoundError, CorruptFileError, InvalidSourceError
 from ..filters import filter_columns
-from ..fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions, translate_os_error
+from ..formats.parquet import open_input, parsing
+from ..fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
 from ..planner import Planned
 from ..planning import Chunk, Plan
 from ..reading import count_rows
@@ -79,17 +79,12 @@ class _Facts:
 
 def _footer(path: str, fs: FileSystemSpec) -> pq.FileMetaData:
     url = fs.url(path)
-    try:
-        source = fs.arrow().open_input_file(path)
-    except OSError as exc:
-        raise translate_os_error(exc, url) from exc
-    with source:
-        try:
+
+    def read() -> pq.FileMetaData:
+        with open_input(path, fs) as source, parsing(url):
             return pq.read_metadata(source)
-        except (ConnectionError, TimeoutError) as exc:
-            raise translate_os_error(exc, url) from exc
-        except (OSError, pa.ArrowException) as exc:
-            raise CorruptFileError(f"{url}: not a readable Parquet file ({exc})") from exc
+
+    return fs.request(read, what=url)
 
 
 def _row_groups(data: DataFile, path: str, fs: FileSystemSpec) -> tuple[list[int], list[int]]:

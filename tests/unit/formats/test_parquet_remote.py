@@ -315,13 +315,13 @@ def test_footers_are_cached_per_file_and_bounded(
     chunks, fs = plan_remote(store, options, names=("a.parquet", "b.parquet", "c.parquet"))
     fmt = ParquetFormat()
     opened: list[str] = []
-    real_open = parquet_module._open
+    real_open = parquet_module.open_input
 
     def counting_open(path: str, spec: FileSystemSpec) -> pa.NativeFile:
         opened.append(path)
         return real_open(path, spec)
 
-    monkeypatch.setattr(parquet_module, "_open", counting_open)
+    monkeypatch.setattr(parquet_module, "open_input", counting_open)
     a, b, c = (store.remote_path(n) for n in ("a.parquet", "b.parquet", "c.parquet"))
     try:
         for chunk in chunks[:8]:  # the four row groups of a and of b
@@ -426,3 +426,36 @@ def test_current_row_group_is_requested_first(
         fmt.close()
     md = pq.read_metadata(store.local_path("a.parquet"))
     assert fs.calls[0][1] == chunk_start(md.row_group(0).column(0))
+
+
+# --- fork safety -------------------------------------------------------------------------------
+
+
+def test_a_forked_child_reads_with_its_own_fetch_threads(store: Store) -> None:
+    # The parent is mid-read (its fetch threads and a fetch ahead exist) when a child forks:
+    # the child must not wait on the parent's threads or futures.
+    import multiprocessing
+
+    options = ReadOptions(split_rows=1000)
+    chunks, fs = plan_remote(store, options)
+    fmt = ParquetFormat()
+    batches = fmt.read(chunks[0], 0, chunks[0].num_rows, fs, options)
+    next(batches)  # fetch threads started, the next row group in flight
+    expected = local_table(store, chunks[1], 0, chunks[1].num_rows, options)
+
+    def child(queue: multiprocessing.Queue[list[int]]) -> None:
+        got = read_table(fmt, chunks[1], 0, chunks[1].num_rows, fs, options)
+        queue.put(ids(got))
+
+    context = multiprocessing.get_context("fork")
+    queue: multiprocessing.Queue[list[int]] = context.Queue()
+    process = context.Process(target=child, args=(queue,))
+    process.start()
+    try:
+        assert queue.get(timeout=30) == ids(expected)
+    finally:
+        process.join(10)
+        if process.is_alive():
+            process.kill()
+        batches.close()
+        fmt.close()

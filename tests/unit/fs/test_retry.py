@@ -396,3 +396,35 @@ def test_refused_and_missing_from_native_messages() -> None:
         OSError("Azure Error: [AuthorizationFailure] 403 This request is not authorized")
     )
     assert not is_refused(OSError("AWS Error SLOW_DOWN during GetObject operation"))
+
+
+def test_our_translated_errors_are_judged_by_their_cause() -> None:
+    from torch_dataloader_utils import StorageError
+    from torch_dataloader_utils.fs import translate_os_error
+
+    url = "s3://logs/status=404/part-0.parquet"  # a hive key that looks like a status
+    slow = OSError("AWS Error SLOW_DOWN during GetObject operation: Please reduce your rate")
+    translated = translate_os_error(slow, url)
+    translated.__cause__ = slow
+    assert is_transient(translated)
+    reset = translate_os_error(ConnectionResetError(104, "reset"), url)
+    reset.__cause__ = ConnectionResetError(104, "reset")
+    assert is_transient(reset)
+    spent = StorageError(f"{url}: failed after 3 attempt(s)")
+    spent.__cause__ = slow
+    spent.final = True  # type: ignore[attr-defined]
+    assert not is_transient(spent)
+
+
+def test_signatures_are_scrubbed_from_messages() -> None:
+    from torch_dataloader_utils.fs import translate_os_error
+
+    exc = OSError("GetProperties failed for 'http://h/acct/c/b?sv=2&sig=SECRETSIG&se=1'")
+    assert "SECRETSIG" not in str(translate_os_error(exc, "abfs://c/b"))
+
+
+def test_an_expired_token_on_a_head_request_counts_as_refused() -> None:
+    from torch_dataloader_utils.fs.retry import is_refused
+
+    head = OSError("AWS Error UNKNOWN (HTTP status 400) during HeadObject operation: No body.")
+    assert is_refused(head) and not is_transient(head)
