@@ -237,14 +237,12 @@ def _record_worker_rss(folder: str, worker_id: int) -> None:
 def _stream_diagnostics(dataset: Any, world_size: int, workers: int, epoch: int) -> dict[str, Any]:
     """The pieces and block bounds of the first stream (rank 0, worker 0), for the report."""
     from torch_dataloader_utils import Topology
-    from torch_dataloader_utils import dataset as dataset_module
     from torch_dataloader_utils.planning import block_bounds
 
     pieces = dataset.pieces(Topology(0, world_size, 0, max(1, workers)), epoch)
     chunks = dataset.plan.chunks
     length = sum(p.num_rows for p in pieces)
-    first = getattr(dataset_module, "_FIRST_BLOCK_ROWS", 16_384)  # the library's, if still there
-    first = min(dataset.block_rows, max(dataset.batch_size, first))
+    first = dataset.first_block_rows
     return {
         "block_rows": dataset.block_rows,
         "pieces": [

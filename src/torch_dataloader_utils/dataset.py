@@ -3,19 +3,24 @@
 from __future__ import annotations
 
 import logging
-import math
 import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from itertools import islice
 from typing import TYPE_CHECKING, Any
 
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .batching import BatchOptions, Segment, cut_batches, shuffled_blocks
-from .convert import Converter, Field, ListFormat, NullPolicy, OutputFormat
+from .batching import (
+    DEFAULT_SHUFFLE_BLOCK_BYTES,
+    BatchOptions,
+    Segment,
+    block_sizes,
+    cut_batches,
+    shuffled_blocks,
+)
+from .convert import Converter, ListFormat, NullPolicy, OutputFormat
 from .distributed import plan_once
 from .errors import InvalidArgumentError
 from .formats import Format, ReadOptions, get_format
@@ -50,7 +55,7 @@ from .planning import (
 from .prefetch import Prefetcher
 from .reading import Reader
 from .state import Iteration, decode_state, encode_state
-from .transport import BUNDLE_BYTES, Bundle, PackedBundle, bundle_rows, pack, packed_nbytes
+from .transport import worker_messages
 
 if TYPE_CHECKING:
     from .loader import TabularDataLoader
@@ -58,14 +63,6 @@ if TYPE_CHECKING:
 __all__ = ["StructuredDataset"]
 
 logger = logging.getLogger(__name__)
-
-DEFAULT_SHUFFLE_BLOCK_BYTES = 64 * 2**20
-# The first block of a stream is small so the first batch comes quickly (8 MiB decoded, at most
-# 64k rows); blocks then double. Measured (benchmarks/shuffle_quality.py, files each sorted by
-# label): 16k-row first blocks put early batches at 4x the ideal's label skew with 4 ranks, 64k
-# at 1.1x; the first batch came 5 ms later in-process, 25 ms with workers.
-_FIRST_BLOCK_ROWS = 65_536
-_FIRST_BLOCK_BYTES = 8 * 2**20
 
 
 class StructuredDataset(IterableDataset[Any]):
@@ -236,13 +233,12 @@ class StructuredDataset(IterableDataset[Any]):
             null_policy=null_policy,
             pad_value=pad_value,
         )
-        row_bytes = max(self.plan.row_bytes, planned.decoded_row_bytes)
-        # Blocks sized by bytes hold whole batches: a batch that spans two blocks is gathered
-        # through an extra copy (measured: a third of the token-list throughput).
-        whole = _whole_batches(batch_size)
-        self.block_rows = shuffle_block_size or whole(shuffle_block_bytes / max(row_bytes, 1.0))
-        first_rows = whole(min(_FIRST_BLOCK_ROWS, _FIRST_BLOCK_BYTES / max(row_bytes, 1.0)))
-        self.first_block_rows = min(self.block_rows, first_rows)
+        self.block_rows, self.first_block_rows = block_sizes(
+            batch_size=batch_size,
+            block_size=shuffle_block_size,
+            block_bytes=shuffle_block_bytes,
+            row_bytes=max(self.plan.row_bytes, planned.decoded_row_bytes),
+        )
         if (
             split_strategy == "round_robin"
             and remainder != "uneven"
@@ -535,39 +531,13 @@ class StructuredDataset(IterableDataset[Any]):
 
     def __iter__(self) -> Iterator[Any]:
         topology = self.topology()
-        batches = self.segments(topology, self._this_iteration())
-        convert = self.converter
-        collate = self.collate_fn
-        per_bundle = math.ceil(bundle_rows() / self.batch_size) if bundle_rows() else 0
-        if not per_bundle:
-            outputs = (convert(b, rows) for b, rows in batches)
-            yield from outputs if collate is None else (collate(o) for o in outputs)
-            return
-        # In a TabularDataLoader worker: several batches per message, marked with the worker
-        # (the loader puts batches back in DataLoader's order: one per worker in turn). Bundles
-        # ramp up 1, 2, 4 ... batches so the first batch leaves the worker as soon as it is ready.
-        worker = topology.worker
-        size = 1
-        if collate is None and convert.output_format == "torch":
-            # All numeric data of a bundle in one shared buffer: one segment per message, of
-            # at most `bundle_rows` rows and about BUNDLE_BYTES (wide rows: fewer rows).
-            group: list[list[Field]] = []
-            nbytes = 0
-            for batch, rows in batches:
-                group.append(convert.fields(batch, rows))
-                nbytes += packed_nbytes(group[-1])
-                if len(group) >= size or nbytes >= BUNDLE_BYTES:
-                    yield _mark(pack(group), worker)
-                    group, nbytes, size = [], 0, min(size * 2, per_bundle)
-            if group:
-                yield _mark(pack(group), worker)
-            return
-        outputs = (convert(b, rows) for b, rows in batches)
-        if collate is not None:
-            outputs = (collate(o) for o in outputs)
-        while items := list(islice(outputs, size)):
-            yield _mark(Bundle(items), worker)
-            size = min(size * 2, per_bundle)
+        yield from worker_messages(
+            self.segments(topology, self._this_iteration()),
+            self.converter,
+            self.collate_fn,
+            worker=topology.worker,
+            batch_size=self.batch_size,
+        )
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
@@ -617,16 +587,6 @@ class StructuredDataset(IterableDataset[Any]):
 
         loader = create_dataloader(path, format=format, dataset_class=cls, **kwargs)
         return loader, loader.dataset
-
-
-def _whole_batches(batch_size: int) -> Callable[[float], int]:
-    """Rounds a row count down to whole batches (at least one)."""
-    return lambda rows: max(1, int(rows) // batch_size) * batch_size
-
-
-def _mark(bundle: PackedBundle | Bundle, worker: int) -> PackedBundle | Bundle:
-    bundle.worker = worker
-    return bundle
 
 
 def _check_positive(**values: object) -> None:

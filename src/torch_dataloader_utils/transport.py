@@ -14,18 +14,23 @@ iterated by a plain ``DataLoader`` (or in the main process) yields plain batches
 from __future__ import annotations
 
 import ctypes
+import math
 import os
 import sys
 import threading
 from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import islice
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
-from .convert import Field, Gather, as_numpy
+from .convert import Converter, Field, Gather, as_numpy
+
+if TYPE_CHECKING:
+    from .batching import Segment
 
 __all__ = [
     "BUNDLE_BYTES",
@@ -40,6 +45,7 @@ __all__ = [
     "packed_nbytes",
     "Unbundler",
     "map_tensors",
+    "worker_messages",
 ]
 
 _ALIGN = 64
@@ -461,3 +467,51 @@ class Unbundler:
         if isinstance(item, Bundle):
             return item.unpack()
         return [item]
+
+
+def worker_messages(
+    batches: Iterable[Segment],
+    convert: Converter,
+    collate: Callable[[Any], Any] | None,
+    *,
+    worker: int,
+    batch_size: int,
+) -> Iterator[Any]:
+    """What a dataset yields for its ``batches``: converted (and collated) batches, or, in a
+    `TabularDataLoader` worker (bundling on), bundles of them marked with ``worker``.
+
+    The loader puts batches back in DataLoader's order (one per worker in turn) from the marks.
+    Bundles ramp up 1, 2, 4 ... batches, so the first batch leaves the worker as soon as it is
+    ready.
+    """
+    per_bundle = math.ceil(bundle_rows() / batch_size) if bundle_rows() else 0
+    if not per_bundle:
+        outputs = (convert(b, rows) for b, rows in batches)
+        yield from outputs if collate is None else (collate(o) for o in outputs)
+        return
+    size = 1
+    if collate is None and convert.output_format == "torch":
+        # All numeric data of a bundle in one shared buffer: one segment per message, of at
+        # most `bundle_rows` rows and about BUNDLE_BYTES (wide rows: fewer rows).
+        group: list[list[Field]] = []
+        nbytes = 0
+        for batch, rows in batches:
+            group.append(convert.fields(batch, rows))
+            nbytes += packed_nbytes(group[-1])
+            if len(group) >= size or nbytes >= BUNDLE_BYTES:
+                yield _mark(pack(group), worker)
+                group, nbytes, size = [], 0, min(size * 2, per_bundle)
+        if group:
+            yield _mark(pack(group), worker)
+        return
+    outputs = (convert(b, rows) for b, rows in batches)
+    if collate is not None:
+        outputs = (collate(o) for o in outputs)
+    while items := list(islice(outputs, size)):
+        yield _mark(Bundle(items), worker)
+        size = min(size * 2, per_bundle)
+
+
+def _mark(bundle: PackedBundle | Bundle, worker: int) -> PackedBundle | Bundle:
+    bundle.worker = worker
+    return bundle

@@ -212,34 +212,32 @@ class RemoteData:
         return f"{self.url}/part-{index:03d}.parquet"
 
 
-def _upload(fs: Any, local: Path, remote: str) -> None:
+def _uploaded(
+    store: str, protocol: str, fs: Any, options: dict[str, Any], dataset: tuple[Path, list[int]]
+) -> RemoteData:
+    """The local dataset's files uploaded to ``BUCKET/PREFIX`` on ``fs``."""
+    local, ids = dataset
     for path in sorted(local.iterdir()):
-        fs.put_file(str(path), f"{remote}/{path.name}")
+        fs.put_file(str(path), f"{BUCKET}/{PREFIX}/{path.name}")
     fs.invalidate_cache()
+    return RemoteData(store, f"{protocol}://{BUCKET}/{PREFIX}", ids, options, fs, local)
 
 
 @pytest.fixture(scope="session")
 def s3_data(seaweedfs: SeaweedFS, local_dataset: tuple[Path, list[int]]) -> RemoteData:
-    local, ids = local_dataset
     seaweedfs.create_bucket(BUCKET)
-    fs = seaweedfs.filesystem()
-    _upload(fs, local, f"{BUCKET}/{PREFIX}")
-    return RemoteData("s3", f"s3://{BUCKET}/{PREFIX}", ids, seaweedfs.s3fs_options(), fs, local)
+    return _uploaded("s3", "s3", seaweedfs.filesystem(), seaweedfs.s3fs_options(), local_dataset)
 
 
 @pytest.fixture(scope="session")
 def gcs_data(gcs_server: FakeGCS, local_dataset: tuple[Path, list[int]]) -> RemoteData:
-    local, ids = local_dataset
     gcs_server.create_bucket(BUCKET)
-    fs = gcs_server.filesystem()
-    _upload(fs, local, f"{BUCKET}/{PREFIX}")
-    return RemoteData("gcs", f"gs://{BUCKET}/{PREFIX}", ids, gcs_server.gcsfs_options(), fs, local)
+    return _uploaded(
+        "gcs", "gs", gcs_server.filesystem(), gcs_server.gcsfs_options(), local_dataset
+    )
 
 
 @pytest.fixture(scope="session")
 def azure_data(azurite: Azurite, local_dataset: tuple[Path, list[int]]) -> RemoteData:
-    local, ids = local_dataset
     azurite.create_container(BUCKET)
-    fs = azurite.filesystem()
-    _upload(fs, local, f"{BUCKET}/{PREFIX}")
-    return RemoteData("azure", f"abfs://{BUCKET}/{PREFIX}", ids, azurite.adlfs_options(), fs, local)
+    return _uploaded("azure", "abfs", azurite.filesystem(), azurite.adlfs_options(), local_dataset)

@@ -5,7 +5,6 @@ listing, globs and brace patterns; errors that name the URL; no secret in any re
 
 from __future__ import annotations
 
-import inspect
 from collections import Counter
 from typing import Any
 
@@ -27,17 +26,6 @@ pytestmark = [
 BATCH = 700  # does not divide the 1500-row files: batches cross file boundaries
 STORES = ("s3", "gcs", "azure")
 BACKENDS = ("auto", "arrow", "fsspec")
-HAS_BACKEND = "storage_backend" in inspect.signature(StructuredDataset.__init__).parameters
-
-
-def backend_options(backend: str) -> dict[str, Any]:
-    """``storage_backend=backend`` where the library has the argument; before it has, only the
-    default path runs (as ``auto``)."""
-    if HAS_BACKEND:
-        return {"storage_backend": backend}
-    if backend != "auto":
-        pytest.skip("storage_backend not implemented yet")
-    return {}
 
 
 def data_for(request: pytest.FixtureRequest, store: str) -> RemoteData:
@@ -83,7 +71,6 @@ EXACTLY_ONCE = [
 def test_every_row_exactly_once(
     request: pytest.FixtureRequest, store: str, backend: str, ctx: str
 ) -> None:
-    options = backend_options(backend)
     data = data_for(request, store)
     loader = tdu.create_dataloader(
         data.url,
@@ -93,7 +80,7 @@ def test_every_row_exactly_once(
         storage_options=data.storage_options,
         num_workers=2,
         multiprocessing_context=ctx,
-        **options,
+        storage_backend=backend,
     )
     seen = read_ids(loader)
     assert Counter(seen) == Counter(data.ids)  # every row exactly once, nothing else

@@ -226,7 +226,7 @@ class FileSystemSpec:
                     self.refresh()
             return retrying(call, what=what, policy=self.retry, counter=self.retries)
 
-    def read_range(self, path: str, offset: int, size: int, file_size: int | None = None) -> bytes:
+    def read_range(self, path: str, offset: int, size: int) -> bytes:
         """Bytes ``[offset, offset + size)`` of ``path`` in one `request`.
 
         Safe to call from several threads at once.
@@ -235,7 +235,7 @@ class FileSystemSpec:
 
         def once() -> bytes:
             if self.native:
-                return bytes(self._native_file(path, file_size).read_at(size, offset))
+                return bytes(self._native_file(path).read_at(size, offset))
             data = self.fsspec().cat_file(path, start=offset, end=offset + size)
             return bytes(data)
 
@@ -244,20 +244,16 @@ class FileSystemSpec:
             raise OSError(f"{what}: got {len(data)} bytes, the object is shorter than expected")
         return data
 
-    def _native_file(self, path: str, file_size: int | None) -> pa.NativeFile:
+    def _native_file(self, path: str) -> pa.NativeFile:
         self._check_process()
         with self._lock:
             handle = self._files.get(path)
             if handle is not None:
                 self._files.move_to_end(path)
                 return handle
-        # A FileInfo with the size saves the HEAD request of a plain open.
-        target: str | pafs.FileInfo = (
-            pafs.FileInfo(path, type=pafs.FileType.File, size=file_size)
-            if file_size is not None and not self.is_local
-            else path
-        )
-        handle = self.arrow().open_input_file(target)
+        # (pyarrow's Python open_input_file takes a path only, so a native open costs a HEAD
+        # request: once per file and process, the handle is kept.)
+        handle = self.arrow().open_input_file(path)
         with self._lock:
             self._files[path] = handle
             while len(self._files) > _OPEN_FILES:

@@ -49,10 +49,10 @@ class RecordingSpec(FileSystemSpec):
         self.calls: list[tuple[str, int, int, str]] = []
         self.calls_lock = threading.Lock()
 
-    def read_range(self, path: str, offset: int, size: int, file_size: int | None = None) -> bytes:
+    def read_range(self, path: str, offset: int, size: int) -> bytes:
         with self.calls_lock:
             self.calls.append((path, offset, size, threading.current_thread().name))
-        return super().read_range(path, offset, size, file_size)
+        return super().read_range(path, offset, size)
 
     def fallbacks(self) -> list[tuple[str, int, int, str]]:
         return [c for c in self.calls if not c[3].startswith("tdu-fetch")]

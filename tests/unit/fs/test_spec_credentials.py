@@ -353,7 +353,7 @@ def test_native_local_read_range_caches_a_few_open_files(tmp_path: Path) -> None
         path.write_bytes(bytes([i]) * 64)
         paths.append(str(path))
     for i, path in enumerate(paths):
-        assert spec.read_range(path, 10, 3, file_size=64) == bytes([i]) * 3
+        assert spec.read_range(path, 10, 3) == bytes([i]) * 3
     assert list(spec._files) == paths[-8:]  # at most 8, least recently used dropped
     with pytest.raises(FileNotFoundError):
         spec.read_range(str(tmp_path / "missing.bin"), 0, 1)

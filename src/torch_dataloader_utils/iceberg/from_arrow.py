@@ -1,0 +1,563 @@
+"""pyarrow filter expressions to pyiceberg ones, through their Substrait form.
+
+The walk is typed (the Substrait protobuf messages pyarrow writes) and *conservative*: the
+Iceberg expression keeps every row the pyarrow expression keeps, and more where a part cannot be
+expressed in Iceberg (that part becomes ``AlwaysTrue``). Negations are pushed down to the
+predicates (De Morgan holds in three-valued logic), so a ``NOT`` never wraps an approximation.
+See `expressions` for the semantics and the other direction.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from decimal import Decimal
+from enum import Enum
+from typing import Any, NamedTuple
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from google.protobuf.unknown_fields import (  # type: ignore[import-untyped, unused-ignore]
+    UnknownFieldSet,
+)
+from pyiceberg.expressions import (
+    AlwaysFalse,
+    AlwaysTrue,
+    And,
+    BooleanExpression,
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNaN,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    NotEqualTo,
+    NotIn,
+    NotNaN,
+    NotNull,
+    NotStartsWith,
+    Or,
+    Reference,
+    StartsWith,
+)
+from pyiceberg.expressions.literals import (
+    BinaryLiteral,
+    BooleanLiteral,
+    DateLiteral,
+    DecimalLiteral,
+    DoubleLiteral,
+    FloatLiteral,
+    Literal,
+    LongLiteral,
+    StringLiteral,
+    TimeLiteral,
+    TimestampLiteral,
+)
+from substrait import (  # type: ignore[import-untyped, unused-ignore]
+    algebra_pb2,
+    extended_expression_pb2,
+)
+
+from ..errors import FilterTypeError
+
+__all__ = ["IcebergFilter", "arrow_to_iceberg"]
+
+
+class IcebergFilter(NamedTuple):
+    """A pyiceberg expression converted from a pyarrow one.
+
+    Attributes:
+        expression: an unbound pyiceberg expression that keeps every row the pyarrow expression
+            keeps (and possibly more): safe for partition and file pruning.
+        exact: the expression keeps exactly the rows the pyarrow expression keeps, so filtering
+            rows with either is the same.
+    """
+
+    expression: BooleanExpression
+    exact: bool
+
+
+# --- pyarrow -> pyiceberg, through Substrait ----------------------------------------------------
+
+# Substrait names (and pyarrow's, in case a producer keeps them) of the functions converted.
+_AND = frozenset({"and", "and_kleene"})
+_OR = frozenset({"or", "or_kleene"})
+_NOT = frozenset({"not", "invert"})
+_COMPARISONS = {
+    "equal": "equal",
+    "not_equal": "not_equal",
+    "lt": "lt",
+    "less": "lt",
+    "lte": "lte",
+    "less_equal": "lte",
+    "gt": "gt",
+    "greater": "gt",
+    "gte": "gte",
+    "greater_equal": "gte",
+}
+_IS_NULL = frozenset({"is_null"})
+_IS_NOT_NULL = frozenset({"is_not_null", "is_valid"})
+_IS_NAN = frozenset({"is_nan"})
+_STARTS_WITH = frozenset({"starts_with"})
+
+# ``literal <op> field`` is ``field <flipped op> literal``.
+_FLIPPED = {
+    "equal": "equal",
+    "not_equal": "not_equal",
+    "lt": "gt",
+    "lte": "gte",
+    "gt": "lt",
+    "gte": "lte",
+}
+# Rows where ``field <op> literal`` is false (not null) are those where ``field <negated op>
+# literal`` is true, except NaN, which makes every ordering comparison false.
+_NEGATED = {
+    "equal": "not_equal",
+    "not_equal": "equal",
+    "lt": "gte",
+    "lte": "gt",
+    "gt": "lte",
+    "gte": "lt",
+}
+
+# Literal fields Substrait has deprecated and newer protobuf classes no longer know; pyarrow 26
+# still writes them (microseconds since the epoch, or since midnight). They survive parsing as
+# unknown fields.
+_DEPRECATED_TIMESTAMP = 14
+_DEPRECATED_TIME = 17
+_DEPRECATED_TIMESTAMP_TZ = 27
+_VARINT = 0
+
+_Result = tuple[BooleanExpression, bool]
+
+
+class _UnconvertibleError(Exception):
+    """A part of the expression has no Iceberg equivalent."""
+
+
+def _plain_field(field: pa.Field) -> pa.Field:
+    """``field`` without metadata, its type with large, view and dictionary types made plain.
+
+    Substrait has no large or view types and no field metadata (pyiceberg reads strings, binaries
+    and lists as large types and puts metadata on struct fields); values and comparisons are the
+    same either way.
+    """
+    return pa.field(field.name, _plain_type(field.type), field.nullable)
+
+
+def _plain_type(arrow_type: pa.DataType) -> pa.DataType:
+    t = pa.types
+    if t.is_large_string(arrow_type) or t.is_string_view(arrow_type):
+        return pa.string()
+    if t.is_large_binary(arrow_type) or t.is_binary_view(arrow_type):
+        return pa.binary()
+    if t.is_dictionary(arrow_type):
+        return _plain_type(arrow_type.value_type)
+    if (
+        t.is_list(arrow_type)
+        or t.is_large_list(arrow_type)
+        or t.is_list_view(arrow_type)
+        or t.is_large_list_view(arrow_type)
+    ):
+        return pa.list_(_plain_field(arrow_type.value_field))
+    if t.is_map(arrow_type):
+        return pa.map_(
+            _plain_field(arrow_type.key_field),
+            _plain_field(arrow_type.item_field),
+            keys_sorted=arrow_type.keys_sorted,
+        )
+    if t.is_struct(arrow_type):
+        return pa.struct([_plain_field(field) for field in arrow_type])
+    return arrow_type
+
+
+def _serializable(schema: pa.Schema) -> bool:
+    try:
+        pc.scalar(True).to_substrait(schema)
+    except pa.ArrowException:
+        return False
+    return True
+
+
+def _substrait_schema(schema: pa.Schema) -> pa.Schema:
+    """The schema the expression is serialized against: plain types, no columns Substrait lacks.
+
+    A column Substrait cannot represent (uuid, duration, ...) is left out: an expression that reads
+    it then fails to serialize and converts to ``AlwaysTrue``, instead of binding to another type.
+    """
+    plain = pa.schema([_plain_field(field) for field in schema])
+    if _serializable(plain):
+        return plain
+    return pa.schema([f for f in plain if _serializable(pa.schema([f]))])
+
+
+def _deprecated_literal(literal: algebra_pb2.Expression.Literal, number: int) -> int | None:
+    """The int64 value of the deprecated literal field ``number``, if ``literal`` holds it."""
+    for field in UnknownFieldSet(literal):
+        if field.field_number == number and field.wire_type == _VARINT:
+            value = int(field.data)
+            return value - (1 << 64) if value >= 1 << 63 else value
+    return None
+
+
+def _to_micros(value: int, precision: int) -> int:
+    """A value in units of 10**-precision seconds, in microseconds (exactly, or not at all)."""
+    if precision <= 6:
+        factor: int = 10 ** (6 - precision)
+        return value * factor
+    scale: int = 10 ** (precision - 6)
+    if value % scale:
+        raise _UnconvertibleError
+    return value // scale
+
+
+def _unscaled_decimal(unscaled: int, scale: int) -> Decimal:
+    digits = tuple(int(digit) for digit in str(abs(unscaled)))
+    return Decimal((1 if unscaled < 0 else 0, digits, -scale))
+
+
+def _compare(op: str, column: str, value: Literal[Any]) -> BooleanExpression:
+    # Keyword arguments: mypy sees pyiceberg's predicates through their pydantic fields.
+    term = Reference(column)
+    if op == "equal":
+        return EqualTo(term=term, value=value)
+    if op == "not_equal":
+        return NotEqualTo(term=term, value=value)
+    if op == "lt":
+        return LessThan(term=term, value=value)
+    if op == "lte":
+        return LessThanOrEqual(term=term, value=value)
+    if op == "gt":
+        return GreaterThan(term=term, value=value)
+    return GreaterThanOrEqual(term=term, value=value)
+
+
+class _Special(Enum):
+    """Literal values pyiceberg has no literal for."""
+
+    NULL = "null"
+    NAN = "nan"
+
+
+class _SubstraitToIceberg:
+    """Convert one Substrait expression (as pyarrow writes it) to a pyiceberg expression.
+
+    ``convert(e, negate=False)`` returns an expression true on every row where ``e`` is true;
+    ``convert(e, negate=True)`` one true on every row where ``e`` is false (not null). Either is
+    exact when it is true on no other row.
+    """
+
+    def __init__(self, functions: dict[int, str], schema: pa.Schema) -> None:
+        self._functions = functions
+        self._schema = schema
+
+    def convert(self, expr: algebra_pb2.Expression, negate: bool) -> _Result:
+        try:
+            return self._convert(expr, negate)
+        except _UnconvertibleError:
+            return AlwaysTrue(), False
+
+    def _convert(self, expr: algebra_pb2.Expression, negate: bool) -> _Result:
+        kind = expr.WhichOneof("rex_type")
+        if kind == "scalar_function":
+            return self._function(expr.scalar_function, negate)
+        if kind == "singular_or_list":
+            return self._is_in(expr.singular_or_list, negate)
+        if kind == "selection":
+            name, arrow_type = self._field(expr)
+            if not pa.types.is_boolean(arrow_type):
+                raise _UnconvertibleError
+            return EqualTo(term=Reference(name), value=BooleanLiteral(not negate)), True
+        if kind == "literal":
+            literal_kind = expr.literal.WhichOneof("literal_type")
+            if literal_kind == "null":
+                return AlwaysFalse(), True
+            if literal_kind == "boolean":
+                return (AlwaysTrue() if expr.literal.boolean != negate else AlwaysFalse()), True
+        raise _UnconvertibleError
+
+    # --- functions ---
+
+    def _function(self, function: algebra_pb2.Expression.ScalarFunction, negate: bool) -> _Result:
+        name = self._functions.get(function.function_reference, "")
+        args: list[algebra_pb2.Expression] = []
+        for argument in function.arguments:
+            if argument.WhichOneof("arg_type") != "value":
+                raise _UnconvertibleError
+            args.append(argument.value)
+        options = {option.name: tuple(option.preference) for option in function.options}
+        if name in _STARTS_WITH:
+            if options != {"case_sensitivity": ("CASE_SENSITIVE",)}:
+                raise _UnconvertibleError
+            return self._starts_with(args, negate)
+        if options:
+            raise _UnconvertibleError
+        if name in _AND or name in _OR:
+            return self._connective(name in _AND, args, negate)
+        if name in _NOT and len(args) == 1:
+            return self._convert(args[0], not negate)
+        if name in _COMPARISONS and len(args) == 2:
+            return self._comparison(_COMPARISONS[name], args, negate)
+        if len(args) == 1:
+            column, arrow_type = self._field(args[0])
+            if name in _IS_NAN and pa.types.is_floating(arrow_type):
+                return (
+                    NotNaN(term=Reference(column)) if negate else IsNaN(term=Reference(column))
+                ), True
+            if (name in _IS_NULL or name in _IS_NOT_NULL) and not pa.types.is_nested(arrow_type):
+                return (
+                    NotNull(term=Reference(column))
+                    if (name in _IS_NULL) == negate
+                    else IsNull(term=Reference(column))
+                ), True
+        raise _UnconvertibleError
+
+    def _connective(
+        self, conjunction: bool, args: Sequence[algebra_pb2.Expression], negate: bool
+    ) -> _Result:
+        if len(args) < 2:
+            raise _UnconvertibleError
+        parts = [self.convert(arg, negate) for arg in args]
+        # not (a and b) = (not a) or (not b): De Morgan holds in three-valued logic.
+        if conjunction != negate:
+            combined: BooleanExpression = And(*(expr for expr, _ in parts))
+            decisive: BooleanExpression = AlwaysFalse()
+        else:
+            combined = Or(*(expr for expr, _ in parts))
+            decisive = AlwaysTrue()
+        exact = all(part_exact for _, part_exact in parts) or (decisive, True) in parts
+        return combined, exact
+
+    def _comparison(self, op: str, args: Sequence[algebra_pb2.Expression], negate: bool) -> _Result:
+        left, right = args
+        if left.WhichOneof("rex_type") == "literal":
+            op, left, right = _FLIPPED[op], right, left
+        if right.WhichOneof("rex_type") != "literal":
+            raise _UnconvertibleError  # field against field, or computed values
+        column, arrow_type = self._field(left)
+        value = self._literal(right.literal, arrow_type)
+        if value is _Special.NULL:  # comparing with null is null
+            return AlwaysFalse(), True
+        if value is _Special.NAN:  # every comparison with NaN is false, except !=
+            true_on_values = (op == "not_equal") != negate
+            return (NotNull(term=Reference(column)) if true_on_values else AlwaysFalse()), True
+        if not negate:
+            return _compare(op, column, value), True
+        negated = _compare(_NEGATED[op], column, value)
+        if pa.types.is_floating(arrow_type) and op not in ("equal", "not_equal"):
+            return Or(negated, IsNaN(term=Reference(column))), True
+        return negated, True
+
+    def _starts_with(self, args: Sequence[algebra_pb2.Expression], negate: bool) -> _Result:
+        if len(args) != 2 or args[1].WhichOneof("rex_type") != "literal":
+            raise _UnconvertibleError
+        column, arrow_type = self._field(args[0])
+        if not pa.types.is_string(arrow_type):
+            raise _UnconvertibleError
+        prefix = self._literal(args[1].literal, arrow_type)
+        if not isinstance(prefix, Literal):
+            return AlwaysFalse(), True
+        return (
+            NotStartsWith(term=Reference(column), value=prefix)
+            if negate
+            else StartsWith(term=Reference(column), value=prefix)
+        ), True
+
+    def _is_in(self, is_in: algebra_pb2.Expression.SingularOrList, negate: bool) -> _Result:
+        column, arrow_type = self._field(is_in.value)
+        term = Reference(column)
+        values: set[Literal[Any]] = set()
+        zero: Literal[Any] | None = None
+        zero_signs: set[float] = set()
+        has_null = has_nan = False
+        for option in is_in.options:
+            if option.WhichOneof("rex_type") != "literal":
+                raise _UnconvertibleError
+            value = self._literal(option.literal, arrow_type)
+            if value is _Special.NULL:
+                has_null = True
+            elif value is _Special.NAN:
+                has_nan = True
+            elif isinstance(value, (FloatLiteral, DoubleLiteral)) and value.value == 0:
+                zero = value
+                zero_signs.add(math.copysign(1.0, value.value))
+            else:
+                values.add(value)
+        # pyarrow's is_in compares floats bit for bit: 0.0 is not in [-0.0], and NaN matches only
+        # a NaN with the same bits. Iceberg compares numerically (0.0 == -0.0, IsNaN for all NaNs),
+        # so a zero matches both zeros and NaN all NaNs: exact only with both zeros and no NaN.
+        # A null row is never in a set without null; with null in the set, pyarrow's is_in matches
+        # null rows or not (skip_nulls), and Substrait does not say which: not exact either.
+        exact = not has_null and not has_nan and len(zero_signs) != 1
+        if not negate:
+            parts: list[BooleanExpression] = [In(term=term, values=values)]
+            if zero is not None:
+                parts.append(EqualTo(term=term, value=zero))
+            if has_nan:
+                parts.append(IsNaN(term=term))
+            if has_null:
+                parts.append(IsNull(term=term))
+            return (Or(*parts) if len(parts) > 1 else parts[0]), exact
+        not_in: BooleanExpression = NotIn(term=term, values=values)
+        if zero is not None and len(zero_signs) == 2:
+            not_in = And(not_in, NotEqualTo(term=term, value=zero))
+        # is_in is false, not null, on a null row: ``not is_in`` keeps null rows.
+        return Or(not_in, IsNull(term=term)), exact
+
+    # --- operands ---
+
+    def _field(self, expr: algebra_pb2.Expression) -> tuple[str, pa.DataType]:
+        """The Iceberg name (dotted for struct fields) and Arrow type of a field reference."""
+        if expr.WhichOneof("rex_type") != "selection":
+            raise _UnconvertibleError
+        selection = expr.selection
+        if (
+            selection.WhichOneof("reference_type") != "direct_reference"
+            or selection.WhichOneof("root_type") != "root_reference"
+        ):
+            raise _UnconvertibleError
+        segment = selection.direct_reference
+        fields: pa.Schema | pa.StructType = self._schema
+        names: list[str] = []
+        while True:
+            if segment.WhichOneof("reference_type") != "struct_field":
+                raise _UnconvertibleError  # list elements, map keys
+            index = segment.struct_field.field
+            if not 0 <= index < len(fields):
+                raise _UnconvertibleError
+            field = fields.field(index)
+            names.append(field.name)
+            if not segment.struct_field.HasField("child"):
+                break
+            if not pa.types.is_struct(field.type):
+                raise _UnconvertibleError
+            fields, segment = field.type, segment.struct_field.child
+        if len(names) > 1 and any("." in name for name in names):
+            raise _UnconvertibleError  # the dotted Iceberg name would be ambiguous
+        return ".".join(names), field.type
+
+    def _literal(
+        self, literal: algebra_pb2.Expression.Literal, arrow_type: pa.DataType
+    ) -> Literal[Any] | _Special:
+        """The pyiceberg literal for a Substrait literal compared with a column of ``arrow_type``.
+
+        Returns ``_Special`` for null and NaN (pyiceberg has no literal for either). Raises
+        ``_UnconvertibleError`` for a literal whose kind does not match the column's type (pyiceberg
+        could not bind it) or that Iceberg cannot represent.
+        """
+        t = pa.types
+        kind = literal.WhichOneof("literal_type")
+        if kind == "null":
+            return _Special.NULL
+        if t.is_integer(arrow_type):
+            if kind == "i8":
+                return LongLiteral(literal.i8)
+            if kind == "i16":
+                return LongLiteral(literal.i16)
+            if kind == "i32":
+                return LongLiteral(literal.i32)
+            if kind == "i64":
+                return LongLiteral(literal.i64)
+        elif t.is_float32(arrow_type) or t.is_float64(arrow_type):
+            if kind == "fp32":
+                return _Special.NAN if math.isnan(literal.fp32) else FloatLiteral(literal.fp32)
+            if kind == "fp64":
+                return _Special.NAN if math.isnan(literal.fp64) else DoubleLiteral(literal.fp64)
+        elif t.is_boolean(arrow_type):
+            if kind == "boolean":
+                return BooleanLiteral(literal.boolean)
+        elif t.is_string(arrow_type):
+            if kind == "string":
+                return StringLiteral(literal.string)
+        elif t.is_binary(arrow_type) or t.is_fixed_size_binary(arrow_type):
+            if kind == "binary":
+                return BinaryLiteral(literal.binary)
+            if kind == "fixed_binary":
+                return BinaryLiteral(literal.fixed_binary)
+        elif t.is_date32(arrow_type):
+            if kind == "date":
+                return DateLiteral(literal.date)
+        elif t.is_timestamp(arrow_type) and arrow_type.unit == "us":
+            return TimestampLiteral(self._timestamp(literal, kind, arrow_type.tz is not None))
+        elif t.is_time64(arrow_type) and arrow_type.unit == "us":
+            if kind == "precision_time":
+                return TimeLiteral(
+                    _to_micros(literal.precision_time.value, literal.precision_time.precision)
+                )
+            micros = _deprecated_literal(literal, _DEPRECATED_TIME) if kind is None else None
+            if micros is not None:
+                return TimeLiteral(micros)
+        elif (
+            t.is_decimal(arrow_type)
+            and kind == "decimal"
+            and literal.decimal.scale == arrow_type.scale
+        ):
+            unscaled = int.from_bytes(literal.decimal.value, "little", signed=True)
+            return DecimalLiteral(_unscaled_decimal(unscaled, literal.decimal.scale))
+        raise _UnconvertibleError
+
+    @staticmethod
+    def _timestamp(literal: algebra_pb2.Expression.Literal, kind: str | None, tz: bool) -> int:
+        if kind == "precision_timestamp_tz" and tz:
+            value = literal.precision_timestamp_tz
+            return _to_micros(value.value, value.precision)
+        if kind == "precision_timestamp" and not tz:
+            value = literal.precision_timestamp
+            return _to_micros(value.value, value.precision)
+        if kind is None:
+            number = _DEPRECATED_TIMESTAMP_TZ if tz else _DEPRECATED_TIMESTAMP
+            micros = _deprecated_literal(literal, number)
+            if micros is not None:
+                return micros
+        raise _UnconvertibleError
+
+
+def arrow_to_iceberg(expression: pc.Expression, schema: pa.Schema) -> IcebergFilter:
+    """Convert a pyarrow expression to a pyiceberg expression for partition and file pruning.
+
+    The conversion walks the expression's Substrait form. It converts comparisons of a column with
+    a literal (``==``, ``!=``, ``<``, ``<=``, ``>``, ``>=``, either side), ``isin``, ``is_null``,
+    ``is_valid``, ``is_nan``, ``starts_with`` (case-sensitive), boolean columns, ``&``, ``|``
+    and ``~``, over top-level and struct columns, with integer, float, string, binary, boolean,
+    date32, timestamp[us] (no time zone), time64[us] and decimal literals. Anything else
+    (arithmetic, casts, column against column, other functions) becomes ``AlwaysTrue``, as does the
+    whole expression when pyarrow cannot serialize it to Substrait (time-zone-aware or
+    non-microsecond timestamp literals, comparisons that need an implicit cast such as an int
+    column with a float, ``is_null(nan_is_null=True)``).
+
+    Args:
+        expression: the filter.
+        schema: the Arrow schema the filter applies to, with the Iceberg column names.
+
+    Returns:
+        The Iceberg expression (unbound, true on every row where ``expression`` is true) and
+        whether it is exact.
+
+    Raises:
+        FilterTypeError: ``expression`` is not a ``pyarrow.compute.Expression``.
+    """
+    if not isinstance(expression, pc.Expression):
+        raise FilterTypeError(
+            f"expression must be a pyarrow.compute.Expression, got {type(expression).__name__}"
+        )
+    substrait_schema = _substrait_schema(schema)
+    try:
+        serialized = expression.to_substrait(substrait_schema, allow_arrow_extensions=True)
+    except pa.ArrowException:
+        return IcebergFilter(AlwaysTrue(), False)
+    message = extended_expression_pb2.ExtendedExpression()
+    message.ParseFromString(bytes(serialized))  # type: ignore[no-untyped-call, unused-ignore]
+    if len(message.referred_expr) != 1:
+        return IcebergFilter(AlwaysTrue(), False)
+    functions = {
+        declaration.extension_function.function_anchor: (
+            # A compound name ("equal:any_any") carries the signature after the colon.
+            declaration.extension_function.name.split(":", 1)[0]
+        )
+        for declaration in message.extensions
+        if declaration.WhichOneof("mapping_type") == "extension_function"
+    }
+    converter = _SubstraitToIceberg(functions, substrait_schema)
+    return IcebergFilter(*converter.convert(message.referred_expr[0].expression, negate=False))
