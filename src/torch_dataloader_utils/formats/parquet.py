@@ -6,7 +6,6 @@ import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from contextlib import contextmanager
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -14,14 +13,16 @@ import pyarrow.compute as pc
 import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import ColumnNotFoundError, CorruptFileError, SchemaMismatchError, StorageError
+from ..errors import CorruptFileError, SchemaMismatchError
 from ..fs import FileSystemSpec, SourceFile, translate_os_error
 from ..fs.ranges import RangeFetcher, RangeFile
-from ..fs.retry import is_missing, is_refused, is_transient
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
+from .chunking import group_units
+from .opening import open_input, parsing, slice_batches
+from .schemas import FileSchema, check_schemas
 
-__all__ = ["ParquetFormat", "open_input", "parsing"]
+__all__ = ["ParquetFormat"]
 
 # Footers are read by threads: the work is I/O (one small request per file on object storage).
 _PLAN_THREADS = 32
@@ -55,35 +56,6 @@ def _partition_expression(partition: tuple[tuple[str, object], ...]) -> pc.Expre
     for key, value in partition:
         expr = expr & (pc.field(key).is_null() if value is None else pc.field(key) == value)
     return expr
-
-
-def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:
-    """Open ``path``; storage failures (missing, denied, unreachable) are raised here, so that
-    any error while parsing afterwards means the bytes are bad (pyarrow raises some parse
-    errors, like a footer that does not deserialize, as ``OSError``)."""
-    try:
-        return fs.arrow().open_input_file(path)
-    except OSError as exc:
-        raise translate_os_error(exc, fs.url(path)) from exc
-
-
-@contextmanager
-def parsing(where: str, kind: str = "a readable Parquet file") -> Iterator[None]:
-    """Errors while parsing an opened file: bad bytes (`CorruptFileError`, saying the file is
-    not ``kind``), unless the storage failed mid-read (a `StorageError`, which `fs.request`
-    retries when it is transient)."""
-    try:
-        yield
-    except StorageError:
-        raise  # a request failed (after its retries), e.g. inside a range read
-    except UnicodeDecodeError as exc:  # a corrupt footer's column names
-        raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
-    except (OSError, pa.ArrowException) as exc:
-        if isinstance(exc, OSError) and (is_transient(exc) or is_missing(exc) or is_refused(exc)):
-            raise translate_os_error(exc, where) from exc  # storage, never bad bytes
-        if is_transient(exc):
-            raise StorageError(f"{where}: {exc}") from exc
-        raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
 
 
 def _read_facts(
@@ -172,98 +144,6 @@ def _chunk_ranges(
     return ranges
 
 
-def _nullable(schema: pa.Schema) -> pa.Schema:
-    return pa.schema([field.with_nullable(True) for field in schema])
-
-
-def _project(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:
-    if columns is None:
-        return schema
-    return pa.schema([schema.field(c) for c in columns])
-
-
-def _check_schemas(
-    files: Sequence[SourceFile],
-    facts: Sequence[_FileFacts],
-    fs: FileSystemSpec,
-    options: ReadOptions,
-) -> pa.Schema:
-    columns = options.columns
-    if columns is not None:
-        missing = [c for c in columns if all(c not in f.schema.names for f in facts)]
-        if missing:
-            raise ColumnNotFoundError(
-                f"column(s) {missing} not found in {fs.url(files[0].path)}; "
-                f"available columns: {facts[0].schema.names}"
-            )
-    reference: pa.Schema | None = None
-    reference_file = ""
-    pairs = list(zip(files, facts, strict=True))
-    # Files with rows first: a file without rows to read contributes nothing, so its schema is
-    # moot (it is only the reference when no file has rows).
-    ordered = [p for p in pairs if p[1].row_groups] or pairs[:1]
-    for f, fact in ordered:
-        if columns is not None and any(c not in fact.schema.names for c in columns):
-            absent = [c for c in columns if c not in fact.schema.names]
-            having = next(g for g, other in pairs if any(c in other.schema.names for c in absent))
-            raise SchemaMismatchError(
-                f"{fs.url(f.path)}: has no column(s) {absent}, which {fs.url(having.path)} has"
-            )
-        # Nullability is not compared: a file whose writer marked a column non-nullable holds
-        # the same values as one that did not.
-        projected = _nullable(_project(fact.schema, columns).remove_metadata())
-        if reference is None:
-            reference, reference_file = projected, fs.url(f.path)
-        elif not projected.equals(reference):
-            raise SchemaMismatchError(
-                f"{fs.url(f.path)} and {reference_file} disagree on the schema of the columns "
-                f"read:\n{fs.url(f.path)}:\n{projected}\n{reference_file}:\n{reference}"
-            )
-    assert reference is not None  # files is never empty here
-    return reference
-
-
-def _group(
-    path: str,
-    row_groups: list[tuple[int, int, int, int]],
-    partition: tuple[tuple[str, object], ...],
-    options: ReadOptions,
-) -> list[Chunk]:
-    """Pack consecutive kept row groups into chunks of about ``split_bytes``/``split_rows``."""
-    chunks: list[Chunk] = []
-    run: list[tuple[int, int, int, int]] = []
-
-    def flush() -> None:
-        if run:
-            chunks.append(
-                Chunk(
-                    path=path,
-                    start=run[0][0],
-                    stop=run[-1][0] + 1,
-                    num_rows=sum(r[1] for r in run),
-                    num_bytes=sum(r[2] for r in run),
-                    unit_rows=tuple(r[1] for r in run),
-                    partition=partition,
-                )
-            )
-            run.clear()
-
-    for rg in row_groups:
-        if run and run[-1][0] + 1 != rg[0]:
-            flush()  # a pruned row group breaks the run: chunks are contiguous ranges
-        run.append(rg)
-        rows = sum(r[1] for r in run)
-        size = sum(r[2] for r in run)
-        if options.split_rows is None and options.split_bytes is None:
-            flush()  # default: one row group per chunk
-        elif (options.split_rows is not None and rows >= options.split_rows) or (
-            options.split_bytes is not None and size >= options.split_bytes
-        ):
-            flush()  # whichever target is reached first closes the chunk
-    flush()
-    return chunks
-
-
 class ParquetFormat(Format):
     """Apache Parquet.
 
@@ -325,11 +205,14 @@ class ParquetFormat(Format):
         with ThreadPoolExecutor(threads, thread_name_prefix="tdu-plan") as pool:
             done = pool.map(lambda task: [_read_facts(f, p, fs, options) for f, p in task], tasks)
             facts = [fact for task_facts in done for fact in task_facts]
-        schema = _check_schemas(files, facts, fs, options)
+        schema = check_schemas(
+            files, [FileSchema(f.schema, bool(f.row_groups)) for f in facts], fs, options
+        )
         chunks: list[Chunk] = []
         rows = uncompressed = 0
         for f, fact, partition in zip(files, facts, partitions, strict=True):
-            chunks.extend(_group(f.path, fact.row_groups, partition, options))
+            units = [(rg, n, size) for rg, n, size, _ in fact.row_groups]
+            chunks.extend(group_units(f.path, units, partition, options))
             rows += sum(r[1] for r in fact.row_groups)
             uncompressed += sum(r[3] for r in fact.row_groups)
         row_bytes = uncompressed / rows if rows else 1.0
@@ -378,7 +261,7 @@ class ParquetFormat(Format):
                         columns=columns,
                         use_threads=False,
                     )
-                    yield from _slice_batches(batches, lo, hi, where)
+                    yield from slice_batches(batches, lo, hi, where)
                 continue
             yield from self._read_remote(
                 chunk.path,
@@ -476,7 +359,7 @@ class ParquetFormat(Format):
                         columns=columns,
                         use_threads=False,
                     )
-                    return list(_slice_batches(batches, lo, hi, where))
+                    return list(slice_batches(batches, lo, hi, where))
 
             yield from fs.request(head, what=where)
             return
@@ -494,7 +377,7 @@ class ParquetFormat(Format):
             batches = handle.iter_batches(
                 batch_size=_READ_BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False
             )
-            yield from _slice_batches(batches, lo, hi, where)
+            yield from slice_batches(batches, lo, hi, where)
 
     def close(self) -> None:
         self._check_process()
@@ -526,22 +409,3 @@ def _row_group_spans(
 
 def _head_only(lo: int, hi: int, rows: int) -> bool:
     return lo == 0 and hi * _HEAD_SHARE <= rows
-
-
-def _slice_batches(
-    batches: Iterator[pa.RecordBatch], start: int, stop: int, where: str
-) -> Iterator[pa.RecordBatch]:
-    """Rows ``[start, stop)`` of the concatenation of ``batches`` (zero-copy slices).
-
-    Raises:
-        CorruptFileError: the row group holds fewer rows than its footer says.
-    """
-    pos = 0
-    for batch in batches:
-        lo, hi = max(start, pos), min(stop, pos + batch.num_rows)
-        if lo < hi:
-            yield batch.slice(lo - pos, hi - lo)
-        pos += batch.num_rows
-        if pos >= stop:
-            return
-    raise CorruptFileError(f"{where}: decoded {pos} rows, fewer than the footer's count")

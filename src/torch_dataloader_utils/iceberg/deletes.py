@@ -18,7 +18,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..formats.parquet import open_input, parsing
+from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec
 
 __all__ = [

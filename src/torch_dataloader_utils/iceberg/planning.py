@@ -21,7 +21,7 @@ import pyarrow.parquet as pq
 
 from ..errors import ColumnNotFoundError, CorruptFileError, InvalidSourceError
 from ..filters import filter_columns
-from ..formats.parquet import open_input, parsing
+from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
 from ..planner import Planned
 from ..planning import Chunk, Plan

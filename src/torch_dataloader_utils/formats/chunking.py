@@ -1,0 +1,62 @@
+"""Grouping a file's native units (row groups, stripes, record batches) into chunks."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..planning import Chunk
+from .base import ReadOptions
+
+__all__ = ["group_units"]
+
+
+def group_units(
+    path: str,
+    units: Sequence[tuple[int, int, int]],
+    partition: tuple[tuple[str, object], ...],
+    options: ReadOptions,
+) -> list[Chunk]:
+    """Pack consecutive native units into chunks of about ``split_bytes``/``split_rows``.
+
+    Args:
+        path: the file.
+        units: ``(index, rows, bytes)`` of each unit kept (row group, stripe, record batch,
+            ...), ascending; a gap in the indices (a pruned unit) closes the chunk.
+        partition: the file's hive partition values.
+        options: the split targets; with neither, each unit is a chunk.
+    """
+    chunks: list[Chunk] = []
+    run: list[tuple[int, int, int]] = []
+    rows = size = 0
+
+    def flush() -> None:
+        nonlocal rows, size
+        if run:
+            chunks.append(
+                Chunk(
+                    path=path,
+                    start=run[0][0],
+                    stop=run[-1][0] + 1,
+                    num_rows=rows,
+                    num_bytes=size,
+                    unit_rows=tuple(r[1] for r in run),
+                    partition=partition,
+                )
+            )
+            run.clear()
+        rows = size = 0
+
+    for unit in units:
+        if run and run[-1][0] + 1 != unit[0]:
+            flush()  # a pruned unit breaks the run: chunks are contiguous ranges
+        run.append(unit)
+        rows += unit[1]
+        size += unit[2]
+        if options.split_rows is None and options.split_bytes is None:
+            flush()  # default: one unit per chunk
+        elif (options.split_rows is not None and rows >= options.split_rows) or (
+            options.split_bytes is not None and size >= options.split_bytes
+        ):
+            flush()  # whichever target is reached first closes the chunk
+    flush()
+    return chunks

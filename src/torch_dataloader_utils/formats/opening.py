@@ -1,0 +1,62 @@
+"""Opening files and parsing them: storage failures and bad bytes told apart."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pyarrow as pa
+
+from ..errors import CorruptFileError, StorageError
+from ..fs import FileSystemSpec, translate_os_error
+from ..fs.retry import is_missing, is_refused, is_transient
+
+__all__ = ["open_input", "parsing", "slice_batches"]
+
+
+def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:
+    """Open ``path``; storage failures (missing, denied, unreachable) are raised here, so that
+    any error while parsing afterwards means the bytes are bad (pyarrow raises some parse
+    errors, like a footer that does not deserialize, as ``OSError``)."""
+    try:
+        return fs.arrow().open_input_file(path)
+    except OSError as exc:
+        raise translate_os_error(exc, fs.url(path)) from exc
+
+
+@contextmanager
+def parsing(where: str, kind: str = "a readable Parquet file") -> Iterator[None]:
+    """Errors while parsing an opened file: bad bytes (`CorruptFileError`, saying the file is
+    not ``kind``), unless the storage failed mid-read (a `StorageError`, which `fs.request`
+    retries when it is transient)."""
+    try:
+        yield
+    except StorageError:
+        raise  # a request failed (after its retries), e.g. inside a range read
+    except UnicodeDecodeError as exc:  # a corrupt footer's column names
+        raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
+    except (OSError, pa.ArrowException) as exc:
+        if isinstance(exc, OSError) and (is_transient(exc) or is_missing(exc) or is_refused(exc)):
+            raise translate_os_error(exc, where) from exc  # storage, never bad bytes
+        if is_transient(exc):
+            raise StorageError(f"{where}: {exc}") from exc
+        raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
+
+
+def slice_batches(
+    batches: Iterator[pa.RecordBatch], start: int, stop: int, where: str
+) -> Iterator[pa.RecordBatch]:
+    """Rows ``[start, stop)`` of the concatenation of ``batches`` (zero-copy slices).
+
+    Raises:
+        CorruptFileError: the row group holds fewer rows than its footer says.
+    """
+    pos = 0
+    for batch in batches:
+        lo, hi = max(start, pos), min(stop, pos + batch.num_rows)
+        if lo < hi:
+            yield batch.slice(lo - pos, hi - lo)
+        pos += batch.num_rows
+        if pos >= stop:
+            return
+    raise CorruptFileError(f"{where}: decoded {pos} rows, fewer than the footer's count")

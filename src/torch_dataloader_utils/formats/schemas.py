@@ -1,0 +1,80 @@
+"""Checking that the files of a source agree on the schema of the columns read."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from ..errors import ColumnNotFoundError, SchemaMismatchError
+from ..fs import FileSystemSpec, SourceFile
+from .base import ReadOptions
+
+__all__ = ["FileSchema", "check_schemas", "nullable", "project"]
+
+
+@dataclass(frozen=True)
+class FileSchema:
+    """A file's schema, and whether the file has rows to read (a file without any is moot)."""
+
+    schema: pa.Schema
+    has_rows: bool
+
+
+def nullable(schema: pa.Schema) -> pa.Schema:
+    return pa.schema([field.with_nullable(True) for field in schema])
+
+
+def project(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:
+    if columns is None:
+        return schema
+    return pa.schema([schema.field(c) for c in columns])
+
+
+def check_schemas(
+    files: Sequence[SourceFile],
+    facts: Sequence[FileSchema],
+    fs: FileSystemSpec,
+    options: ReadOptions,
+) -> pa.Schema:
+    """The schema of the columns read, the same in every file that has rows to read.
+
+    Raises:
+        ColumnNotFoundError: a requested column is in no file.
+        SchemaMismatchError: a file lacks a requested column another has, or files disagree on
+            the types of the columns read (nullability aside).
+    """
+    columns = options.columns
+    if columns is not None:
+        missing = [c for c in columns if all(c not in f.schema.names for f in facts)]
+        if missing:
+            raise ColumnNotFoundError(
+                f"column(s) {missing} not found in {fs.url(files[0].path)}; "
+                f"available columns: {facts[0].schema.names}"
+            )
+    reference: pa.Schema | None = None
+    reference_file = ""
+    pairs = list(zip(files, facts, strict=True))
+    # Files with rows first: a file without rows to read contributes nothing, so its schema is
+    # moot (it is only the reference when no file has rows).
+    ordered = [p for p in pairs if p[1].has_rows] or pairs[:1]
+    for f, fact in ordered:
+        if columns is not None and any(c not in fact.schema.names for c in columns):
+            absent = [c for c in columns if c not in fact.schema.names]
+            having = next(g for g, other in pairs if any(c in other.schema.names for c in absent))
+            raise SchemaMismatchError(
+                f"{fs.url(f.path)}: has no column(s) {absent}, which {fs.url(having.path)} has"
+            )
+        # Nullability is not compared: a file whose writer marked a column non-nullable holds
+        # the same values as one that did not.
+        projected = nullable(project(fact.schema, columns).remove_metadata())
+        if reference is None:
+            reference, reference_file = projected, fs.url(f.path)
+        elif not projected.equals(reference):
+            raise SchemaMismatchError(
+                f"{fs.url(f.path)} and {reference_file} disagree on the schema of the columns "
+                f"read:\n{fs.url(f.path)}:\n{projected}\n{reference_file}:\n{reference}"
+            )
+    assert reference is not None  # files is never empty here
+    return reference
