@@ -6,7 +6,7 @@ import logging
 import numbers
 import os
 import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 import torch
@@ -21,6 +21,7 @@ from .batching import (
     shuffled_blocks,
 )
 from .convert import Converter, ListFormat, NullPolicy, OutputFormat
+from .decoding import Decoding
 from .distributed import plan_once
 from .errors import InvalidArgumentError
 from .formats import Format, ReadOptions, get_format
@@ -76,7 +77,8 @@ class StructuredDataset(IterableDataset[Any]):
 
     Args:
         path: a path or URL, a directory, a glob, a brace pattern, or a list of them.
-        format: the format name (``"parquet"``) or a `Format`.
+        format: the format name (``"parquet"``, ``"orc"``, ``"csv"``, ``"json"``, ``"ipc"``,
+            ``"webdataset"``, or an alias) or a `Format`.
         batch_size: rows per batch.
         columns: columns to read (``None``: all). Partition columns may be named.
         filters: a ``pyarrow.compute.Expression``; prunes row groups at plan time and
@@ -111,6 +113,9 @@ class StructuredDataset(IterableDataset[Any]):
             ``"arrow"`` or ``"fsspec"`` force one. Results are the same either way.
         retries: how storage requests are retried: a `RetryPolicy`, or a number of retries
             (default: `RetryPolicy()`, 5 retries with capped, jittered exponential backoff).
+        format_options: keyword arguments of the format named by ``format`` (for example
+            ``{"delimiter": ";"}`` for CSV, ``{"missing_component": "skip"}`` for WebDataset);
+            see docs/reference/formats.
 
     Raises:
         UnknownFormatError: ``format`` is not registered.
@@ -159,6 +164,7 @@ class StructuredDataset(IterableDataset[Any]):
         num_ranks: int | None = None,
         storage_backend: StorageBackend = "auto",
         retries: RetryPolicy | int | None = None,
+        format_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
         if num_ranks is not None:  # the earlier library's name for world_size
@@ -186,7 +192,7 @@ class StructuredDataset(IterableDataset[Any]):
             raise InvalidArgumentError(
                 f"columns must be a list of names, got the string {columns!r}"
             )
-        self.format = get_format(format)
+        self.format = get_format(format, format_options)
         self.fs = self._filesystem(
             path, storage_options, backend=storage_backend, retry=RetryPolicy.of(retries)
         )
@@ -250,6 +256,12 @@ class StructuredDataset(IterableDataset[Any]):
                 'the default split_strategy="equal", or pass remainder="uneven" to accept '
                 "unequal ranks (and use join())"
             )
+        decoders = self.format.decoders(self.plan.schema) if output_format != "arrow" else {}
+        self._collate = (
+            Decoding(decoders, output_format=output_format, collate=collate_fn)
+            if decoders
+            else collate_fn
+        )
         logger.info("%s", self.plan.summary())
 
     # --- planning (subclasses read other sources: IcebergDataset) ------------------------------
@@ -534,7 +546,7 @@ class StructuredDataset(IterableDataset[Any]):
         yield from worker_messages(
             self.segments(topology, self._this_iteration()),
             self.converter,
-            self.collate_fn,
+            self._collate,
             worker=topology.worker,
             batch_size=self.batch_size,
         )

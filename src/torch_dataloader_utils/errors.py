@@ -15,6 +15,7 @@ __all__ = [
     "FilterTypeError",
     "InvalidArgumentError",
     "InvalidSourceError",
+    "MissingComponentError",
     "MissingDependencyError",
     "NullValueError",
     "SchemaMismatchError",
@@ -103,6 +104,10 @@ class CorruptFileError(DataError):
 
 class SchemaMismatchError(DataError):
     """Files of one source disagree on the schema of the columns read."""
+
+
+class MissingComponentError(DataError):
+    """A WebDataset sample lacks a component a column asks for (``missing_component="error"``)."""
 
 
 class NullValueError(DataError):

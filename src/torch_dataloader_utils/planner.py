@@ -12,7 +12,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from .errors import ColumnNotFoundError, SchemaMismatchError
+from .errors import ColumnNotFoundError, InvalidSourceError, SchemaMismatchError
 from .filters import filter_columns
 from .formats import Format, ReadOptions
 from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
@@ -62,7 +62,9 @@ def plan_source(
         ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
         SchemaMismatchError: files disagree on the columns read, or a hive key is a column.
     """
-    files = list_files(path, fs)
+    files = [f for f in list_files(path, fs) if not fmt.companion(f.path)]
+    if not files:
+        raise InvalidSourceError(f"{path!r} lists no {fmt.name} files, only their companions")
     if partitioning == "hive":
         partition_schema, partitions = hive_partitions(files)
     else:

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping
+from typing import Any
 
-from ..errors import UnknownFormatError
+from ..errors import InvalidArgumentError, UnknownFormatError
 from .base import Format, FormatPlan, ReadOptions
 
 __all__ = ["Format", "FormatPlan", "ReadOptions", "available_formats", "get_format"]
@@ -12,9 +14,22 @@ __all__ = ["Format", "FormatPlan", "ReadOptions", "available_formats", "get_form
 # Lazy registry (fsspec's habit): name -> "module:Class", imported on first use, so importing the
 # package imports no format's optional dependency.
 _REGISTRY: dict[str, str] = {
+    "csv": "torch_dataloader_utils.formats.text:CsvFormat",
+    "ipc": "torch_dataloader_utils.formats.ipc:IpcFormat",
+    "json": "torch_dataloader_utils.formats.text:JsonFormat",
+    "orc": "torch_dataloader_utils.formats.orc:OrcFormat",
     "parquet": "torch_dataloader_utils.formats.parquet:ParquetFormat",
+    "webdataset": "torch_dataloader_utils.formats.webdataset:WebDatasetFormat",
 }
-_ALIASES: dict[str, str] = {"pq": "parquet"}
+_ALIASES: dict[str, str] = {
+    "pq": "parquet",
+    "arrow": "ipc",
+    "feather": "ipc",
+    "jsonl": "json",
+    "ndjson": "json",
+    "tar": "webdataset",
+    "wds": "webdataset",
+}
 
 
 def available_formats() -> list[str]:
@@ -22,13 +37,25 @@ def available_formats() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def get_format(name: str | Format) -> Format:
-    """The format registered under ``name`` (a `Format` instance passes through).
+def get_format(name: str | Format, options: Mapping[str, Any] | None = None) -> Format:
+    """The format registered under ``name``, built with ``options`` (a `Format` instance passes
+    through).
+
+    Args:
+        name: a format name or alias (``"parquet"``, ``"csv"``, ``"tar"``, ...) or a `Format`.
+        options: keyword arguments of the format's class (``CsvFormat(delimiter=";")``, ...).
 
     Raises:
         UnknownFormatError: no format has that name.
+        InvalidArgumentError: ``options`` with a `Format` instance, or options the format does
+            not take.
     """
     if isinstance(name, Format):
+        if options:
+            raise InvalidArgumentError(
+                f"format_options {sorted(options)} go with a format name; a {type(name).__name__} "
+                "instance is already configured"
+            )
         return name
     key = _ALIASES.get(str(name).lower(), str(name).lower())
     if key not in _REGISTRY:
@@ -41,6 +68,10 @@ def get_format(name: str | Format) -> Format:
         raise UnknownFormatError(
             f"unknown format {name!r}; available formats: {', '.join(available_formats())}{hint}"
         )
-    module, _, cls = _REGISTRY[key].partition(":")
-    fmt: Format = getattr(importlib.import_module(module), cls)()
+    module, _, cls_name = _REGISTRY[key].partition(":")
+    cls = getattr(importlib.import_module(module), cls_name)
+    try:
+        fmt: Format = cls(**dict(options or {}))
+    except TypeError as exc:
+        raise InvalidArgumentError(f"format {key!r} does not take format_options: {exc}") from exc
     return fmt

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -121,3 +122,15 @@ class Format(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release cached handles (open files); called when a stream ends."""
+
+    def companion(self, path: str) -> bool:
+        """Whether ``path``, found by listing a directory or a glob, belongs to a data file
+        rather than holding data (WebDataset's ``.idx`` index beside a ``.tar`` shard): the
+        planner leaves such files out. The default: no file is a companion."""
+        return False
+
+    def decoders(self, schema: pa.Schema) -> dict[str, Callable[[Any], Any]]:
+        """Per-value decoders of columns of ``schema`` (the plan's), applied in the worker
+        after conversion to ``torch``/``numpy``/``dict`` output (see `decoding.Decoding`);
+        they must pickle. The default: none."""
+        return {}
