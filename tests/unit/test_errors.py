@@ -30,6 +30,7 @@ BUILTIN_BASES: dict[str, type[BaseException]] = {
     "NullValueError": ValueError,
     "UnsupportedTableError": ValueError,
     "MissingDependencyError": ImportError,
+    "MissingComponentError": ValueError,
 }
 
 # Narrower library bases a class must keep (a caller catching the broader one sees it).
@@ -44,6 +45,7 @@ LIBRARY_BASES: dict[str, str] = {
     "StateMismatchError": "InvalidArgumentError",
     "NullValueError": "DataError",
     "UnsupportedTableError": "InvalidSourceError",
+    "MissingComponentError": "DataError",
 }
 
 

@@ -104,13 +104,21 @@ def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:
 
     Raises:
         StorageNotFoundError: a named path does not exist.
-        InvalidSourceError: nothing matched, or a file is reached twice.
+        InvalidSourceError: nothing matched, a file is reached twice, or an entry is a shell
+            ``pipe:`` (webdataset's ``pipe:curl ...``).
     """
     entries = [source] if isinstance(source, str | os.PathLike) else list(source)
     if not entries:
         raise InvalidSourceError("the source is an empty list")
     files: list[SourceFile] = []
     for entry in entries:
+        if os.fspath(entry).startswith("pipe:"):
+            # webdataset's "pipe:CMD" runs CMD in a shell: a source string must never execute.
+            raise InvalidSourceError(
+                f"{os.fspath(entry)[:80]!r}: shell pipe: sources are not supported (they run a "
+                "command); name the files by URL instead (s3://, gs://, abfs://, https://, a "
+                "local path): every fsspec filesystem is read directly, with retries"
+            )
         for pattern in braceexpand(os.fspath(entry)):
             files.extend(_expand_one(pattern, fs))
     seen: set[str] = set()

@@ -10,6 +10,7 @@ from pathlib import Path
 import fsspec
 import pytest
 
+import torch_dataloader_utils as tdu
 from torch_dataloader_utils.errors import (
     InvalidSourceError,
     StorageNotFoundError,
@@ -309,3 +310,13 @@ def test_storage_options_change_what_is_listed(memory_root: str) -> None:
         files = list_files("dir://sub", spec)
         assert [f.path for f in files] == expected
         assert all(spec.fsspec().cat_file(f.path) for f in files)
+
+
+@pytest.mark.parametrize(
+    "source", ["pipe:curl -s http://example.com/shard-000.tar", "pipe:cat shards/a.tar"]
+)
+def test_a_shell_pipe_source_is_refused_before_anything_runs(tmp_path: Path, source: str) -> None:
+    marker = tmp_path / "ran"
+    with pytest.raises(InvalidSourceError, match="pipe: sources are not supported"):
+        tdu.create_dataloader(f"{source}; touch {marker}", num_workers=0)
+    assert not marker.exists()
