@@ -1,0 +1,238 @@
+"""Arrow IPC: chunks are record-batch ranges of IPC files (Feather v2) and IPC streams.
+
+Row counts live in each record batch's message header, not in the file footer, and pyarrow
+decodes (and decompresses) a whole batch to tell its rows. Planning therefore reads only the
+message headers: the footer's block list (file format) or a walk over the messages (stream
+format), both parsed from their flatbuffers by `ipc_layout`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+from pyarrow import ipc
+
+from ..errors import CorruptFileError
+from ..fs import FileSystemSpec, SourceFile
+from ..planning import Chunk
+from .base import Format, FormatPlan, ReadOptions
+from .chunking import group_units
+from .ipc_layout import KIND, MAGIC, RECORD_BATCH, Layout, read_layout
+from .opening import open_input, parsing, slice_batches
+from .schemas import FileSchema, check_schemas
+
+__all__ = ["IpcFormat"]
+
+_PLAN_THREADS = 32
+# Open files (file format) or message walks (stream format) kept per worker.
+_OPEN_FILES = 1
+# Files whose format (file or stream) a worker remembers.
+_KINDS = 4096
+
+# What forked children inherited from a parent's formats (see `IpcFormat._check_process`).
+_inherited: list[object] = []
+
+
+def _included(layout_schema: pa.Schema, columns: tuple[str, ...] | None) -> list[int] | None:
+    if columns is None:
+        return None
+    return sorted(layout_schema.get_field_index(c) for c in columns)
+
+
+class IpcFormat(Format):
+    """Apache Arrow IPC: the file format (Feather v2, ``pyarrow.ipc.new_file``) and the stream
+    format (``pyarrow.ipc.new_stream``, as Hugging Face ``datasets`` caches are written).
+
+    A chunk is a record batch, or consecutive batches grouped to ``split_bytes``/
+    ``split_rows``. Planning reads message headers only, never batch bodies: an IPC file's
+    footer and its batches' headers; a stream's headers in one pass over its messages. The
+    file format is read with random access (``get_batch``), only the projected columns' buffers
+    decoded. A stream has no index: a reader walks its headers once per file and process (the
+    walk is cached, `_OPEN_FILES` at a time), then reads the schema message, every dictionary
+    message before the first batch wanted, and the batches wanted: no batch before them is
+    downloaded or decoded. Feather v1 files are refused with how to convert them.
+    """
+
+    name = "ipc"
+
+    def __init__(self) -> None:
+        self._open: OrderedDict[
+            tuple[str, tuple[str, ...] | None], tuple[ipc.RecordBatchFileReader, pa.NativeFile]
+        ] = OrderedDict()
+        self._layouts: OrderedDict[str, Layout] = OrderedDict()
+        self._kinds: OrderedDict[str, bool] = OrderedDict()
+        self._pid = os.getpid()
+
+    def _check_process(self) -> None:
+        """A forked child opens its own files (a parent's handle shares its file offset and its
+        storage connections); the parent's stay referenced, never closed here."""
+        if self._pid != os.getpid():
+            _inherited.append(self._open)
+            self._open, self._layouts, self._kinds = OrderedDict(), OrderedDict(), OrderedDict()
+            self._pid = os.getpid()
+
+    def __reduce__(self) -> tuple[type[IpcFormat], tuple[()]]:
+        return (type(self), ())  # open files stay behind: each process opens its own
+
+    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+        return fs.request(
+            lambda: read_layout(file.path, file.size, fs), what=fs.url(file.path)
+        ).schema
+
+    def plan(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> FormatPlan:
+        threads = max(1, min(_PLAN_THREADS, len(files)))
+
+        def read(f: SourceFile) -> Layout:
+            return fs.request(lambda: read_layout(f.path, f.size, fs), what=fs.url(f.path))
+
+        with ThreadPoolExecutor(threads, thread_name_prefix="tdu-plan") as pool:
+            layouts = list(pool.map(read, files))
+        schema = check_schemas(
+            files,
+            [FileSchema(x.schema, any(b.rows for b in x.batches)) for x in layouts],
+            fs,
+            options,
+        )
+        chunks: list[Chunk] = []
+        rows = size = 0
+        for f, layout, partition in zip(files, layouts, partitions, strict=True):
+            units = [(i, b.rows, b.size) for i, b in enumerate(layout.batches)]
+            chunks.extend(group_units(f.path, units, partition, options))
+            rows += sum(b.rows for b in layout.batches)
+            size += sum(b.size for b in layout.batches)
+        # Uncompressed bodies are the decoded buffers; compressed ones make this a low estimate.
+        row_bytes = max(size / rows if rows else 1.0, 1.0)
+        return FormatPlan(chunks=chunks, schema=schema, row_bytes=row_bytes)
+
+    def _is_stream(self, path: str, fs: FileSystemSpec) -> bool:
+        """Whether ``path`` is in the stream format (remembered per process: one small read)."""
+        found = self._kinds.get(path)
+        if found is None:
+            head = fs.read_range(path, 0, len(MAGIC))  # a planned file has rows: no shorter
+            found = self._kinds[path] = not head.startswith(MAGIC)
+            if len(self._kinds) > _KINDS:
+                self._kinds.popitem(last=False)
+        return found
+
+    def _size(self, path: str, fs: FileSystemSpec) -> int:
+        def size() -> int:
+            with open_input(path, fs) as source:
+                return int(source.size())
+
+        return fs.request(size, what=fs.url(path))
+
+    def _stream(self, path: str, fs: FileSystemSpec) -> Layout:
+        found = self._layouts.get(path)
+        if found is None:
+            size = self._size(path, fs)
+            found = fs.request(lambda: read_layout(path, size, fs), what=fs.url(path))
+            self._layouts[path] = found
+            while len(self._layouts) > _OPEN_FILES:
+                self._layouts.popitem(last=False)
+        return found
+
+    def _file(
+        self, path: str, columns: tuple[str, ...] | None, fs: FileSystemSpec
+    ) -> ipc.RecordBatchFileReader:
+        key = (path, columns)
+        found = self._open.get(key)
+        if found is not None:
+            return found[0]
+        source = open_input(path, fs)
+        try:
+            with parsing(fs.url(path), KIND):
+                reader = ipc.open_file(source)
+                if columns is not None:  # only the projected columns' buffers are read
+                    included = _included(reader.schema, columns)
+                    reader = ipc.open_file(
+                        source, options=ipc.IpcReadOptions(included_fields=included)
+                    )
+        except CorruptFileError:
+            source.close()
+            raise
+        self._open[key] = (reader, source)
+        while len(self._open) > _OPEN_FILES:
+            _, (_, old) = self._open.popitem(last=False)
+            old.close()
+        return reader
+
+    def _read_file(
+        self, path: str, indices: list[int], columns: tuple[str, ...] | None, fs: FileSystemSpec
+    ) -> Iterator[pa.RecordBatch]:
+        reader = self._file(path, columns, fs)
+        for index in indices:
+            with parsing(f"{fs.url(path)} record batch {index}", KIND):
+                yield reader.get_batch(index)
+
+    def _read_stream(
+        self, path: str, indices: list[int], columns: tuple[str, ...] | None, fs: FileSystemSpec
+    ) -> Iterator[pa.RecordBatch]:
+        """Batches ``indices`` (consecutive) of a stream: its schema message, the dictionary
+        messages before them, and their own messages, read as one stream."""
+        layout = self._stream(path, fs)
+        url = fs.url(path)
+        if indices[-1] >= len(layout.batches):
+            raise CorruptFileError(
+                f"{url}: has {len(layout.batches)} record batches, the plan reads batch "
+                f"{indices[-1]}; the file changed since it was planned"
+            )
+        first, last = layout.batches[indices[0]], layout.batches[indices[-1]]
+        ranges = [  # the schema and the dictionaries in force at the first batch
+            (m.offset, m.size)
+            for m in layout.messages
+            if m.offset < first.offset and m.kind != RECORD_BATCH
+        ]
+        ranges.append((first.offset, last.offset + last.size - first.offset))
+        data = b"".join(fs.read_range(path, offset, size) for offset, size in ranges)
+        included = _included(layout.schema, columns)
+        where = f"{url} record batches {indices[0]}:{indices[-1] + 1}"
+        with parsing(where, KIND):
+            reader = ipc.open_stream(
+                pa.py_buffer(data), options=ipc.IpcReadOptions(included_fields=included)
+            )
+            yield from reader
+
+    def read(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> Iterator[pa.RecordBatch]:
+        self._check_process()
+        first = 0  # row of the chunk where the current batch starts
+        spans = []  # (batch index, first row of the chunk in it)
+        for index, rows in zip(range(chunk.start, chunk.stop), chunk.unit_rows, strict=True):
+            if max(row_start, first) < min(row_stop, first + rows):
+                spans.append((index, first))
+            first += rows
+        if not spans:
+            return
+        indices = [i for i, _ in spans]
+        columns = options.columns
+        if self._is_stream(chunk.path, fs):
+            batches = self._read_stream(chunk.path, indices, columns, fs)
+        else:
+            batches = self._read_file(chunk.path, indices, columns, fs)
+        where = f"{fs.url(chunk.path)} record batches {indices[0]}:{indices[-1] + 1}"
+        offset = spans[0][1]  # slice_batches counts rows from the first batch read
+        for batch in slice_batches(batches, row_start - offset, row_stop - offset, where):
+            yield batch if columns is None else batch.select(list(columns))
+
+    def close(self) -> None:
+        self._check_process()
+        for _, source in self._open.values():
+            source.close()
+        self._open.clear()
+        self._layouts.clear()
