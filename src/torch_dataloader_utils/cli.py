@@ -1,4 +1,4 @@
-"""The ``tdu`` command line: ``tdu demo`` and ``tdu plan``."""
+"""The ``tdu`` command line: ``tdu demo``, ``tdu plan`` and ``tdu index``."""
 
 from __future__ import annotations
 
@@ -111,6 +111,34 @@ def _plan(args: argparse.Namespace) -> int:
     return 0
 
 
+def _index(args: argparse.Namespace) -> int:
+    from .errors import TorchDataloaderUtilsError
+    from .fs.spec import FileSystemSpec
+    from .webdataset.index import build_index, format_index, index_path
+
+    fs = FileSystemSpec.for_path(args.shard)
+    path = fs.strip(args.shard)
+    out = args.out or index_path(args.shard)
+    try:
+        size = int(fs.request(lambda: fs.fsspec().size(path), what=fs.url(path)))
+        index = build_index(
+            lambda offset, n: fs.read_range(path, offset, n),
+            size,
+            where=fs.url(path),
+            lowercase=not args.case_sensitive,
+        )
+        text = format_index(index)
+    except (TorchDataloaderUtilsError, OSError) as exc:
+        print(f"tdu index: {exc}", file=sys.stderr)
+        return 1
+    import fsspec
+
+    with fsspec.open(out, "wb") as f:
+        f.write(text.encode("utf-8", "surrogateescape"))
+    print(f"{out}: {len(index)} samples ({fs.url(path)}, {size:,} bytes)")
+    return 0
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -131,6 +159,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     plan.add_argument("--partitioning", default=None)
     plan.add_argument("--limit", type=int, default=20)
     plan.set_defaults(run=_plan)
+    index = commands.add_parser(
+        "index", help="write a WebDataset shard's DALI index (v1.2), byte-compatible with wds2idx"
+    )
+    index.add_argument("shard", help="the .tar shard (local path or URL)")
+    index.add_argument("out", nargs="?", default=None, help="default: the shard's sibling .idx")
+    index.add_argument(
+        "--case-sensitive",
+        action="store_true",
+        help="extensions differing in case are distinct (checked for repeats; written as is)",
+    )
+    index.set_defaults(run=_index)
     args = parser.parse_args(argv)
     status: int = args.run(args)
     return status

@@ -229,6 +229,8 @@ class StructuredDataset(IterableDataset[Any]):
             ),
             explicit=rank is not None,
         )
+        if planned.format is not None:
+            self.format = planned.format  # on ranks > 0: the format rank 0 planned with
         self.read_options: ReadOptions = planned.read_options
         self.plan: Plan = planned.plan
         self._output_columns = planned.output_columns

@@ -36,12 +36,15 @@ class Planned:
         plan: the plan.
         output_columns: the columns batches carry, when not all read columns.
         decoded_row_bytes: decoded bytes per row, sampled (sizes shuffle blocks).
+        format: the format as planned: what it fixed at plan time (the column types inferred
+            for CSV, say) reaches every rank with the plan (``None``: keep the dataset's own).
     """
 
     read_options: ReadOptions
     plan: Plan
     output_columns: tuple[str, ...] | None
     decoded_row_bytes: float
+    format: Format | None = None
 
 
 def plan_source(
@@ -65,15 +68,17 @@ def plan_source(
     files = [f for f in list_files(path, fs) if not fmt.companion(f.path)]
     if not files:
         raise InvalidSourceError(f"{path!r} lists no {fmt.name} files, only their companions")
+    # The column names come from the first file with bytes: an empty text file has none.
+    probe = next((f for f in files if f.size), files[0])
     if partitioning == "hive":
         partition_schema, partitions = hive_partitions(files)
     else:
         partition_schema, partitions = pa.schema([]), [() for _ in files]
-    file_schema = fmt.schema(files[0], fs)
+    file_schema = fmt.schema(probe, fs)
     clash = [k for k in partition_schema.names if k in file_schema.names]
     if clash:
         raise SchemaMismatchError(
-            f"{fs.url(files[0].path)}: hive partition key(s) {clash} are also columns "
+            f"{fs.url(probe.path)}: hive partition key(s) {clash} are also columns "
             'of the file; read without partitioning="hive" or rename one of them'
         )
     available = pa.schema(list(file_schema) + list(partition_schema))
@@ -84,7 +89,7 @@ def plan_source(
         fs,
         filters=filters,
         available=available,
-        files=files,
+        files=[probe, *(f for f in files if f is not probe)],
         partition_schema=partition_schema,
     )
     wanted = list(columns) if columns is not None else list(available.names)
@@ -120,6 +125,7 @@ def plan_source(
         plan=plan,
         output_columns=tuple(wanted) if needed or columns is not None else None,
         decoded_row_bytes=_decoded_row_bytes(plan, read_options, fmt, fs),
+        format=fmt,
     )
 
 

@@ -22,6 +22,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pyarrow.csv as pacsv
+import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import write_parquet
@@ -188,6 +190,18 @@ def dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
             root / f"part-{i:03d}.parquet", np.arange(start, start + size), row_group_size=group
         )
         start += size
+    return root
+
+
+@pytest.fixture(scope="session")
+def csv_dataset_dir(dataset_dir: Path) -> Path:
+    """The same rows as CSV files (``id``, ``x``, ``name``), plus a 0-byte file listed first."""
+    root = dataset_dir.parent / "csv"
+    root.mkdir()
+    (root / "part-000-empty.csv").write_bytes(b"")
+    for path in sorted(dataset_dir.glob("*.parquet")):
+        table = pq.read_table(path, columns=["id", "x", "name"])
+        pacsv.write_csv(table, root / f"{path.stem}.csv")
     return root
 
 

@@ -41,10 +41,16 @@ class DdpRun:
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}ranks")
-def ddp_run(request: pytest.FixtureRequest, dataset_dir: Path, work_dir: Path) -> DdpRun:
+def ddp_run(
+    request: pytest.FixtureRequest, dataset_dir: Path, csv_dataset_dir: Path, work_dir: Path
+) -> DdpRun:
     world_size = request.param
     out = work_dir / f"ddp-{world_size}.json"
+    # CSV column types are inferred on rank 0 alone (no schema= given): the other ranks must
+    # read with them. Small blocks give every file several byte-range chunks.
+    csv = {"data": str(csv_dataset_dir), "format": "csv", "format_options": {"block_bytes": 2048}}
     cases = [{"batch_size": BATCH, **case} for case in CASES]
+    cases.append({"batch_size": BATCH, "name": "csv", "num_workers": 2, **csv})
     result, _ = run_script(
         "read_epochs.py", world_size, {"data": str(dataset_dir), "out": str(out), "cases": cases}
     )
@@ -144,7 +150,15 @@ def test_pad_reads_every_id_and_repeats_fewer_than_world_size(ddp_run: DdpRun) -
     assert len({len(batches) for batches in per_rank}) == 1
 
 
-@pytest.mark.parametrize("case", [c["name"] for c in CASES])
+def test_csv_types_inferred_on_rank_0_read_on_every_rank(ddp_run: DdpRun) -> None:
+    world_size = ddp_run.world_size
+    per_rank = _epoch(ddp_run.cases["csv"], 0)
+    every = ids_of(batch for batches in per_rank for batch in batches)
+    assert_exactly_once(every, range(ROWS), missing=ROWS % world_size)
+    assert [len(_flat(b)) for b in per_rank] == [ROWS // world_size] * world_size
+
+
+@pytest.mark.parametrize("case", [*(c["name"] for c in CASES), "csv"])
 def test_plan_is_made_once_on_rank_0(ddp_run: DdpRun, case: str) -> None:
     ranks = ddp_run.cases[case]
     assert [rank["list_files"] for rank in ranks] == [1] + [0] * (ddp_run.world_size - 1)

@@ -1,9 +1,10 @@
 """Read whole epochs on every rank, for several loader configurations in one launch.
 
 Spec: ``data``, ``out``, ``cases``: a list of ``{name, num_workers, epochs, remainder, filter,
-persistent}``. For each case and rank the result holds the ids of every batch of every epoch,
-``len(loader)``, the plan fingerprint, and how often this rank listed files and counted
-filtered rows while building the loader: planning is meant to happen on rank 0 alone.
+persistent, data, format, format_options}`` (a case's ``data`` overrides the spec's). For each
+case and rank the result holds the ids of every batch of every epoch, ``len(loader)``, the plan
+fingerprint, and how often this rank listed files and counted filtered rows while building the
+loader: planning is meant to happen on rank 0 alone.
 """
 
 from __future__ import annotations
@@ -46,7 +47,9 @@ def read_case(data: str, case: dict[str, Any]) -> dict[str, Any]:
             timeout=60,
         )
     loader = tdu.create_dataloader(
-        data,
+        case.get("data", data),
+        format=case.get("format", "parquet"),
+        format_options=case.get("format_options"),
         batch_size=case["batch_size"],
         shuffle=True,
         shuffle_seed=3,

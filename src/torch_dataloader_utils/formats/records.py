@@ -1,0 +1,263 @@
+"""Finding record boundaries in CSV and JSON Lines bytes, and cutting files into chunks there.
+
+A record ends at a newline; in CSV only at a newline outside quotes: a newline is a record
+boundary iff the number of quote characters before it in the file is even (a doubled quote
+``""`` adds two, so it keeps the parity). Blank records (empty lines; whitespace-only lines in
+JSON Lines) are not rows: pyarrow's readers skip them, and the counts here must agree with
+what the readers yield. Bytes are scanned in pieces with numpy, never per byte in Python.
+
+Where the parity can disagree with pyarrow's CSV parser, the scan says so (`RecordScan.
+unreliable`) rather than guess: a quote character that opens a quoted span anywhere but at the
+start of a field (pyarrow takes it literally there), and a bare carriage return outside quotes
+(pyarrow ends a record there, the scan would not). The caller then reads the file as one chunk
+and counts its rows by parsing it.
+"""
+
+from __future__ import annotations
+
+import lzma
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+from ..fs import FileSystemSpec, translate_os_error
+from .opening import parsing
+
+__all__ = [
+    "ChunkCutter",
+    "RecordScan",
+    "compression_of",
+    "open_decompressed",
+    "read_pieces",
+]
+
+_LF, _CR = 10, 13
+# Compressed files by extension (as fsspec infers them), and pyarrow's codec for each; xz has
+# no pyarrow codec, so Python's lzma streams it.
+_CODECS = {".gz": "gzip", ".bz2": "bz2", ".zst": "zstd", ".lz4": "lz4", ".xz": "xz"}
+
+
+def compression_of(path: str) -> str | None:
+    """The compression of ``path`` by its extension (``"gzip"``, ``"zstd"``, ...), or ``None``."""
+    for ext, codec in _CODECS.items():
+        if path.lower().endswith(ext):
+            return codec
+    return None
+
+
+class RecordScan:
+    """Finds the ends of the non-blank records of one file, fed piece by piece in order.
+
+    Args:
+        quote: the quote byte (CSV), or ``None`` (JSON Lines, or CSV without quoting).
+        delimiter: the field delimiter byte (CSV), where a quoted field may start.
+        blank: bytes that make a record blank when it holds nothing else (``\\r`` for CSV;
+            also space and tab for JSON Lines).
+        bare_cr_ends_records: whether a lone ``\\r`` ends a record for the parser (CSV): such
+            a file is flagged unreliable.
+    """
+
+    def __init__(
+        self,
+        *,
+        quote: int | None,
+        delimiter: int | None,
+        blank: bytes,
+        bare_cr_ends_records: bool,
+    ) -> None:
+        self.quote = quote
+        self.bare_cr = bare_cr_ends_records
+        self.is_blank = np.zeros(256, dtype=bool)
+        self.is_blank[list(blank)] = True
+        self.field_start = np.zeros(256, dtype=bool)  # bytes after which a quote may open
+        self.field_start[[_LF, _CR] + ([delimiter] if delimiter is not None else [])] = True
+        if quote is not None:
+            self.field_start[quote] = True  # a doubled quote: its first half closed a span
+        self.unreliable: str | None = None  # why the parity may disagree with the parser
+        self.offset = 0  # bytes fed so far
+        self.quotes = 0  # quote bytes fed so far
+        self.record_start = 0  # where the current (unfinished) record starts
+        self.content = False  # whether the unfinished record holds a non-blank byte
+        self.last_byte: int | None = None
+
+    def _has_content(self, part: np.ndarray) -> bool:
+        return bool(part.size) and not bool(self.is_blank[part].all())
+
+    def feed(self, piece: bytes | memoryview) -> np.ndarray:
+        """Scan the next bytes; returns the file offsets one past each non-blank record
+        finished in them (one past its ``\\n``), ascending."""
+        a = np.frombuffer(piece, dtype=np.uint8)
+        off = self.offset
+        newlines = np.flatnonzero(a == _LF)
+        quotes = np.flatnonzero(a == self.quote) if self.quote is not None else None
+        if quotes is not None:
+            if self.unreliable is None and quotes.size:
+                self._check_openers(a, quotes, off)
+            before = np.searchsorted(quotes, newlines) + self.quotes
+            newlines = newlines[(before & 1) == 0]
+        if self.bare_cr and self.unreliable is None:
+            self._check_bare_cr(a, quotes, off)
+        if quotes is not None:
+            self.quotes += int(quotes.size)
+        if a.size:
+            self.last_byte = int(a[-1])
+        self.offset += int(a.size)
+        if not newlines.size:
+            self.content = self.content or self._has_content(a)
+            return np.empty(0, dtype=np.int64)
+        starts = np.empty(newlines.size, dtype=np.int64)
+        starts[0] = 0
+        starts[1:] = newlines[:-1] + 1
+        lengths = newlines - starts
+        nonblank = np.zeros(newlines.size, dtype=bool)
+        some = lengths > 0
+        nonblank[some] = ~self.is_blank[a[starts[some]]]
+        # Records that start with a blank byte and are longer than one byte: look at them all.
+        for i in np.flatnonzero(some & ~nonblank & (lengths > 1)):
+            nonblank[i] = self._has_content(a[starts[i] : newlines[i]])
+        # The first record may have begun in an earlier piece.
+        nonblank[0] = self.content or self._has_content(a[: newlines[0]])
+        tail = int(newlines[-1]) + 1
+        self.record_start = off + tail
+        self.content = self._has_content(a[tail:])
+        return off + newlines[nonblank].astype(np.int64) + 1
+
+    def finish(self) -> np.ndarray:
+        """After the last piece: the end of an unterminated last record (the file size), if
+        it is not blank; flags an unclosed quote as unreliable."""
+        if self.quotes % 2 and self.unreliable is None:
+            self.unreliable = "a quoted value is not closed before the end of the file"
+        if self.content:
+            return np.array([self.offset], dtype=np.int64)
+        return np.empty(0, dtype=np.int64)
+
+    def _check_openers(self, a: np.ndarray, quotes: np.ndarray, off: int) -> None:
+        # Quotes at an even position in the file's sequence of quotes open a quoted span.
+        first_opener = self.quotes & 1  # index in `quotes` of this piece's first opener
+        openers = quotes[first_opener::2]
+        if not openers.size:
+            return
+        prev = np.empty(openers.size, dtype=np.int64)
+        inner = openers > 0
+        prev[inner] = a[openers[inner] - 1]
+        if not inner[0]:
+            # At the piece's start: the byte before is the last one fed (none at file start).
+            prev[0] = _LF if self.last_byte is None else self.last_byte
+        bad = np.flatnonzero(~self.field_start[prev])
+        if bad.size:
+            at = off + int(openers[bad[0]])
+            self.unreliable = (
+                f"a quote character inside an unquoted field at byte {at} (the parser takes "
+                "it literally, so quote parity cannot find record boundaries)"
+            )
+
+    def _check_bare_cr(self, a: np.ndarray, quotes: np.ndarray | None, off: int) -> None:
+        crs = np.flatnonzero(a == _CR)
+        inner = crs[crs < a.size - 1]  # a last byte's successor is in the next piece
+        bare = inner[a[inner + 1] != _LF].astype(np.int64)
+        if self.last_byte == _CR and a.size and a[0] != _LF:
+            bare = np.concatenate([np.array([-1], dtype=np.int64), bare])
+        if not bare.size:
+            return
+        before = self.quotes + (np.searchsorted(quotes, bare) if quotes is not None else 0)
+        outside = bare[(before & 1) == 0]
+        if outside.size:
+            self.unreliable = (
+                f"a bare carriage return ends a record at byte {off + int(outside[0])} (the "
+                "scan splits records at line feeds only)"
+            )
+
+
+@dataclass
+class ChunkCutter:
+    """Cuts a file's records into chunks ``(start, stop, rows)``, fed record ends in order.
+
+    A chunk closes at the first record end where it holds ``max_rows`` rows or spans
+    ``max_bytes`` bytes, whichever comes first (so it may exceed ``max_bytes`` by one record).
+
+    Attributes:
+        start: where the first chunk starts (after a CSV header).
+        max_rows: rows per chunk, or ``None``.
+        max_bytes: bytes per chunk, or ``None``.
+    """
+
+    start: int
+    max_rows: int | None
+    max_bytes: int | None
+
+    def __post_init__(self) -> None:
+        self.chunks: list[tuple[int, int, int]] = []
+        self.rows = 0  # rows of the open chunk
+        self.last_end = self.start
+        self.total_rows = 0
+
+    def feed(self, ends: np.ndarray) -> None:
+        """Record ends (file offsets one past each record), ascending."""
+        n = int(ends.size)
+        self.total_rows += n
+        i = 0
+        while i < n:
+            k = n
+            if self.max_rows is not None:
+                k = min(k, i + self.max_rows - self.rows - 1)
+            if self.max_bytes is not None:
+                k = min(k, i + int(np.searchsorted(ends[i:], self.start + self.max_bytes)))
+            if k >= n:
+                self.rows += n - i
+                break
+            stop = int(ends[k])
+            self.chunks.append((self.start, stop, self.rows + k - i + 1))
+            self.start, self.rows, i = stop, 0, k + 1
+        if n:
+            self.last_end = int(ends[-1])
+
+    def finish(self, size: int) -> list[tuple[int, int, int]]:
+        """The chunks; the last one runs to ``size`` (trailing blank lines included)."""
+        if self.rows:
+            self.chunks.append((self.start, size, self.rows))
+        elif self.chunks:
+            start, _, rows = self.chunks[-1]
+            self.chunks[-1] = (start, size, rows)
+        return self.chunks
+
+
+def open_decompressed(path: str, codec: str, fs: FileSystemSpec) -> pa.NativeFile:
+    """A stream of ``path``'s decompressed bytes."""
+    url = fs.url(path)
+
+    def opened() -> pa.NativeFile:
+        raw = fs.arrow().open_input_stream(path, compression=None)
+        if codec == "xz":
+            return pa.PythonFile(lzma.LZMAFile(raw), mode="r")
+        return pa.CompressedInputStream(raw, codec)
+
+    try:
+        return fs.request(opened, what=url)
+    except OSError as exc:
+        raise translate_os_error(exc, url) from exc
+
+
+def read_pieces(
+    path: str, size: int, fs: FileSystemSpec, *, piece: int, codec: str | None
+) -> Iterator[bytes]:
+    """The bytes of ``path`` in pieces of ``piece`` bytes: range reads through ``fs`` (each
+    retried), or a decompressing stream for a compressed file."""
+    url = fs.url(path)
+    if codec is not None:
+        stream = open_decompressed(path, codec, fs)
+        try:
+            while True:
+                with parsing(url, kind=f"a readable {codec} file"):
+                    data = stream.read(piece)
+                if not data:
+                    return
+                yield bytes(data)
+        finally:
+            stream.close()
+    for offset in range(0, size, piece):
+        try:
+            yield fs.read_range(path, offset, min(piece, size - offset))
+        except OSError as exc:
+            raise translate_os_error(exc, url) from exc

@@ -1,0 +1,38 @@
+"""Tar-level WebDataset machinery: tar scanning, webdataset's sample grouping, DALI's index,
+and a shard writer.
+
+Needs neither torch nor webdataset: the format (`formats/webdataset.py`) builds on it.
+"""
+
+from __future__ import annotations
+
+from .index import (
+    ShardIndex,
+    build_index,
+    default_cache_dir,
+    format_index,
+    index_path,
+    load_index,
+    parse_index,
+)
+from .samples import Component, Sample, group_samples, split_name
+from .tar import TarMember, iter_tar, scan_tar
+from .writer import ShardWriter
+
+__all__ = [
+    "Component",
+    "Sample",
+    "ShardIndex",
+    "ShardWriter",
+    "TarMember",
+    "build_index",
+    "default_cache_dir",
+    "format_index",
+    "group_samples",
+    "index_path",
+    "iter_tar",
+    "load_index",
+    "parse_index",
+    "scan_tar",
+    "split_name",
+]

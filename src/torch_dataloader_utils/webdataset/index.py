@@ -1,0 +1,389 @@
+"""DALI's text index of a WebDataset shard (format ``v1.2``), read, written and cached.
+
+The format, as NVIDIA DALI's ``tools/wds2idx.py`` writes it and its loader
+(``webdataset_loader.cc``) reads it::
+
+    v1.2 <number of samples>\\n
+    <ext> <data offset> <size> <member name>[ <ext> <offset> <size> <name>]...\\n   (one per sample)
+
+Fields are separated by single spaces, every line ends with ``\\n`` (the last too), the
+extension is the raw text after the first dot of the file name (not lower-cased), offsets are
+data offsets (multiples of 512), components are in tar order. ``v1.1`` is the same without the
+names. DALI's reader splits on whitespace, so names holding whitespace cannot be written.
+
+Differences from DALI, deliberate: an empty shard has the index ``v1.2 0`` (DALI's tool refuses
+to index it and its reader wants a positive count); dotfiles are skipped as DALI does, but a
+member without an extension is an error (see `samples`); names are written as UTF-8 text where
+DALI's tool writes what ``tar --list`` prints (the same for printable ASCII names).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import logging
+import os
+import tempfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from ..errors import CorruptFileError, InvalidArgumentError
+from .samples import Component, Sample, group_samples, split_name
+from .tar import BLOCK, padded, scan_tar
+
+if TYPE_CHECKING:
+    from ..fs.spec import FileSystemSpec
+
+__all__ = [
+    "ShardIndex",
+    "build_index",
+    "default_cache_dir",
+    "format_index",
+    "index_path",
+    "load_index",
+    "parse_index",
+]
+
+logger = logging.getLogger(__name__)
+
+VERSION = "v1.2"
+_FIELDS = {"v1.1": 3, "v1.2": 4}  # tokens per component
+# Changes whenever the way an index is built changes, so old cache entries are not reused.
+_CACHE_SCHEMA = "1"
+
+
+@dataclass(frozen=True)
+class ShardIndex:
+    """The samples of one shard, where each component's data lies.
+
+    Attributes:
+        samples: the samples in tar order.
+        version: the index format it was read from (``"v1.1"`` indexes hold no names: keys and
+            component names are empty).
+    """
+
+    samples: tuple[Sample, ...]
+    version: str = VERSION
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def extensions(self) -> list[str]:
+        """Every extension present, in first-seen order."""
+        found: dict[str, None] = {}
+        for sample in self.samples:
+            for component in sample.components:
+                found.setdefault(component.ext)
+        return list(found)
+
+    def data_start(self, i: int) -> int:
+        """Data offset of sample ``i``'s first component."""
+        return self.samples[i].components[0].offset
+
+    def data_end(self, i: int) -> int:
+        """Offset just past sample ``i``'s last component's data."""
+        return self.samples[i].components[-1].end
+
+    def check(self, size: int, *, where: str) -> None:
+        """Check the index can describe a shard of ``size`` bytes: components in tar order,
+        each after a header block, none past the end.
+
+        Args:
+            size: the shard's size in bytes.
+            where: names the index file in errors.
+
+        Raises:
+            CorruptFileError: names the line (1-based; line 1 is the header line).
+        """
+        previous_end = 0
+        for i, sample in enumerate(self.samples):
+            for component in sample.components:
+                line = i + 2
+                if component.offset < padded(previous_end) + BLOCK:
+                    raise CorruptFileError(
+                        f"{where}: line {line}: offset {component.offset} of {component.ext!r} "
+                        "overlaps the previous component or its header (components must be in "
+                        "tar order)"
+                    )
+                if component.end > size:
+                    raise CorruptFileError(
+                        f"{where}: line {line}: {component.ext!r} at offset {component.offset} "
+                        f"with {component.size} bytes runs past the end of the shard ({size} "
+                        "bytes): the index does not belong to this shard"
+                    )
+                previous_end = component.end
+
+
+def index_path(shard_path: str) -> str:
+    """The sibling index of a shard: ``x/a.tar`` -> ``x/a.idx`` (other names get ``.idx``
+    appended). DALI's tool cuts at the first dot instead (``a.001.tar`` -> ``a.idx``, the same
+    file for every shard of such a set), which is not followed."""
+    stem = shard_path[:-4] if shard_path.endswith(".tar") else shard_path
+    return stem + ".idx"
+
+
+def build_index(
+    read: Callable[[int, int], bytes],
+    size: int,
+    *,
+    where: str,
+    lowercase: bool = True,
+    window: int = 8 << 20,
+) -> ShardIndex:
+    """Index a shard by a header-only scan (`scan_tar` + `group_samples`).
+
+    Args:
+        read: returns exactly ``n`` bytes at ``offset`` of the shard.
+        size: the shard's size in bytes.
+        where: names the shard in errors (a URL).
+        lowercase: lower-case extensions.
+        window: bytes read at a time.
+
+    Returns:
+        The index.
+
+    Raises:
+        CorruptFileError: the tar is corrupt or breaks a grouping rule (names shard and offset).
+    """
+    members = scan_tar(read, size, where=where, window=window)
+    return ShardIndex(tuple(group_samples(members, where=where, lowercase=lowercase)))
+
+
+def format_index(index: ShardIndex) -> str:
+    """The ``v1.2`` text of an index, byte for byte what DALI's ``wds2idx.py`` writes.
+
+    wds2idx writes ``f"v1.2 {len(samples)}\\n"``, then per sample
+    ``" ".join(" ".join(map(str, (ext, offset, size, name))) for each component) + "\\n"``,
+    with ``ext`` the raw text after the first dot of the file name.
+
+    Raises:
+        InvalidArgumentError: the index has no names (read from ``v1.1``), or a name holds
+            whitespace (the format splits on it).
+    """
+    if index.version != VERSION:
+        raise InvalidArgumentError(f"a {index.version} index has no member names to write")
+    lines = [f"{VERSION} {len(index.samples)}\n"]
+    for sample in index.samples:
+        parts = []
+        for c in sample.components:
+            if any(ch.isspace() for ch in c.name):
+                raise InvalidArgumentError(
+                    f"member name {c.name!r} holds whitespace: DALI's index cannot describe it"
+                )
+            parts.append(f"{split_name(c.name, lowercase=False)[1]} {c.offset} {c.size} {c.name}")
+        lines.append(" ".join(parts) + "\n")
+    return "".join(lines)
+
+
+def parse_index(text: str, *, where: str, lowercase: bool = True) -> ShardIndex:
+    """Read a DALI index (``v1.2``, or ``v1.1`` without names).
+
+    Args:
+        text: the index file's text.
+        where: names the index file in errors.
+        lowercase: lower-case extensions.
+
+    Returns:
+        The index (`ShardIndex.check` it against the shard's size before trusting it).
+
+    Raises:
+        CorruptFileError: ``"{where}: line {n}: ..."`` for an unknown version, a sample count
+            that does not match the lines, a malformed or misaligned component, a repeated
+            extension, or names whose keys differ within a line.
+    """
+    lines = text.split("\n")
+    head = lines[0].split()
+    if len(head) != 2 or head[0] not in _FIELDS:
+        raise CorruptFileError(
+            f"{where}: line 1: expected 'v1.2 <samples>' (or v1.1), got {lines[0][:80]!r}"
+        )
+    version, count_text = head
+    if not count_text.isdigit():
+        raise CorruptFileError(f"{where}: line 1: sample count {count_text!r} is not a number")
+    count = int(count_text)
+    body = lines[1:]
+    while body and not body[-1].strip():
+        body.pop()  # the final newline (and blank lines after the samples)
+    width = _FIELDS[version]
+    samples = []
+    for i, line_text in enumerate(body):
+        samples.append(_parse_line(line_text.split(), i + 2, width, where, lowercase))
+    if len(body) != count:
+        raise CorruptFileError(
+            f"{where}: line {min(len(body), count) + 2}: the header line declares {count} "
+            f"samples, the file has {len(body)} sample lines"
+        )
+    return ShardIndex(tuple(samples), version)
+
+
+def _parse_line(tokens: list[str], line: int, width: int, where: str, lowercase: bool) -> Sample:
+    if not tokens or len(tokens) % width:
+        raise CorruptFileError(
+            f"{where}: line {line}: expected groups of {width} fields "
+            f"(<ext> <offset> <size>{' <name>' if width == 4 else ''}), got {len(tokens)} fields"
+        )
+    key: str | None = None
+    components = []
+    exts: set[str] = set()
+    for j in range(0, len(tokens), width):
+        raw_ext, offset_text, size_text = tokens[j : j + 3]
+        if not (offset_text.isdigit() and size_text.isdigit()):
+            raise CorruptFileError(
+                f"{where}: line {line}: offset {offset_text!r} / size {size_text!r} of "
+                f"{raw_ext!r} are not numbers"
+            )
+        offset, size = int(offset_text), int(size_text)
+        if offset % BLOCK:
+            raise CorruptFileError(
+                f"{where}: line {line}: offset {offset} of {raw_ext!r} is not a multiple of 512"
+            )
+        name = tokens[j + 3] if width == 4 else ""
+        if width == 4:
+            stem, name_ext = split_name(name, lowercase=False)
+            if name_ext != raw_ext:
+                raise CorruptFileError(
+                    f"{where}: line {line}: extension {raw_ext!r} does not match name {name!r}"
+                )
+            if key is not None and stem != key:
+                raise CorruptFileError(
+                    f"{where}: line {line}: names {name!r} and the previous ones have different "
+                    f"keys ({stem!r} vs {key!r})"
+                )
+            key = stem
+        ext = raw_ext.lower() if lowercase else raw_ext
+        if ext in exts:
+            raise CorruptFileError(f"{where}: line {line}: extension {ext!r} appears twice")
+        exts.add(ext)
+        components.append(Component(ext, offset, size, name))
+    return Sample(key or "", tuple(components))
+
+
+def default_cache_dir() -> str:
+    """``$XDG_CACHE_HOME/torch_dataloader_utils/wds-index`` (``~/.cache`` by default)."""
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return os.path.join(base, "torch_dataloader_utils", "wds-index")
+
+
+def load_index(
+    path: str,
+    fs: FileSystemSpec,
+    *,
+    size: int,
+    lowercase: bool = True,
+    cache_dir: str | None = None,
+    version: str | None = None,
+) -> ShardIndex:
+    """A shard's index: its sibling ``.idx`` when there is one, else the local cache, else a
+    header-only scan of the shard (then cached).
+
+    The sibling (`index_path`) is a ``v1.2`` DALI index, checked against the shard's size; a
+    ``v1.1`` sibling holds no names, so the shard is scanned instead. The cache holds ``v1.2``
+    files named by a hash of the shard's URL, size, version (ETag or mtime, asked of the
+    filesystem when not given) and ``lowercase``; it is written atomically, and a cache
+    directory that cannot be written only means no cache. A cache entry that does not parse or
+    check is rebuilt. Nothing is ever written next to the data.
+
+    Args:
+        path: the shard's path (no protocol).
+        fs: its filesystem.
+        size: its size in bytes (from the listing).
+        lowercase: lower-case extensions.
+        cache_dir: where cached indexes live; None: `default_cache_dir`; ``""``: no cache.
+        version: a string that changes when the shard changes (ETag, mtime), if known.
+
+    Returns:
+        The index.
+
+    Raises:
+        CorruptFileError: the sibling index does not parse or does not fit the shard (names it
+            and the line), or the shard is corrupt (names it and the offset).
+        StorageError: reading failed.
+    """
+    sibling = index_path(path)
+    text = _read_optional(fs, sibling)
+    if text is not None:
+        where = fs.url(sibling)
+        index = parse_index(text, where=where, lowercase=lowercase)
+        if index.version == VERSION:
+            index.check(size, where=where)
+            return index
+        logger.info("%s: a %s index has no member names; scanning the shard", where, index.version)
+    cache_file = None
+    if cache_dir != "":
+        version = version if version is not None else _version(fs, path)
+        if version is not None:
+            material = "\0".join([_CACHE_SCHEMA, fs.url(path), str(size), version, str(lowercase)])
+            name = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
+            cache_file = os.path.join(cache_dir or default_cache_dir(), name + ".idx")
+            cached = _read_cache(cache_file, size, lowercase)
+            if cached is not None:
+                return cached
+
+    def read(offset: int, n: int) -> bytes:
+        return fs.read_range(path, offset, n)
+
+    index = build_index(read, size, where=fs.url(path), lowercase=lowercase)
+    if cache_file is not None:
+        _write_cache(cache_file, index)
+    return index
+
+
+def _read_optional(fs: FileSystemSpec, path: str) -> str | None:
+    def cat() -> bytes:
+        return bytes(fs.fsspec().cat_file(path))
+
+    try:
+        data = fs.request(cat, what=fs.url(path))
+    except FileNotFoundError:
+        return None
+    return data.decode("utf-8", "surrogateescape")
+
+
+def _version(fs: FileSystemSpec, path: str) -> str | None:
+    """The ETag or modification time the filesystem reports, or None (then no cache)."""
+    info = fs.request(lambda: fs.fsspec().info(path), what=fs.url(path))
+    for field in ("ETag", "etag", "mtime", "LastModified", "last_modified", "updated"):
+        value = info.get(field)
+        if value is not None:
+            return f"{field}={value}"
+    logger.debug("%s: no ETag or mtime: its index is not cached", fs.url(path))
+    return None
+
+
+def _read_cache(cache_file: str, size: int, lowercase: bool) -> ShardIndex | None:
+    try:
+        with open(cache_file, encoding="utf-8", errors="surrogateescape") as f:
+            text = f.read()
+    except OSError:
+        return None
+    try:
+        index = parse_index(text, where=cache_file, lowercase=lowercase)
+        index.check(size, where=cache_file)
+    except CorruptFileError as exc:
+        logger.warning("ignoring a corrupt cached index (rebuilding it): %s", exc)
+        return None
+    return index
+
+
+def _write_cache(cache_file: str, index: ShardIndex) -> None:
+    try:
+        text = format_index(index)
+    except InvalidArgumentError as exc:
+        logger.debug("not caching the index: %s", exc)
+        return
+    directory = os.path.dirname(cache_file)
+    temp = None
+    try:
+        os.makedirs(directory, exist_ok=True)
+        fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".idx")
+        with os.fdopen(fd, "wb") as f:
+            f.write(text.encode("utf-8", "surrogateescape"))
+        os.replace(temp, cache_file)  # atomic: readers see the old file or the whole new one
+        temp = None
+    except OSError as exc:
+        logger.debug("cannot cache the index in %s: %s", directory, exc)
+    finally:
+        if temp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temp)
