@@ -102,6 +102,10 @@ def plan_source(
         partition_schema=partition_schema,
     )
     planned = fmt.plan(files, partitions, fs, read_options)
+    if columns is None:
+        # All columns: the plan's, which may be more than the first file's (WebDataset shards
+        # with other extensions).
+        wanted = [*planned.schema.names, *partition_schema.names]
     filtered_rows = None
     if filters is not None:
         # Count the rows that pass, reading only the filter's columns: equal batch counts

@@ -11,8 +11,7 @@ import numpy as np
 import pytest
 
 import torch_dataloader_utils as tdu
-from tests.unit.formats.test_ipc import ipc_table, write_ipc
-from tests.unit.formats.test_orc import write_orc
+from tests.format_files import ipc_table, write_ipc, write_orc, write_orc_ipc_source
 from torch_dataloader_utils import Topology
 from torch_dataloader_utils.formats.ipc import IpcFormat
 from torch_dataloader_utils.formats.orc import OrcFormat
@@ -26,34 +25,16 @@ pytestmark = [
 # (rows, rows per stripe or record batch) per file: uneven files and units, an empty file.
 FILES = [(170, 64), (0, 10), (512, 100), (300, 7), (18, 5)]
 ROWS = 1000
-SUFFIX = {"orc": "orc", "ipc": "arrow"}
-
-
-def write_source(root: Path, fmt: str, files: list[tuple[int, int]] = FILES) -> Path:
-    """Files of ``fmt`` with ids 0.. across them in name order; IPC alternates file and
-    stream format, and compresses one file."""
-    start = 0
-    for i, (rows, unit) in enumerate(files):
-        ids = np.arange(start, start + rows)
-        path = root / f"p{i}.{SUFFIX[fmt]}"
-        if fmt == "orc":
-            write_orc(path, ids, stripe_rows=unit)
-        else:
-            write_ipc(
-                path, ids, batch_rows=unit, stream=i % 2 == 1, compression=(None, "zstd")[i == 2]
-            )
-        start += rows
-    return root
 
 
 @pytest.fixture(params=["orc", "ipc"])
 def source(request: pytest.FixtureRequest, tmp_path: Path) -> tuple[str, Path]:
     fmt: str = request.param
-    return fmt, write_source(tmp_path / "data", fmt)
+    return fmt, write_orc_ipc_source(tmp_path / "data", fmt, FILES)
 
 
 def test_orc_format_contract(tmp_path: Path) -> None:
-    root = write_source(tmp_path / "data", "orc")
+    root = write_orc_ipc_source(tmp_path / "data", "orc", FILES)
     # a compressed file too: a whole file in one stripe, its tail zstd-compressed
     write_orc(root / "p9.orc", np.arange(ROWS, ROWS + 40), compression="zstd")
     check_format(OrcFormat(), str(root), id_column="id", columns=["name", "x", "id"])
@@ -70,7 +51,7 @@ def test_ipc_file_format_contract(tmp_path: Path) -> None:
 
 def test_ipc_streams_and_files_contract(tmp_path: Path) -> None:
     # pyarrow.dataset reads no IPC streams: the expected rows are given.
-    root = write_source(tmp_path / "data", "ipc")
+    root = write_orc_ipc_source(tmp_path / "data", "ipc", FILES)
     check_format(IpcFormat(), str(root), id_column="id", expected=ipc_table(np.arange(ROWS)))
 
 
@@ -138,7 +119,7 @@ def test_two_workers_read_every_row_once_per_shuffled_epoch(
 @pytest.mark.parametrize("fmt", ["orc", "ipc"])
 def test_one_big_file_feeds_both_workers(tmp_path: Path, fmt: str) -> None:
     rows = 5000
-    root = write_source(tmp_path / "big", fmt, [(rows, 250)])
+    root = write_orc_ipc_source(tmp_path / "big", fmt, [(rows, 250)])
     shuffled = loader(root, fmt, shuffle=True, num_workers=2, batch_size=100)
     dataset = shuffled.dataset
     assert len(dataset.plan.chunks) == 20 and len({c.path for c in dataset.plan.chunks}) == 1

@@ -15,8 +15,10 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from torch_dataloader_utils.formats import ReadOptions
-from torch_dataloader_utils.formats.text import CsvFormat, JsonFormat
+from torch_dataloader_utils.formats.text_csv import CsvFormat
+from torch_dataloader_utils.formats.text_json import JsonFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
+from torch_dataloader_utils.planning import Topology
 from torch_dataloader_utils.testing import check_elastic_resume, check_format, check_resume
 
 # Rows per file, in name order: an empty file (header only for CSV), a big one cut into many
@@ -158,7 +160,20 @@ def test_one_big_file_feeds_two_workers(tmp_path: Path) -> None:
     path = tmp_path / "one.csv"
     pacsv.write_csv(rows_of(range(2000)), path)
     dl = loader(path, "csv", num_workers=2, batch_size=100, output_format="arrow", bundle_rows=100)
-    assert len({c.path for c in dl.dataset.plan.chunks}) == 1 and len(dl.dataset.plan.chunks) > 4
+    chunks = dl.dataset.plan.chunks
+    assert {c.path for c in chunks} == {str(path)} and len(chunks) > 4
+    # Each worker's stream, by the dataset's own assignment: both read rows of the one file,
+    # and between them every row once (ids are the rows' positions in the file).
+    offsets = np.cumsum([0] + [c.num_rows for c in chunks])
+    streams = []
+    for worker in range(2):
+        pieces = dl.dataset.pieces(Topology(worker=worker, num_workers=2), 0)
+        assert pieces and {chunks[p.chunk].path for p in pieces} == {str(path)}
+        rows = [
+            i for p in pieces for i in range(offsets[p.chunk] + p.start, offsets[p.chunk] + p.stop)
+        ]
+        streams.append(Counter(rows))
+    assert all(streams) and streams[0] + streams[1] == Counter(range(2000))
     ids: list[int] = []
     for batch in dl:
         ids.extend(batch.column("id").to_pylist())

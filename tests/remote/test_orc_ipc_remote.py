@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 import torch_dataloader_utils as tdu
-from tests.conformance.test_orc_ipc import write_source
+from tests.format_files import write_orc_ipc_source
 from tests.services.seaweedfs import SeaweedFS
 from torch_dataloader_utils.errors import CorruptFileError
 from torch_dataloader_utils.formats import ReadOptions
@@ -38,7 +38,7 @@ def remote_sources(
     fs = seaweedfs.filesystem()
     urls = {}
     for fmt in ("orc", "ipc"):
-        local = write_source(tmp_path_factory.mktemp(fmt), fmt, FILES)
+        local = write_orc_ipc_source(tmp_path_factory.mktemp(fmt), fmt, FILES)
         for path in sorted(local.iterdir()):
             fs.put_file(str(path), f"{BUCKET}/{fmt}/{path.name}")
         urls[fmt] = f"s3://{BUCKET}/{fmt}"

@@ -14,9 +14,9 @@ __all__ = ["Format", "FormatPlan", "ReadOptions", "available_formats", "get_form
 # Lazy registry (fsspec's habit): name -> "module:Class", imported on first use, so importing the
 # package imports no format's optional dependency.
 _REGISTRY: dict[str, str] = {
-    "csv": "torch_dataloader_utils.formats.text:CsvFormat",
+    "csv": "torch_dataloader_utils.formats.text_csv:CsvFormat",
     "ipc": "torch_dataloader_utils.formats.ipc:IpcFormat",
-    "json": "torch_dataloader_utils.formats.text:JsonFormat",
+    "json": "torch_dataloader_utils.formats.text_json:JsonFormat",
     "orc": "torch_dataloader_utils.formats.orc:OrcFormat",
     "parquet": "torch_dataloader_utils.formats.parquet:ParquetFormat",
     "webdataset": "torch_dataloader_utils.formats.webdataset:WebDatasetFormat",

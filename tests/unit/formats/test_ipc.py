@@ -14,7 +14,7 @@ import pyarrow.feather as feather
 import pyarrow.ipc as ipc
 import pytest
 
-from tests.conftest import make_table
+from tests.format_files import ipc_table, write_ipc
 from torch_dataloader_utils.errors import (
     ColumnNotFoundError,
     CorruptFileError,
@@ -23,32 +23,6 @@ from torch_dataloader_utils.errors import (
 from torch_dataloader_utils.formats import FormatPlan, ReadOptions, get_format
 from torch_dataloader_utils.formats.ipc import IpcFormat
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
-
-
-def ipc_table(ids: np.ndarray) -> pa.Table:
-    """`make_table` plus a dictionary-encoded column (streams carry dictionary messages)."""
-    table = make_table(ids)
-    kinds = pa.array([f"kind-{i % 3}" for i in np.asarray(ids)], pa.string()).dictionary_encode()
-    return table.append_column("kind", kinds)
-
-
-def write_ipc(
-    path: Path,
-    ids: np.ndarray,
-    *,
-    batch_rows: int = 100,
-    stream: bool = False,
-    compression: str | None = None,
-    legacy: bool = False,
-) -> Path:
-    """``ipc_table(ids)`` as an IPC file (or stream) of ``batch_rows``-row record batches."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = ipc_table(ids)
-    options = ipc.IpcWriteOptions(compression=compression, use_legacy_format=legacy)
-    new = ipc.new_stream if stream else ipc.new_file
-    with new(str(path), table.schema, options=options) as writer:
-        writer.write_table(table, max_chunksize=batch_rows)
-    return path
 
 
 def batch_rows(path: Path) -> list[int]:

@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.orc as orc
 import pytest
 
-from tests.conftest import make_table
+from tests.format_files import write_orc
 from torch_dataloader_utils.errors import (
     ColumnNotFoundError,
     CorruptFileError,
@@ -24,18 +24,6 @@ from torch_dataloader_utils.formats.orc import OrcFormat, parse_stripes
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
 
 CODECS = ["uncompressed", "zlib", "snappy", "lz4", "zstd"]
-
-
-def write_orc(
-    path: Path, ids: np.ndarray, *, stripe_rows: int = 100, compression: str = "uncompressed"
-) -> Path:
-    """``make_table(ids)`` as ORC with stripes of ``stripe_rows`` rows (uncompressed: a
-    compressed writer sizes stripes by its 64 KiB compression buffers, so small data makes one
-    stripe)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    table = make_table(ids)
-    orc.write_table(table, path, stripe_size=1, batch_size=stripe_rows, compression=compression)
-    return path
 
 
 def stripe_rows(path: Path) -> list[int]:

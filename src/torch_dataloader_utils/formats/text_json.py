@@ -1,0 +1,105 @@
+"""JSON Lines: byte-range chunks cut at newlines (see `text`)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pyarrow as pa
+import pyarrow.json as pajson
+
+from ..fs import FileSystemSpec, SourceFile
+from .opening import parsing
+from .records import RecordScan, compression_of, open_decompressed
+from .text import TextFormat, TextLayout, read_range
+
+__all__ = ["JsonFormat"]
+
+_JSON_BLOCK = 16 << 20  # a JSON block must hold whole lines
+
+
+def _head(file: SourceFile, fs: FileSystemSpec, size: int, codec: str | None) -> tuple[bytes, bool]:
+    """The first ``size`` bytes of ``file`` (decompressed), and whether that is all of it."""
+    if codec is None:
+        n = min(file.size, size)
+        return (read_range(file.path, 0, n, fs) if n else b""), n == file.size
+    stream = open_decompressed(file.path, codec, fs)
+    try:
+        with parsing(fs.url(file.path), kind=f"a readable {codec} file"):
+            data = bytes(stream.read(size))
+            return data, len(data) < size or not stream.read(1)
+    finally:
+        stream.close()
+
+
+class JsonFormat(TextFormat):
+    """JSON Lines: one JSON object per line; byte-range chunks cut at newlines (a raw newline
+    cannot occur inside a JSON string, so every line feed ends a record). Blank lines are not
+    records; a field missing in a line reads as null.
+
+    Args:
+        schema: the fields and their types; by default inferred once from the first
+            ``infer_bytes`` of the first file with rows, and then a field not in it is an
+            error (pass ``schema=``); with ``schema=``, other fields are ignored.
+        block_bytes: bytes per chunk without ``split_bytes``/``split_rows``.
+        infer_bytes: bytes the types are inferred from.
+
+    Raises:
+        InvalidArgumentError: an option is out of range.
+    """
+
+    name = "json"
+    kind = "JSON Lines"
+
+    def __init__(
+        self,
+        *,
+        schema: pa.Schema | None = None,
+        block_bytes: int = 16 << 20,
+        infer_bytes: int = 1 << 20,
+    ) -> None:
+        super().__init__(
+            schema=schema, block_bytes=block_bytes, infer_bytes=infer_bytes, quote=None
+        )
+
+    def _scanner(self) -> RecordScan:
+        return RecordScan(quote=None, delimiter=None, blank=b" \t\r", bare_cr_ends_records=False)
+
+    def _infer(self, file: SourceFile, fs: FileSystemSpec) -> TextLayout:
+        if self.given_schema is not None:
+            return TextLayout(tuple(self.given_schema.names), self.given_schema, inferred=False)
+        codec = compression_of(file.path)
+        block = self.infer_bytes
+        while True:  # the sample holds whole lines: grow it until one fits
+            head, complete = _head(file, fs, block, codec)
+            cut = head.rfind(b"\n") + 1 if not complete else len(head)
+            if cut == 0:
+                block *= 4
+                continue
+            if not head[:cut].strip():
+                return TextLayout((), pa.schema([]), inferred=True)  # no records
+            with parsing(fs.url(file.path), kind="valid JSON Lines"):
+                schema = pajson.read_json(
+                    pa.BufferReader(head[:cut]),
+                    read_options=pajson.ReadOptions(use_threads=False, block_size=cut + 1),
+                ).schema
+            return TextLayout(tuple(schema.names), schema, inferred=True)
+
+    def _reader(
+        self, source: pa.NativeFile, layout: TextLayout, columns: list[str], whole: bool
+    ) -> Iterator[pa.RecordBatch]:
+        size = source.size() if isinstance(source, pa.BufferReader) else 0
+        reader = pajson.open_json(
+            source,
+            read_options=pajson.ReadOptions(
+                use_threads=False, block_size=max(size + 1, _JSON_BLOCK)
+            ),
+            parse_options=pajson.ParseOptions(
+                explicit_schema=layout.schema,
+                unexpected_field_behavior="error" if layout.inferred else "ignore",
+            ),
+        )
+        for batch in reader:
+            yield batch.select(columns)
+
+    def __repr__(self) -> str:
+        return "JsonFormat()"
