@@ -38,10 +38,17 @@ from .errors import (
     UnsupportedTypeError,
 )
 from .formats import Format, FormatPlan, ReadOptions, available_formats, get_format
+from .formats.ipc import IpcFormat
+from .formats.orc import OrcFormat
+from .formats.parquet import ParquetFormat
+from .formats.text_csv import CsvFormat
+from .formats.text_json import JsonFormat
+from .formats.webdataset import WebDatasetFormat
 from .fs import RetryPolicy
 from .iceberg import IcebergDataset
 from .loader import TabularDataLoader, create_dataloader
 from .planning import Chunk, Piece, Plan, Topology
+from .webdataset import ShardWriter
 
 __version__ = "0.3.0.dev0"
 
@@ -50,6 +57,7 @@ __all__ = [
     "ColumnNotFoundError",
     "Converter",
     "CorruptFileError",
+    "CsvFormat",
     "DataError",
     "FilterTypeError",
     "Format",
@@ -57,14 +65,19 @@ __all__ = [
     "IcebergDataset",
     "InvalidArgumentError",
     "InvalidSourceError",
+    "IpcFormat",
+    "JsonFormat",
     "MissingComponentError",
     "MissingDependencyError",
     "NullValueError",
+    "OrcFormat",
+    "ParquetFormat",
     "Piece",
     "Plan",
     "ReadOptions",
     "RetryPolicy",
     "SchemaMismatchError",
+    "ShardWriter",
     "StateMismatchError",
     "StorageError",
     "StorageNotFoundError",
@@ -76,6 +89,7 @@ __all__ = [
     "UnknownFormatError",
     "UnsupportedTableError",
     "UnsupportedTypeError",
+    "WebDatasetFormat",
     "__version__",
     "available_formats",
     "create_dataloader",

@@ -15,6 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from .errors import CorruptFileError, DataError
+
 __all__ = ["Decoder", "Decoding"]
 
 Decoder = Callable[[Any], Any]
@@ -61,5 +63,34 @@ class Decoding:
             for name, decode in self.decoders.items():
                 values = batch.get(name)
                 if isinstance(values, list):
-                    batch[name] = _stack([decode(v) for v in values], self.output_format)
+                    batch[name] = _stack(
+                        self._decoded(batch, name, decode, values), self.output_format
+                    )
         return batch if self.collate is None else self.collate(batch)
+
+    def _decoded(
+        self, batch: dict[str, Any], name: str, decode: Decoder, values: list[Any]
+    ) -> list[Any]:
+        out = []
+        for row, value in enumerate(values):
+            try:
+                out.append(decode(value))
+            except Exception as exc:
+                raise _decode_error(batch, name, row, exc) from exc
+        return out
+
+
+def _decode_error(batch: dict[str, Any], name: str, row: int, exc: Exception) -> Exception:
+    """The error of a value that does not decode, naming the sample when the batch says which
+    (WebDataset's ``__url__`` and ``__key__`` columns)."""
+    urls, keys = batch.get("__url__"), batch.get("__key__")
+    if isinstance(urls, list) and isinstance(keys, list):
+        where = f"{urls[row]}: sample {keys[row]!r}, column {name!r}"
+    else:
+        where = (
+            f"column {name!r}, row {row} of a batch (read the __url__ and __key__ columns "
+            "too to have the shard and sample named)"
+        )
+    if isinstance(exc, DataError):
+        return type(exc)(f"{where}: {exc}")
+    return CorruptFileError(f"{where}: the value does not decode ({type(exc).__name__}: {exc})")

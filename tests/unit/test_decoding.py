@@ -90,3 +90,26 @@ def test_format_options_reach_the_format_and_are_checked() -> None:
     with pytest.raises(tdu.InvalidArgumentError, match="already configured"):
         get_format(ParquetFormat(), {"anything": 1})
     assert isinstance(get_format("pq", {}), ParquetFormat)
+
+
+def _strict_int(value: str) -> int:
+    return int(value)
+
+
+def test_a_value_that_does_not_decode_names_the_sample_when_the_batch_says_which() -> None:
+    decode = Decoding({"n": _strict_int}, output_format="torch")
+    batch = {"__url__": ["s3://b/a.tar", "s3://b/a.tar"], "__key__": ["k0", "k1"], "n": ["1", "x"]}
+    with pytest.raises(tdu.CorruptFileError, match=r"s3://b/a\.tar: sample 'k1', column 'n'"):
+        decode(batch)
+    with pytest.raises(tdu.CorruptFileError, match="column 'n', row 1 of a batch"):
+        decode({"n": ["1", "x"]})
+
+
+def _refuses(value: str) -> str:
+    raise tdu.CorruptFileError("not JSON")
+
+
+def test_a_data_error_keeps_its_type_and_gains_the_sample() -> None:
+    decode = Decoding({"j": _refuses}, output_format="dict")
+    with pytest.raises(tdu.CorruptFileError, match=r"^u: sample 'k', column 'j': not JSON$"):
+        decode({"__url__": ["u"], "__key__": ["k"], "j": ["{"]})
