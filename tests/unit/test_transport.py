@@ -626,3 +626,82 @@ def test_buffer_pool_without_new_shared_still_shares_and_round_trips(
         b.buffer.untyped_storage().data_ptr() for b in bundles
     }
     assert_same_batch(again.unpack()[0], direct(converter, batches[0]))
+
+
+# --- wide binary columns through real workers ------------------------------------------------
+
+
+WIDE_ROWS, WIDE_BATCH = 64, 16
+
+
+def wide_value(i: int) -> bytes | None:
+    """Row ``i``'s ``bin``: empty, small, or 700 kB (rows 16-31: one batch > BUNDLE_BYTES);
+    null in some rows of the last batch only, so the other batches take the buffer path."""
+    if i >= 48 and i % 3 == 0:
+        return None
+    size = 0 if i % 5 == 0 else 700_000 if 16 <= i < 32 else 1 + i * 37 % 300
+    return (i.to_bytes(4, "little") * (size // 4 + 1))[:size]
+
+
+def wide_text(i: int) -> str:
+    return "" if i % 4 == 0 else f"é{i}"
+
+
+def write_wide(path: Any) -> Any:
+    import pyarrow.parquet as pq
+
+    ids = list(range(WIDE_ROWS))
+    table = pa.table(
+        {
+            "id": pa.array(ids, pa.int64()),
+            "bin": pa.array([wide_value(i) for i in ids], pa.binary()),
+            "s": pa.array([wide_text(i) for i in ids], pa.string()),
+        }
+    )
+    pq.write_table(table, path, row_group_size=WIDE_BATCH)
+    return path
+
+
+def test_wide_binary_batches_pack_strings_after_the_tensors(tmp_path: Any) -> None:
+    import pyarrow.parquet as pq
+
+    table = pq.read_table(write_wide(tmp_path / "wide.parquet"))
+    converter = Converter(table.schema)
+    batches = table.to_batches(max_chunksize=WIDE_BATCH)
+    bundle = pack([converter.fields(rb) for rb in batches])
+    assert bundle.end - bundle.tensors_end > transport.BUNDLE_BYTES  # the big batch is in it
+    strings = [
+        w for k in ["bin", "s"] for w in packed_entries(bundle, k) if isinstance(w, _Strings)
+    ]
+    assert len(strings) == 7  # every batch but the last, whose bin has nulls (a list)
+    assert all(w.offsets_at >= bundle.tensors_end for w in strings)  # not copied on landing
+    unpacked = bundle.unpack()
+    for got, rb in zip(unpacked, batches, strict=True):
+        assert_same_batch(got, converter(rb))
+        assert got["bin"] == [wide_value(i) for i in rb.column("id").to_pylist()]
+    assert int(bundle.buffer[0]) == 0  # released once the lists were made
+
+
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_wide_binary_column_crosses_real_workers_intact(tmp_path: Any, context: str) -> None:
+    import torch_dataloader_utils as tdu
+
+    loader = tdu.create_dataloader(
+        str(write_wide(tmp_path / "wide.parquet")),
+        batch_size=WIDE_BATCH,
+        shuffle=False,  # keeps the > BUNDLE_BYTES batch and the null-free batches whole
+        num_workers=2,
+        multiprocessing_context=context,
+        null_policy="error",
+    )
+    for epoch in range(2):
+        loader.set_epoch(epoch)
+        seen: list[int] = []
+        for batch in loader:
+            ids = batch["id"].tolist()
+            seen.extend(ids)
+            assert batch["bin"] == [wide_value(i) for i in ids]
+            assert batch["s"] == [wide_text(i) for i in ids]
+            assert all(type(v) is bytes for v in batch["bin"] if v is not None)
+        assert sorted(seen) == list(range(WIDE_ROWS))  # every row exactly once
