@@ -40,9 +40,9 @@ sys.path[:] = [p for p in sys.path if Path(p or ".").resolve() != HERE]
 
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
+import webdataset as wds  # noqa: E402
 
 import torch_dataloader_utils as tdu  # noqa: E402
-import webdataset as wds  # noqa: E402
 
 DATA = HERE / ".data"
 PAYLOAD = 4000

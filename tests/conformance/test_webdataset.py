@@ -7,9 +7,9 @@ from typing import Any
 
 import pyarrow as pa
 import pytest
+import webdataset as wds
 
 import torch_dataloader_utils as tdu
-import webdataset as wds
 from torch_dataloader_utils.formats.webdataset import WebDatasetFormat
 from torch_dataloader_utils.testing import check_elastic_resume, check_format, check_resume
 

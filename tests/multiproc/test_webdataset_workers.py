@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 import torch
+import webdataset as wds
 
 import torch_dataloader_utils as tdu
-import webdataset as wds
 
 pytestmark = [
     pytest.mark.timeout(120),

@@ -7,11 +7,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import webdataset as wds
 
 import torch_dataloader_utils as tdu
-import webdataset as wds
 from tests.services.seaweedfs import SeaweedFS
 from torch_dataloader_utils.errors import CorruptFileError
+from torch_dataloader_utils.formats.webdataset import WebDatasetFormat
 from torch_dataloader_utils.webdataset.writer import ShardWriter
 
 pytestmark = [
@@ -93,3 +94,68 @@ def test_a_truncated_remote_shard_names_it(seaweedfs: SeaweedFS, s3_shards: str)
             storage_options=seaweedfs.s3fs_options(),
             format_options={"index_cache_dir": ""},
         )
+
+
+def test_reads_started_ahead_are_used(seaweedfs: SeaweedFS, s3_shards: str, tmp_path: Path) -> None:
+    # Small range requests (READ_BYTES patched in this process), so a chunk takes several:
+    # prefetch starts the first, and each read starts the next while one is sliced.
+    from torch_dataloader_utils.webdataset import slicing
+
+    loader = tdu.create_dataloader(
+        f"{s3_shards}/indexed",
+        format="webdataset",
+        storage_options=seaweedfs.s3fs_options(),
+        batch_size=32,
+        split_rows=40,
+        format_options={"index_cache_dir": str(tmp_path / "cache")},
+    )
+    dataset = loader.dataset
+    fmt, fs, options = dataset.format, dataset.fs, dataset.read_options
+    assert isinstance(fmt, WebDatasetFormat) and not fs.is_local
+    old, slicing.READ_BYTES = slicing.READ_BYTES, 20_000
+    try:
+        keys: list[str] = []
+        for chunk in dataset.plan.chunks:
+            fmt.prefetch(chunk, 0, chunk.num_rows, fs, options)
+            pending = set(fmt._ahead._pending)
+            assert len(pending) == 1 and next(iter(pending))[0] == chunk.path
+            batches = fmt.read(chunk, 0, chunk.num_rows, fs, options)
+            first = next(batches)
+            assert not pending & set(fmt._ahead._pending)  # the prefetched bytes were taken
+            for batch in [first, *batches]:
+                keys += batch.column("__key__").to_pylist()
+                i = [int(k[1:]) for k in batch.column("__key__").to_pylist()]
+                assert batch.column("bin").to_pylist() == [payload(j) for j in i]
+        assert not fmt._ahead._pending
+        fmt.close()
+    finally:
+        slicing.READ_BYTES = old
+    assert Counter(keys) == Counter(f"k{i:05d}" for i in range(SAMPLES))
+
+
+@pytest.mark.parametrize("context", ["fork", "spawn"])
+def test_two_workers_with_reads_ahead(
+    seaweedfs: SeaweedFS, s3_shards: str, tmp_path: Path, context: str
+) -> None:
+    # The main process prefetched (and so built its thread pool) before the workers start: a
+    # forked worker must drop the parent's pool, not wait on it.
+    fmt = WebDatasetFormat(index_cache_dir=str(tmp_path / "cache"))
+    loader = tdu.create_dataloader(
+        f"{s3_shards}/plain",
+        format=fmt,
+        storage_options=seaweedfs.s3fs_options(),
+        batch_size=16,
+        shuffle=True,
+        split_rows=25,
+        num_workers=2,
+        multiprocessing_context=context,
+        timeout=60,
+    )
+    dataset = loader.dataset
+    chunk = dataset.plan.chunks[0]
+    dataset.format.prefetch(chunk, 0, chunk.num_rows, dataset.fs, dataset.read_options)
+    (started,) = dataset.format._ahead._pending.values()
+    started.result()  # (a fork during a request would copy the storage client's locks held)
+    for _ in range(2):
+        assert Counter(read(loader)) == Counter(f"k{i:05d}" for i in range(SAMPLES))
+    dataset.format.close()

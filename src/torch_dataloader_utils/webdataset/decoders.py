@@ -36,9 +36,11 @@ __all__ = [
     "IMAGE_EXTENSIONS",
     "INT_EXTENSIONS",
     "TEXT_EXTENSIONS",
+    "Column",
     "Decoder",
     "DecodeOptions",
     "Storage",
+    "column_of",
     "decode_ints",
     "decode_text",
     "decoder_for",
@@ -123,6 +125,45 @@ def storage_of(ext: str, options: DecodeOptions) -> Storage:
 def arrow_type(storage: Storage) -> pa.DataType:
     """The Arrow type of a column held as ``storage``."""
     return _ARROW_TYPES[storage]
+
+
+@dataclass(frozen=True)
+class Column:
+    """A requested column of the WebDataset format.
+
+    Attributes:
+        name: as requested (``"jpg;png"``).
+        alternatives: its extensions, the first present wins (``()``: ``__key__``/``__url__``).
+        storage: how its values are held in Arrow.
+    """
+
+    name: str
+    alternatives: tuple[str, ...]
+    storage: Storage
+
+
+def column_of(name: str, options: DecodeOptions, *, case_sensitive: bool) -> Column:
+    """The column ``name`` (``"__key__"``, ``"__url__"``, an extension, or alternatives
+    separated by ``;``).
+
+    Raises:
+        InvalidArgumentError: an empty alternative, or alternatives that decode differently.
+    """
+    if name in ("__key__", "__url__"):
+        return Column(name, (), "text")
+    parts = (e.strip() for e in name.split(";"))
+    alternatives = tuple(dict.fromkeys(e if case_sensitive else e.lower() for e in parts))
+    if not all(alternatives):
+        raise InvalidArgumentError(f"column {name!r}: an empty extension between ';'")
+    kinds = {storage_of(e, options) for e in alternatives}
+    # Built-in decoders differ only in the extension named in errors: compare what they run.
+    decoders = {getattr(d, "decode", d) for d in (decoder_for(e, options) for e in alternatives)}
+    if len(kinds) > 1 or len(decoders) > 1:
+        raise InvalidArgumentError(
+            f"column {name!r}: its alternatives decode differently; list alternatives of "
+            "one kind (e.g. 'jpg;png'), or pass decode=False"
+        )
+    return Column(name, alternatives, kinds.pop())
 
 
 def decoder_for(ext: str, options: DecodeOptions) -> Decoder | None:

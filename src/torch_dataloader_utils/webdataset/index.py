@@ -24,13 +24,13 @@ import hashlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
 from ..errors import CorruptFileError, InvalidArgumentError
+from .arrays import IndexArrays, arrays_of, check_arrays, parse_arrays, samples_of
 from .samples import Component, Sample, group_samples, split_name
-from .tar import BLOCK, padded, scan_tar
+from .tar import BLOCK, scan_tar
 
 if TYPE_CHECKING:
     from ..fs.spec import FileSystemSpec
@@ -53,29 +53,67 @@ _FIELDS = {"v1.1": 3, "v1.2": 4}  # tokens per component
 _CACHE_SCHEMA = "1"
 
 
-@dataclass(frozen=True)
 class ShardIndex:
     """The samples of one shard, where each component's data lies.
 
-    Attributes:
+    Held as `Sample` objects or as `IndexArrays` (what `parse_index` builds, and what the
+    format reads from); each form is built from the other on first use.
+
+    Args:
         samples: the samples in tar order.
         version: the index format it was read from (``"v1.1"`` indexes hold no names: keys and
             component names are empty).
+
+    Attributes:
+        version: as given.
     """
 
-    samples: tuple[Sample, ...]
-    version: str = VERSION
+    __slots__ = ("_arrays", "_samples", "version")
+
+    def __init__(self, samples: Sequence[Sample] = (), version: str = VERSION) -> None:
+        self._samples: tuple[Sample, ...] | None = tuple(samples)
+        self._arrays: IndexArrays | None = None
+        self.version = version
+
+    @classmethod
+    def from_arrays(cls, arrays: IndexArrays, version: str = VERSION) -> ShardIndex:
+        """An index of the samples ``arrays`` describes."""
+        index = cls((), version)
+        index._samples, index._arrays = None, arrays
+        return index
+
+    @property
+    def samples(self) -> tuple[Sample, ...]:
+        """The samples in tar order."""
+        if self._samples is None:
+            assert self._arrays is not None
+            self._samples = samples_of(self._arrays)
+        return self._samples
+
+    def arrays(self) -> IndexArrays:
+        """The samples as arrays."""
+        if self._arrays is None:
+            assert self._samples is not None
+            self._arrays = arrays_of(self._samples)
+        return self._arrays
 
     def __len__(self) -> int:
-        return len(self.samples)
+        return len(self._samples) if self._samples is not None else len(self.arrays().keys)
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, ShardIndex):
+            return NotImplemented
+        return (self.version, self.samples) == (other.version, other.samples)
+
+    def __hash__(self) -> int:
+        return hash((self.version, self.samples))
+
+    def __repr__(self) -> str:
+        return f"ShardIndex(<{len(self)} samples>, version={self.version!r})"
 
     def extensions(self) -> list[str]:
         """Every extension present, in first-seen order."""
-        found: dict[str, None] = {}
-        for sample in self.samples:
-            for component in sample.components:
-                found.setdefault(component.ext)
-        return list(found)
+        return list(self.arrays().extensions)
 
     def data_start(self, i: int) -> int:
         """Data offset of sample ``i``'s first component."""
@@ -96,23 +134,7 @@ class ShardIndex:
         Raises:
             CorruptFileError: names the line (1-based; line 1 is the header line).
         """
-        previous_end = 0
-        for i, sample in enumerate(self.samples):
-            for component in sample.components:
-                line = i + 2
-                if component.offset < padded(previous_end) + BLOCK:
-                    raise CorruptFileError(
-                        f"{where}: line {line}: offset {component.offset} of {component.ext!r} "
-                        "overlaps the previous component or its header (components must be in "
-                        "tar order)"
-                    )
-                if component.end > size:
-                    raise CorruptFileError(
-                        f"{where}: line {line}: {component.ext!r} at offset {component.offset} "
-                        f"with {component.size} bytes runs past the end of the shard ({size} "
-                        "bytes): the index does not belong to this shard"
-                    )
-                previous_end = component.end
+        check_arrays(self.arrays(), size, where=where)
 
 
 def index_path(shard_path: str) -> str:
@@ -206,6 +228,11 @@ def parse_index(text: str, *, where: str, lowercase: bool = True) -> ShardIndex:
     while body and not body[-1].strip():
         body.pop()  # the final newline (and blank lines after the samples)
     width = _FIELDS[version]
+    if version == VERSION and len(body) == count:
+        arrays = parse_arrays(body, lowercase=lowercase)
+        if arrays is not None:
+            return ShardIndex.from_arrays(arrays, version)
+    # v1.1, or a line the bulk parser does not accept: line by line, to name the line.
     samples = []
     for i, line_text in enumerate(body):
         samples.append(_parse_line(line_text.split(), i + 2, width, where, lowercase))

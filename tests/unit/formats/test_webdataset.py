@@ -16,10 +16,10 @@ import numpy as np
 import pyarrow as pa
 import pytest
 import torch
+import webdataset as wds
 from PIL import Image
 
 import torch_dataloader_utils as tdu
-import webdataset as wds
 from tests.conftest import first_error
 from torch_dataloader_utils.errors import (
     ColumnNotFoundError,
@@ -203,6 +203,32 @@ def test_missing_component_empty(tmp_path: Path) -> None:
         next(iter(loader(str(root), columns=["cls"], format_options=empty)))
 
 
+@pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning")
+def test_default_columns_are_every_shards_extensions(tmp_path: Path) -> None:
+    # The first shard lacks "txt", the second "bin": with columns=None the plan (and each
+    # worker's batches, one shard each) hold both, in order of first appearance.
+    root = tmp_path / "mixed"
+    write(root / "a.tar", samples(0, 6, bin=b"b"))
+    write(root / "b.tar", [{"__key__": f"k{i}", "id": str(i), "txt": "t"} for i in range(6, 12)])
+    with pytest.raises(MissingComponentError, match=r"a\.tar: sample 0 .* no 'txt' component"):
+        loader(str(root))
+    empty = {"missing_component": "empty"}
+    data = loader(str(root), format_options=empty, output_format="arrow", num_workers=2)
+    names = ["__key__", "__url__", "bin", "cls", "id", "txt"]
+    assert data.dataset.plan.schema.names == names
+    batches = list(data)
+    assert {tuple(b.schema.names) for b in batches} == {tuple(names)}
+    rows = pa.Table.from_batches(batches).to_pylist()
+    assert Counter(r["id"] for r in rows) == Counter(range(12))
+    for r in rows:
+        first = r["id"] < 6
+        assert r["bin"] == (b"b" if first else b"") and r["txt"] == ("" if first else "t")
+        assert r["cls"] == (r["id"] % 3 if first else None)
+    # Skipping samples that lack a column: every sample lacks "bin" or "txt".
+    skipped = loader(str(root), format_options={"missing_component": "skip"})
+    assert sum(c.num_rows for c in skipped.dataset.plan.chunks) == 0
+
+
 def test_unknown_column_and_options(tmp_path: Path) -> None:
     shard = write(tmp_path / "a.tar", samples(0, 2))
     with pytest.raises(ColumnNotFoundError, match=r"'jpg'.*extensions found: \['cls', 'id'\]"):
@@ -299,7 +325,7 @@ def test_chunks_are_sample_ranges(tmp_path: Path) -> None:
 
 
 def test_large_reads_are_cut_into_range_requests(tmp_path: Path) -> None:
-    from torch_dataloader_utils.formats import webdataset as module
+    from torch_dataloader_utils.webdataset import slicing as module
 
     shard = write(tmp_path / "a.tar", samples(0, 40, bin=b"y" * 3000))
     fmt = WebDatasetFormat(index_cache_dir="")

@@ -118,6 +118,38 @@ def test_parse_errors_name_the_file_and_line(text: str, match: str) -> None:
         parse_index(text, where="idx/s.idx")
 
 
+TRICKY = [
+    ("a.b/c.d/s0.JPG", b"1"),
+    ("a.b/c.d/s0.seg.PNG", b"22"),
+    ("s1.tar.gz", b""),
+    ("s1.jpg", b"333"),
+    ("x/y/s2.cls", b"9" * 700),
+    ("x/y/s2.Seg.png", b"8"),
+]
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_bulk_parsing_equals_line_by_line(lowercase: bool) -> None:
+    # parse_index parses v1.2 in bulk (arrays) and line by line only where the bulk parser
+    # refuses a line: both must give the samples a scan gives, whatever the names.
+    members = TRICKY
+    scanned = index_of(make_tar(members), lowercase=lowercase)
+    text = format_index(scanned)
+    parsed = parse_index(text, where="x.idx", lowercase=lowercase)
+    assert parsed == scanned and parsed.samples == scanned.samples
+    assert parsed.extensions() == scanned.extensions()
+    assert format_index(parsed) == text
+    arrays, again = parsed.arrays(), scanned.arrays()
+    assert arrays.keys == again.keys and arrays.names == again.names
+    assert arrays.extensions == again.extensions
+    for name in ("counts", "ext", "offsets", "sizes"):
+        assert getattr(arrays, name).tolist() == getattr(again, name).tolist(), name
+    # Offsets in digits int() reads but the bulk parser does not (Arabic-Indic): the same
+    # index, line by line.
+    arabic = text.replace(" 512 ", " \u0665\u0661\u0662 ", 1)
+    assert arabic != text and parse_index(arabic, where="x.idx", lowercase=lowercase) == scanned
+
+
 def test_check_against_the_shard() -> None:
     index = parse_index(SMALL_INDEX, where="x.idx")
     index.check(len(make_tar(SMALL)), where="x.idx")

@@ -13,9 +13,9 @@ from typing import Any
 
 import numpy as np
 import pytest
+import webdataset as wds
 
 import torch_dataloader_utils as tdu
-import webdataset as wds
 from torch_dataloader_utils.webdataset.writer import ShardWriter
 
 SAMPLES = 57

@@ -11,9 +11,9 @@ from typing import Any
 import numpy as np
 import pytest
 import torch
+import webdataset as wds
 from PIL import Image
 
-import webdataset as wds
 from torch_dataloader_utils.errors import InvalidArgumentError
 from torch_dataloader_utils.webdataset import (
     ShardWriter,
