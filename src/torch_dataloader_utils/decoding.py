@@ -8,6 +8,7 @@ per row. ``"dict"`` output keeps lists; ``"arrow"`` output is not decoded.
 
 from __future__ import annotations
 
+import pickle
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -75,22 +76,34 @@ class Decoding:
         for row, value in enumerate(values):
             try:
                 out.append(decode(value))
-            except Exception as exc:
+            except _BAD_VALUE as exc:
                 raise _decode_error(batch, name, row, exc) from exc
+            except Exception as exc:  # a bug in a decoder, not a bad value: keep its type
+                exc.add_note(f"while decoding {_where(batch, name, row)}")
+                raise
         return out
 
 
-def _decode_error(batch: dict[str, Any], name: str, row: int, exc: Exception) -> Exception:
-    """The error of a value that does not decode, naming the sample when the batch says which
-    (WebDataset's ``__url__`` and ``__key__`` columns)."""
+# What bad bytes raise in decoders (json: ValueError; numpy: ValueError, EOFError; Pillow:
+# OSError; pickle: UnpicklingError; text: UnicodeDecodeError, a ValueError).
+_BAD_VALUE = (DataError, ValueError, OSError, EOFError, pickle.UnpicklingError)
+
+
+def _where(batch: dict[str, Any], name: str, row: int) -> str:
+    """The sample a value belongs to, when the batch says which (WebDataset's ``__url__`` and
+    ``__key__`` columns)."""
     urls, keys = batch.get("__url__"), batch.get("__key__")
     if isinstance(urls, list) and isinstance(keys, list):
-        where = f"{urls[row]}: sample {keys[row]!r}, column {name!r}"
-    else:
-        where = (
-            f"column {name!r}, row {row} of a batch (read the __url__ and __key__ columns "
-            "too to have the shard and sample named)"
-        )
+        return f"{urls[row]}: sample {keys[row]!r}, column {name!r}"
+    return (
+        f"column {name!r}, row {row} of a batch (read the __url__ and __key__ columns "
+        "too to have the shard and sample named)"
+    )
+
+
+def _decode_error(batch: dict[str, Any], name: str, row: int, exc: Exception) -> Exception:
+    """The error of a value that does not decode."""
+    where = _where(batch, name, row)
     if isinstance(exc, DataError):
         return type(exc)(f"{where}: {exc}")
     return CorruptFileError(f"{where}: the value does not decode ({type(exc).__name__}: {exc})")

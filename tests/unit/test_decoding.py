@@ -113,3 +113,14 @@ def test_a_data_error_keeps_its_type_and_gains_the_sample() -> None:
     decode = Decoding({"j": _refuses}, output_format="dict")
     with pytest.raises(tdu.CorruptFileError, match=r"^u: sample 'k', column 'j': not JSON$"):
         decode({"__url__": ["u"], "__key__": ["k"], "j": ["{"]})
+
+
+def _buggy(value: str) -> str:
+    return undefined_name  # type: ignore[name-defined]  # noqa: F821
+
+
+def test_a_bug_in_a_decoder_keeps_its_type_and_says_where() -> None:
+    decode = Decoding({"j": _buggy}, output_format="dict")
+    with pytest.raises(NameError) as info:
+        decode({"__url__": ["u"], "__key__": ["k"], "j": ["{"]})
+    assert "while decoding u: sample 'k', column 'j'" in info.value.__notes__

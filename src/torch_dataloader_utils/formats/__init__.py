@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import inspect
 from collections.abc import Mapping
 from typing import Any
 
@@ -70,8 +71,10 @@ def get_format(name: str | Format, options: Mapping[str, Any] | None = None) -> 
         )
     module, _, cls_name = _REGISTRY[key].partition(":")
     cls = getattr(importlib.import_module(module), cls_name)
+    options = dict(options or {})
     try:
-        fmt: Format = cls(**dict(options or {}))
-    except TypeError as exc:
+        inspect.signature(cls).bind(**options)
+    except TypeError as exc:  # an unknown option; a TypeError inside __init__ stays one
         raise InvalidArgumentError(f"format {key!r} does not take format_options: {exc}") from exc
+    fmt: Format = cls(**options)
     return fmt
