@@ -139,6 +139,16 @@ class ReadNothingAfterClose(ParquetFormat):
         self.closed = True
 
 
+class ReadNoRowsWithoutColumns(ParquetFormat):
+    """Right until a read asks for no columns (a count): ORC once decoded no rows then."""
+
+    def read(
+        self, chunk: Chunk, row_start: int, row_stop: int, fs: FileSystemSpec, options: ReadOptions
+    ) -> Batches:
+        if options.columns != ():
+            yield from super().read(chunk, row_start, row_stop, fs, options)
+
+
 class Unpicklable(ParquetFormat):
     def __init__(self) -> None:
         super().__init__()
@@ -200,6 +210,7 @@ class SplitLosesRows(ParquetFormat):
         (ReadFirstRowGroupOnly, r"read \d+ rows"),
         (ReadIgnoresColumns, r"yielded schema\n(.|\n)*not the plan's"),
         (ReadNothingAfterClose, r"read 0 rows"),
+        (ReadNoRowsWithoutColumns, r"with columns=\(\): chunk .* read 0 rows, not 128"),
         (Unpicklable, r"Unpicklable or a chunk: no pickle with protocol 2"),
         (PlanOneRowShort, r"counts 1714 rows, not 1715"),
         (PlanNumRowsOffByOne, r"unit_rows disagree"),

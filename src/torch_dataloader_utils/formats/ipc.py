@@ -8,8 +8,6 @@ format), both parsed from their flatbuffers by `ipc_layout`.
 
 from __future__ import annotations
 
-import os
-from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 
@@ -21,8 +19,9 @@ from ..fs import FileSystemSpec, SourceFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
+from .handles import HandleCache
 from .ipc_layout import KIND, MAGIC, RECORD_BATCH, Layout, read_layout
-from .opening import open_input, parsing, slice_batches
+from .opening import open_input, parsing, read_range, slice_batches
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["IpcFormat"]
@@ -32,9 +31,6 @@ _PLAN_THREADS = 32
 _OPEN_FILES = 1
 # Files whose format (file or stream) a worker remembers.
 _KINDS = 4096
-
-# What forked children inherited from a parent's formats (see `IpcFormat._check_process`).
-_inherited: list[object] = []
 
 
 def _included(layout_schema: pa.Schema, columns: tuple[str, ...] | None) -> list[int] | None:
@@ -60,20 +56,13 @@ class IpcFormat(Format):
     name = "ipc"
 
     def __init__(self) -> None:
-        self._open: OrderedDict[
+        # Per process (a forked child opens its own, see `HandleCache`): open files by
+        # projection, streams' message walks, and whether each file is a stream.
+        self._open: HandleCache[
             tuple[str, tuple[str, ...] | None], tuple[ipc.RecordBatchFileReader, pa.NativeFile]
-        ] = OrderedDict()
-        self._layouts: OrderedDict[str, Layout] = OrderedDict()
-        self._kinds: OrderedDict[str, bool] = OrderedDict()
-        self._pid = os.getpid()
-
-    def _check_process(self) -> None:
-        """A forked child opens its own files (a parent's handle shares its file offset and its
-        storage connections); the parent's stay referenced, never closed here."""
-        if self._pid != os.getpid():
-            _inherited.append(self._open)
-            self._open, self._layouts, self._kinds = OrderedDict(), OrderedDict(), OrderedDict()
-            self._pid = os.getpid()
+        ] = HandleCache(_OPEN_FILES, lambda pair: pair[1].close())
+        self._layouts: HandleCache[str, Layout] = HandleCache(_OPEN_FILES)
+        self._kinds: HandleCache[str, bool] = HandleCache(_KINDS)
 
     def __reduce__(self) -> tuple[type[IpcFormat], tuple[()]]:
         return (type(self), ())  # open files stay behind: each process opens its own
@@ -116,13 +105,10 @@ class IpcFormat(Format):
 
     def _is_stream(self, path: str, fs: FileSystemSpec) -> bool:
         """Whether ``path`` is in the stream format (remembered per process: one small read)."""
-        found = self._kinds.get(path)
-        if found is None:
-            head = fs.read_range(path, 0, len(MAGIC))  # a planned file has rows: no shorter
-            found = self._kinds[path] = not head.startswith(MAGIC)
-            if len(self._kinds) > _KINDS:
-                self._kinds.popitem(last=False)
-        return found
+        # A planned file has rows: it is no shorter than the magic.
+        return self._kinds.get(
+            path, lambda: not read_range(path, 0, len(MAGIC), fs).startswith(MAGIC)
+        )
 
     def _size(self, path: str, fs: FileSystemSpec) -> int:
         def size() -> int:
@@ -132,39 +118,31 @@ class IpcFormat(Format):
         return fs.request(size, what=fs.url(path))
 
     def _stream(self, path: str, fs: FileSystemSpec) -> Layout:
-        found = self._layouts.get(path)
-        if found is None:
+        def walk() -> Layout:
             size = self._size(path, fs)
-            found = fs.request(lambda: read_layout(path, size, fs), what=fs.url(path))
-            self._layouts[path] = found
-            while len(self._layouts) > _OPEN_FILES:
-                self._layouts.popitem(last=False)
-        return found
+            return fs.request(lambda: read_layout(path, size, fs), what=fs.url(path))
+
+        return self._layouts.get(path, walk)
 
     def _file(
         self, path: str, columns: tuple[str, ...] | None, fs: FileSystemSpec
     ) -> ipc.RecordBatchFileReader:
-        key = (path, columns)
-        found = self._open.get(key)
-        if found is not None:
-            return found[0]
-        source = open_input(path, fs)
-        try:
-            with parsing(fs.url(path), KIND):
-                reader = ipc.open_file(source)
-                if columns is not None:  # only the projected columns' buffers are read
-                    included = _included(reader.schema, columns)
-                    reader = ipc.open_file(
-                        source, options=ipc.IpcReadOptions(included_fields=included)
-                    )
-        except CorruptFileError:
-            source.close()
-            raise
-        self._open[key] = (reader, source)
-        while len(self._open) > _OPEN_FILES:
-            _, (_, old) = self._open.popitem(last=False)
-            old.close()
-        return reader
+        def open_file() -> tuple[ipc.RecordBatchFileReader, pa.NativeFile]:
+            source = open_input(path, fs)
+            try:
+                with parsing(fs.url(path), KIND):
+                    reader = ipc.open_file(source)
+                    if columns is not None:  # only the projected columns' buffers are read
+                        included = _included(reader.schema, columns)
+                        reader = ipc.open_file(
+                            source, options=ipc.IpcReadOptions(included_fields=included)
+                        )
+                    return reader, source
+            except BaseException:  # corrupt, or the storage failed mid-parse
+                source.close()
+                raise
+
+        return self._open.get((path, columns), open_file)[0]
 
     def _read_file(
         self, path: str, indices: list[int], columns: tuple[str, ...] | None, fs: FileSystemSpec
@@ -193,7 +171,7 @@ class IpcFormat(Format):
             if m.offset < first.offset and m.kind != RECORD_BATCH
         ]
         ranges.append((first.offset, last.offset + last.size - first.offset))
-        data = b"".join(fs.read_range(path, offset, size) for offset, size in ranges)
+        data = b"".join(read_range(path, offset, size, fs) for offset, size in ranges)
         included = _included(layout.schema, columns)
         where = f"{url} record batches {indices[0]}:{indices[-1] + 1}"
         with parsing(where, KIND):
@@ -210,7 +188,6 @@ class IpcFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> Iterator[pa.RecordBatch]:
-        self._check_process()
         first = 0  # row of the chunk where the current batch starts
         spans = []  # (batch index, first row of the chunk in it)
         for index, rows in zip(range(chunk.start, chunk.stop), chunk.unit_rows, strict=True):
@@ -231,8 +208,5 @@ class IpcFormat(Format):
             yield batch if columns is None else batch.select(list(columns))
 
     def close(self) -> None:
-        self._check_process()
-        for _, source in self._open.values():
-            source.close()
         self._open.clear()
         self._layouts.clear()

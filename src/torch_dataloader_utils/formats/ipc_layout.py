@@ -18,7 +18,7 @@ from pyarrow import ipc
 from ..errors import CorruptFileError
 from ..fs import FileSystemSpec
 from ..fs.ranges import RangeFile
-from .opening import parsing
+from .opening import parsing, read_range
 
 __all__ = ["KIND", "MAGIC", "RECORD_BATCH", "Layout", "Message", "read_layout"]
 
@@ -130,7 +130,7 @@ class _Window:
         self.start, self.data = 0, b""
 
     def fetch(self, offset: int, n: int) -> bytes:
-        return self.fs.read_range(self.path, offset, n)
+        return read_range(self.path, offset, n, self.fs)  # storage errors typed, not parsed
 
     def read(self, offset: int, n: int) -> bytes:
         if offset < 0 or offset + n > self.size:

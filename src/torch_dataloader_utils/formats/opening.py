@@ -11,7 +11,7 @@ from ..errors import CorruptFileError, StorageError
 from ..fs import FileSystemSpec, translate_os_error
 from ..fs.retry import is_missing, is_refused, is_transient
 
-__all__ = ["open_input", "parsing", "slice_batches"]
+__all__ = ["open_input", "parsing", "read_range", "slice_batches"]
 
 
 def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:
@@ -41,6 +41,18 @@ def parsing(where: str, kind: str = "a readable Parquet file") -> Iterator[None]
         if is_transient(exc):
             raise StorageError(f"{where}: {exc}") from exc
         raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
+
+
+def read_range(path: str, offset: int, size: int, fs: FileSystemSpec) -> bytes:
+    """Bytes ``[offset, offset + size)`` of ``path`` (a retried range read).
+
+    Raises:
+        StorageError: the read failed (translated from the filesystem's ``OSError``).
+    """
+    try:
+        return fs.read_range(path, offset, size)
+    except OSError as exc:
+        raise translate_os_error(exc, fs.url(path)) from exc
 
 
 def slice_batches(

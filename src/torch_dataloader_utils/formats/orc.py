@@ -9,9 +9,7 @@ each stripe's rows by reading its narrowest column, which is slower but exact.
 
 from __future__ import annotations
 
-import os
 import zlib
-from collections import OrderedDict
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -25,7 +23,8 @@ from ..fs.ranges import RangeFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
-from .opening import open_input, parsing
+from .handles import HandleCache
+from .opening import open_input, parsing, read_range
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["OrcFormat"]
@@ -44,9 +43,6 @@ _READ_BATCH_ROWS = 16_384
 _OPEN_FILES = 1
 # Postscript compression kinds (orc_proto.proto CompressionKind).
 _NONE, _ZLIB, _SNAPPY, _LZO, _LZ4, _ZSTD = range(6)
-
-# What forked children inherited from a parent's formats (see `OrcFormat._check_process`).
-_inherited: list[object] = []
 
 
 class _UnsupportedCodecError(Exception):
@@ -214,10 +210,15 @@ class _FileFacts:
     stripes: list[tuple[int, int]]  # (rows, bytes)
 
 
-def _count_by_reading(reader: orc.ORCFile, schema: pa.Schema) -> list[int]:
-    """Rows of each stripe, read from its narrowest column (fixed width first)."""
+def _narrowest(schema: pa.Schema) -> str:
+    """The column cheapest to decode (fixed width first): rows are counted by reading it."""
     widths = [(f.type.bit_width if pa.types.is_primitive(f.type) else 1 << 20) for f in schema]
-    column = schema.names[widths.index(min(widths))]
+    return str(schema.names[widths.index(min(widths))])
+
+
+def _count_by_reading(reader: orc.ORCFile, schema: pa.Schema) -> list[int]:
+    """Rows of each stripe, read from its narrowest column."""
+    column = _narrowest(schema)
     return [reader.read_stripe(i, columns=[column]).num_rows for i in range(reader.nstripes)]
 
 
@@ -227,7 +228,7 @@ def _read_facts(f: SourceFile, fs: FileSystemSpec) -> _FileFacts:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not an ORC file")
 
     def fetch(offset: int, size: int) -> bytes:
-        return fs.read_range(f.path, offset, size)
+        return read_range(f.path, offset, size, fs)  # storage errors typed, not parsed
 
     lo = max(0, f.size - _TAIL_BYTES)
     tail = fetch(lo, f.size - lo)
@@ -285,17 +286,10 @@ class OrcFormat(Format):
     name = "orc"
 
     def __init__(self) -> None:
-        self._open: OrderedDict[str, tuple[orc.ORCFile, pa.NativeFile]] = OrderedDict()
-        self._pid = os.getpid()
-
-    def _check_process(self) -> None:
-        """A forked child opens its own files: a parent's handle shares its file offset and
-        its storage connections with the parent. The parent's stay referenced, never closed
-        here (they are the parent's)."""
-        if self._pid != os.getpid():
-            _inherited.append(self._open)
-            self._open = OrderedDict()
-            self._pid = os.getpid()
+        # (reader, source) per file; a forked child opens its own (see `HandleCache`).
+        self._open: HandleCache[str, tuple[orc.ORCFile, pa.NativeFile]] = HandleCache(
+            _OPEN_FILES, lambda pair: pair[1].close()
+        )
 
     def __reduce__(self) -> tuple[type[OrcFormat], tuple[()]]:
         return (type(self), ())  # open files stay behind: each process opens its own
@@ -333,22 +327,16 @@ class OrcFormat(Format):
         return FormatPlan(chunks=chunks, schema=schema, row_bytes=_row_bytes(schema, facts))
 
     def _file(self, path: str, fs: FileSystemSpec) -> orc.ORCFile:
-        found = self._open.get(path)
-        if found is not None:
-            self._open.move_to_end(path)
-            return found[0]
-        source = open_input(path, fs)
-        try:
-            with parsing(fs.url(path), _KIND):
-                handle = orc.ORCFile(source)
-        except CorruptFileError:
-            source.close()
-            raise
-        self._open[path] = (handle, source)
-        while len(self._open) > _OPEN_FILES:
-            _, (_, old) = self._open.popitem(last=False)
-            old.close()
-        return handle
+        def open_file() -> tuple[orc.ORCFile, pa.NativeFile]:
+            source = open_input(path, fs)
+            try:
+                with parsing(fs.url(path), _KIND):
+                    return orc.ORCFile(source), source
+            except BaseException:  # corrupt, or the storage failed mid-parse
+                source.close()
+                raise
+
+        return self._open.get(path, open_file)[0]
 
     def read(
         self,
@@ -358,7 +346,6 @@ class OrcFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> Iterator[pa.RecordBatch]:
-        self._check_process()
         url = fs.url(chunk.path)
         columns = list(options.columns) if options.columns is not None else None
         first = 0  # row of the chunk where the current stripe starts
@@ -374,7 +361,13 @@ class OrcFormat(Format):
             def decode(stripe: int = stripe, where: str = where) -> pa.RecordBatch:
                 handle = self._file(chunk.path, fs)
                 with parsing(where, _KIND):
-                    batch: pa.RecordBatch = handle.read_stripe(stripe, columns=columns)
+                    decoded = columns
+                    if columns == [] and handle.schema.names:
+                        # No columns (a count, or hive partition keys only): liborc decodes no
+                        # rows from an empty column list, so the narrowest column is read,
+                        # then dropped below.
+                        decoded = [_narrowest(handle.schema)]
+                    batch: pa.RecordBatch = handle.read_stripe(stripe, columns=decoded)
                 return batch
 
             batch = decode() if fs.is_local else fs.request(decode, what=where)
@@ -388,7 +381,4 @@ class OrcFormat(Format):
                 yield batch.slice(at, min(_READ_BATCH_ROWS, hi - at))
 
     def close(self) -> None:
-        self._check_process()
-        for _, source in self._open.values():
-            source.close()
         self._open.clear()

@@ -19,6 +19,7 @@ from ..fs.ranges import RangeFetcher, RangeFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
+from .handles import HandleCache, keep_inherited
 from .opening import open_input, parsing, slice_batches
 from .schemas import FileSchema, check_schemas
 
@@ -40,9 +41,6 @@ _AHEAD = 2
 # instead of fetching whole column chunks: the plan-time sample of a row's decoded size.
 _HEAD_SHARE = 8
 _STREAM_BUFFER = 1 << 20
-
-# What forked children inherited from a parent's formats (see `ParquetFormat._check_process`).
-_inherited: list[object] = []
 
 
 @dataclass(frozen=True)
@@ -157,7 +155,9 @@ class ParquetFormat(Format):
     name = "parquet"
 
     def __init__(self) -> None:
-        self._open: OrderedDict[str, pq.ParquetFile] = OrderedDict()
+        self._open: HandleCache[str, pq.ParquetFile] = HandleCache(
+            _OPEN_FILES, pq.ParquetFile.close
+        )
         # Remote reads: footers and file sizes, row groups being fetched, the fetch threads.
         self._footers: OrderedDict[str, tuple[pq.FileMetaData, int]] = OrderedDict()
         self._ahead: OrderedDict[tuple[str, int], Future[dict[int, bytes | bytearray]]] = (
@@ -169,10 +169,11 @@ class ParquetFormat(Format):
     def _check_process(self) -> None:
         """A forked child drops what it inherited: the parent's fetch threads do not exist in
         it (a submitted fetch would never run) and its pending fetches never complete. The
-        parent's objects stay referenced, never closed here (they are the parent's)."""
+        parent's objects stay referenced, never closed here (they are the parent's); open
+        files are `HandleCache`'s to drop."""
         if self._pid != os.getpid():
-            _inherited.append((self._open, self._ahead, self._fetcher))
-            self._open, self._ahead, self._fetcher = OrderedDict(), OrderedDict(), None
+            keep_inherited(self._ahead, self._fetcher)
+            self._ahead, self._fetcher = OrderedDict(), None
             self._pid = os.getpid()
 
     def __reduce__(self) -> tuple[type[ParquetFormat], tuple[()]]:
@@ -219,22 +220,16 @@ class ParquetFormat(Format):
         return FormatPlan(chunks=chunks, schema=schema, row_bytes=max(row_bytes, 1.0))
 
     def _file(self, path: str, fs: FileSystemSpec) -> pq.ParquetFile:
-        handle = self._open.get(path)
-        if handle is None:
+        def open_file() -> pq.ParquetFile:
             source = open_input(path, fs)
             try:
                 with parsing(fs.url(path)):
-                    handle = pq.ParquetFile(source)
-            except CorruptFileError:
+                    return pq.ParquetFile(source)
+            except BaseException:  # corrupt, or the storage failed mid-parse
                 source.close()
                 raise
-            self._open[path] = handle
-            if len(self._open) > _OPEN_FILES:
-                _, old = self._open.popitem(last=False)
-                old.close()
-        else:
-            self._open.move_to_end(path)
-        return handle
+
+        return self._open.get(path, open_file)
 
     def read(
         self,
@@ -381,8 +376,6 @@ class ParquetFormat(Format):
 
     def close(self) -> None:
         self._check_process()
-        for handle in self._open.values():
-            handle.close()
         self._open.clear()
         for future in self._ahead.values():
             future.cancel()

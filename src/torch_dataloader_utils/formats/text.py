@@ -27,14 +27,14 @@ from typing import Any
 import pyarrow as pa
 
 from ..errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError
-from ..fs import FileSystemSpec, SourceFile, translate_os_error
+from ..fs import FileSystemSpec, SourceFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
-from .opening import parsing
+from .opening import parsing, read_range
 from .records import ChunkCutter, RecordScan, compression_of, open_decompressed, read_pieces
 from .schemas import FileSchema, check_schemas
 
-__all__ = ["SCAN_PIECE", "TextFormat", "TextLayout", "read_range"]
+__all__ = ["SCAN_PIECE", "TextFormat", "TextLayout"]
 
 _PLAN_THREADS = 16
 SCAN_PIECE = 8 << 20  # bytes per plan-time range read
@@ -85,18 +85,6 @@ class _RangeStream(io.RawIOBase):
         return n
 
 
-def read_range(path: str, offset: int, size: int, fs: FileSystemSpec) -> bytes:
-    """Bytes ``[offset, offset + size)`` of ``path`` (a retried range read).
-
-    Raises:
-        StorageError: the read failed (translated from the filesystem's ``OSError``).
-    """
-    try:
-        return fs.read_range(path, offset, size)
-    except OSError as exc:
-        raise translate_os_error(exc, fs.url(path)) from exc
-
-
 class TextFormat(Format):
     """What CSV and JSON Lines share: the plan-time scan, chunk sources, row slicing.
 
@@ -139,6 +127,10 @@ class TextFormat(Format):
 
     def _unsplittable(self) -> str | None:
         return None
+
+    def _miscount_causes(self) -> str:
+        """Why a chunk may parse to other than the rows the plan's scan counted."""
+        return "the file changed since planning"
 
     def _infer(self, file: SourceFile, fs: FileSystemSpec) -> TextLayout:
         raise NotImplementedError
@@ -200,10 +192,11 @@ class TextFormat(Format):
 
     def _count_by_parsing(self, file: SourceFile, fs: FileSystemSpec) -> int:
         names = self._infer(file, fs).names
+        first = list(names[:1])  # none only for a given empty JSON schema: rows still count
         # Strings: counting must not fail on a value the planned types refuse (read does).
-        layout = TextLayout(names, pa.schema([(names[0], pa.string())]), inferred=False)
+        layout = TextLayout(names, pa.schema([(n, pa.string()) for n in first]), inferred=False)
         chunk = Chunk(file.path, 0, file.size, 0, file.size)
-        return sum(b.num_rows for b in self._batches(chunk, fs, layout, [names[0]]))
+        return sum(b.num_rows for b in self._batches(chunk, fs, layout, first))
 
     def plan(
         self,
@@ -325,7 +318,7 @@ class TextFormat(Format):
         layout = self._layout(chunk.path, fs)
         columns = list(options.columns) if options.columns is not None else layout.schema.names
         # No columns (a count): read the first one and drop it, so batches keep their length.
-        parsed = columns or [layout.schema.names[0]]
+        parsed = columns or layout.schema.names[:1]
         pos = 0
         for batch in self._batches(chunk, fs, layout, parsed):
             lo, hi = max(row_start, pos), min(row_stop, pos + batch.num_rows)
@@ -338,9 +331,9 @@ class TextFormat(Format):
                 return
         if pos != chunk.num_rows:
             raise CorruptFileError(
-                f"{fs.url(chunk.path)} bytes {chunk.start}-{chunk.stop}: parsed {pos} rows, "
-                f"planning counted {chunk.num_rows} (the file changed since planning, or "
-                "records hold newlines the plan did not expect)"
+                f"{fs.url(chunk.path)} bytes {chunk.start}-{chunk.stop}: the chunk parsed to "
+                f"{pos} rows where the plan counted {chunk.num_rows}; likely causes: "
+                f"{self._miscount_causes()}"
             )
 
 

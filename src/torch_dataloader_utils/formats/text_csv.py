@@ -12,9 +12,9 @@ import pyarrow.csv as pacsv
 from ..errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError, StorageError
 from ..fs import FileSystemSpec, SourceFile, translate_os_error
 from ..planning import Chunk
-from .opening import parsing
+from .opening import parsing, read_range
 from .records import RecordScan, compression_of, open_decompressed
-from .text import SCAN_PIECE, TextFormat, TextLayout, read_range
+from .text import SCAN_PIECE, TextFormat, TextLayout
 
 __all__ = ["CsvFormat"]
 
@@ -105,6 +105,14 @@ class CsvFormat(TextFormat):
 
     def _unsplittable(self) -> str | None:
         return "an escape_char is set" if self.escape_char is not None else None
+
+    def _miscount_causes(self) -> str:
+        if self.newlines_in_values is False:
+            return (
+                "a quoted value holding a newline while newlines_in_values=False (leave it "
+                "unset), or the file changed since planning"
+            )
+        return "the file changed since planning"
 
     def _scanner(self) -> RecordScan:
         return RecordScan(

@@ -7,10 +7,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.json as pajson
 
+from ..errors import CorruptFileError
 from ..fs import FileSystemSpec, SourceFile
-from .opening import parsing
+from .opening import parsing, read_range
 from .records import RecordScan, compression_of, open_decompressed
-from .text import TextFormat, TextLayout, read_range
+from .text import TextFormat, TextLayout
 
 __all__ = ["JsonFormat"]
 
@@ -64,6 +65,12 @@ class JsonFormat(TextFormat):
     def _scanner(self) -> RecordScan:
         return RecordScan(quote=None, delimiter=None, blank=b" \t\r", bare_cr_ends_records=False)
 
+    def _miscount_causes(self) -> str:
+        return (
+            "a line holding two JSON objects, or lines ended by a bare '\\r' (records end at "
+            "'\\n'), or the file changed since planning"
+        )
+
     def _infer(self, file: SourceFile, fs: FileSystemSpec) -> TextLayout:
         if self.given_schema is not None:
             return TextLayout(tuple(self.given_schema.names), self.given_schema, inferred=False)
@@ -82,6 +89,11 @@ class JsonFormat(TextFormat):
                     pa.BufferReader(head[:cut]),
                     read_options=pajson.ReadOptions(use_threads=False, block_size=cut + 1),
                 ).schema
+            if not schema.names:  # records, but every one is {}: no column to read or count
+                raise CorruptFileError(
+                    f"{fs.url(file.path)}: no fields inferred from its first {cut} bytes (every "
+                    "record is {}); pass format_options={'schema': pyarrow.schema([...])}"
+                )
             return TextLayout(tuple(schema.names), schema, inferred=True)
 
     def _reader(

@@ -30,6 +30,7 @@ that builds a fresh loader::
 
 from .conformance import (
     check_format,
+    check_no_columns,
     check_pickle,
     check_plan,
     check_reads,
@@ -42,6 +43,7 @@ from .resume import check_elastic_resume, check_resume
 __all__ = [
     "check_elastic_resume",
     "check_format",
+    "check_no_columns",
     "check_pickle",
     "check_plan",
     "check_reads",

@@ -22,6 +22,7 @@ from ..planning import Chunk
 
 __all__ = [
     "check_format",
+    "check_no_columns",
     "check_pickle",
     "check_plan",
     "check_reads",
@@ -299,4 +300,21 @@ def check_format(
     plan = check_reads(fmt, files, fs=fs, options=projected, id_column=id_column, ids=ids)
     names = plan.schema.names
     _expect(names == list(columns), f"projecting {list(columns)} planned columns {names}")
+    check_no_columns(fmt, files, fs=fs, num_rows=len(ids))
     fmt.close()
+
+
+def check_no_columns(
+    fmt: Format, files: Sequence[SourceFile], *, fs: FileSystemSpec, num_rows: int
+) -> None:
+    """``columns=()`` (how the loader counts rows, and projects hive partition keys only):
+    the plan counts ``num_rows`` rows under an empty schema, and each chunk's read yields its
+    ``num_rows`` rows with no columns."""
+    options = ReadOptions(columns=())
+    plan = check_plan(fmt, files, fs=fs, options=options, num_rows=num_rows)
+    _expect(not plan.schema.names, f"columns=() planned columns {plan.schema.names}")
+    for chunk in plan.chunks:
+        try:
+            read_rows(fmt, chunk, 0, chunk.num_rows, fs=fs, options=options, schema=plan.schema)
+        except AssertionError as exc:
+            raise AssertionError(f"reading with columns=(): {exc}") from exc

@@ -5,18 +5,22 @@ from __future__ import annotations
 
 import threading
 import zlib
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.orc as orc
 import pytest
 
+import torch_dataloader_utils as tdu
 from tests.format_files import write_orc
 from torch_dataloader_utils.errors import (
     ColumnNotFoundError,
     CorruptFileError,
     SchemaMismatchError,
+    StorageNotFoundError,
 )
 from torch_dataloader_utils.formats import FormatPlan, ReadOptions, get_format
 from torch_dataloader_utils.formats import orc as orc_module
@@ -222,6 +226,34 @@ def test_projection_keeps_the_requested_order(tmp_path: Path) -> None:
     assert table.column("name").to_pylist() == [f"row-{i}" for i in range(110, 120)]
 
 
+def test_no_columns_counts_every_stripe(tmp_path: Path) -> None:
+    # The planner reads with columns=() to count rows (a projection of hive keys only, a
+    # filter on them): liborc decodes no rows from an empty column list.
+    path = write_orc(tmp_path / "a.orc", np.arange(250), stripe_rows=100)
+    options = ReadOptions(columns=())
+    plan, _, fs = plan_of([path], options)
+    assert plan.schema.names == [] and [c.num_rows for c in plan.chunks] == [100, 100, 50]
+    fmt = OrcFormat()
+    for chunk in plan.chunks:
+        for lo, hi in [(0, chunk.num_rows), (1, chunk.num_rows - 1)]:
+            batches = list(fmt.read(chunk, lo, hi, fs, options))
+            assert all(b.schema.names == [] for b in batches)
+            assert sum(b.num_rows for b in batches) == hi - lo
+
+
+def test_hive_keys_only_and_a_filter_on_them(tmp_path: Path) -> None:
+    for k in (0, 1):
+        write_orc(tmp_path / f"k={k}" / "a.orc", np.arange(k * 100, k * 100 + 100), stripe_rows=30)
+    keys = tdu.StructuredDataset(
+        str(tmp_path), format="orc", batch_size=10, partitioning="hive", columns=["k"]
+    )
+    assert Counter(k for b in keys for k in b["k"].tolist()) == {0: 100, 1: 100}
+    only = tdu.StructuredDataset(
+        str(tmp_path), format="orc", batch_size=10, partitioning="hive", filters=pc.field("k") == 1
+    )
+    assert sorted(i for b in only for i in b["id"].tolist()) == list(range(100, 200))
+
+
 def test_a_missing_column_and_schema_drift(tmp_path: Path) -> None:
     a = write_orc(tmp_path / "a.orc", np.arange(10))
     with pytest.raises(ColumnNotFoundError, match="nope"):
@@ -276,3 +308,13 @@ def test_registry_and_pickling(tmp_path: Path) -> None:
     clone = pickle.loads(pickle.dumps(fmt))
     assert not clone._open  # open files stay behind
     assert read_ids(clone, plan, fs, ReadOptions()) == list(range(200))
+
+
+def test_a_file_deleted_after_listing_is_a_storage_error(tmp_path: Path) -> None:
+    path = write_orc(tmp_path / "a.orc", np.arange(200), stripe_rows=100)
+    plan, files, _ = plan_of([path])
+    path.unlink()
+    with pytest.raises(StorageNotFoundError, match=str(path)):  # the tail's range read
+        OrcFormat().plan(files, [()], FileSystemSpec("file"), ReadOptions())
+    with pytest.raises(StorageNotFoundError, match=str(path)):
+        list(OrcFormat().read(plan.chunks[1], 0, 100, FileSystemSpec("file"), ReadOptions()))

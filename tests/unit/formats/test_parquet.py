@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import itertools
+import multiprocessing
 import pickle
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -20,6 +22,7 @@ from torch_dataloader_utils.errors import (
     SchemaMismatchError,
 )
 from torch_dataloader_utils.formats import FormatPlan, ReadOptions, get_format
+from torch_dataloader_utils.formats.handles import HandleCache
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, hive_partitions, list_files
 from torch_dataloader_utils.planning import Chunk
@@ -444,3 +447,25 @@ def test_bytes_of_projected_columns_count_dotted_and_nested_names(tmp_path: Path
     ]
     for i, chunk in enumerate(whole):
         assert chunk.num_bytes == sum(p[i].num_bytes for p in parts)
+
+
+def _forked_child(cache: HandleCache[str, str], closed: list[str], queue: Any) -> None:
+    got = cache.get("a", lambda: "child's a")  # never the parent's handle
+    cache.clear()
+    queue.put((got, list(closed)))
+
+
+def test_handle_cache_a_forked_child_opens_its_own_and_closes_only_those() -> None:
+    closed: list[str] = []
+    cache: HandleCache[str, str] = HandleCache(1, closed.append)
+    assert cache.get("a", lambda: "parent's a") == "parent's a"
+    assert cache.get("a", lambda: "again") == "parent's a"  # kept
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_forked_child, args=(cache, closed, queue))
+    child.start()
+    got, child_closed = queue.get(timeout=30)
+    child.join(30)
+    assert child.exitcode == 0
+    assert (got, child_closed) == ("child's a", ["child's a"])  # the parent's stayed open
+    assert cache.get("b", lambda: "parent's b") == "parent's b" and closed == ["parent's a"]

@@ -315,7 +315,7 @@ def test_a_file_changed_since_planning_is_caught(tmp_path: Path) -> None:
     (chunk,) = plan_chunks(fmt, path)
     path.write_text('{"id": 1}\n{"id": 2}\n{"id": 3}\n')  # the same bytes first, one more line
     changed = Chunk(chunk.path, 0, path.stat().st_size, 2, 0)
-    with pytest.raises(CorruptFileError, match="parsed 3 rows, planning counted 2"):
+    with pytest.raises(CorruptFileError, match="parsed to 3 rows where the plan counted 2"):
         list(fmt.read(changed, 0, 2, FS, ReadOptions()))
 
 
@@ -338,3 +338,49 @@ def test_a_count_without_columns_keeps_row_counts(tmp_path: Path) -> None:
     plan_chunks(fmt, path)
     batches = list(fmt.read(chunk, 1, 3, FS, ReadOptions(columns=())))
     assert sum(b.num_rows for b in batches) == 2 and all(b.num_columns == 0 for b in batches)
+
+
+def test_json_records_with_no_fields(tmp_path: Path) -> None:
+    # Every record {}: nothing to infer types from, nor a column to count rows by.
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(b"{}\n{}\n{}\n")
+    with pytest.raises(CorruptFileError, match=r"a\.jsonl: no fields inferred .*'schema'"):
+        read_all(JsonFormat(), path)
+    given = JsonFormat(schema=pa.schema([("id", pa.int64())]))
+    assert read_all(given, path).column("id").to_pylist() == [None] * 3
+    # A given empty schema: rows of no columns, counted too where the plan parses the file.
+    gz = tmp_path / "b.jsonl.gz"
+    gz.write_bytes(gzip.compress(path.read_bytes()))
+    for source in (path, gz):
+        for options in (ReadOptions(), ReadOptions(columns=())):
+            got = read_all(JsonFormat(schema=pa.schema([])), source, options)
+            assert got.num_rows == 3 and got.num_columns == 0
+
+
+@pytest.mark.parametrize(
+    ("data", "cause"),
+    [
+        (b'{"id": 0} {"id": 1}\n{"id": 2}\n', "two JSON objects"),  # pyarrow reads 3 rows
+        (b'{"id": 0}\r{"id": 1}\r\n{"id": 2}\n', r"a bare '\\r'"),
+    ],
+)
+def test_json_lines_the_scan_miscounts_say_why(tmp_path: Path, data: bytes, cause: str) -> None:
+    path = tmp_path / "a.jsonl"
+    path.write_bytes(data)
+    message = (
+        rf"a\.jsonl bytes 0-{len(data)}: the chunk parsed to 3 rows where the plan counted 2.*"
+    )
+    with pytest.raises(CorruptFileError, match=message + cause):
+        read_all(JsonFormat(), path)
+
+
+def test_csv_newlines_in_values_false_miscount_says_why(tmp_path: Path) -> None:
+    path = tmp_path / "a.csv"
+    path.write_bytes(b'id,t\n1,"a\nb"\n2,c\n3,d\n')
+    assert read_all(CsvFormat(), path).column("id").to_pylist() == [1, 2, 3]
+    with pytest.raises(
+        CorruptFileError,
+        match=r"parsed to 3 rows where the plan counted 4.*"
+        r"quoted value holding a newline while newlines_in_values=False",
+    ):
+        read_all(CsvFormat(newlines_in_values=False), path)
