@@ -2,9 +2,10 @@
 
 Each sample is one row: ``__key__``, ``__url__`` and one column per extension. Planning loads
 every shard's index (the sibling ``.idx``, a local cache, or a header-only scan: see
-`webdataset.index.load_index`) in parallel threads, so row counts are exact; reading a range
+`webdataset.loading.load_index`) in parallel threads, so row counts are exact; reading a range
 of samples computes the byte spans of the selected components from the index, reads them in a
-few large range requests and slices the members out without parsing tar headers again.
+few range requests, checks the header before each component (`webdataset.headers`) and
+slices the members out.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import pyarrow as pa
 from ..errors import (
     ColumnNotFoundError,
     CorruptFileError,
+    DataError,
     InvalidArgumentError,
     MissingComponentError,
     StorageError,
@@ -39,7 +41,8 @@ from ..webdataset.decoders import (
     decode_text,
     decoder_for,
 )
-from ..webdataset.index import load_index
+from ..webdataset.headers import check_headers, check_span
+from ..webdataset.loading import load_index
 from ..webdataset.slicing import ShardTable
 from .base import Format, FormatPlan, ReadOptions
 
@@ -114,6 +117,9 @@ class WebDatasetFormat(Format):
         # The default columns (all extensions of all shards), set by `plan` for `read`: with
         # columns=None workers get ReadOptions(columns=None) and see one shard, not the union.
         self._default: tuple[Column, ...] | None = None
+        # The columns whose absence skips a sample, set by `plan`: a chunk's rows are the
+        # plan's, whatever columns a read asks for (counting a filter reads fewer).
+        self._skipping: tuple[tuple[str, ...], ...] | None = None
         self._shards: OrderedDict[str, ShardTable] = OrderedDict()
         self._ahead = ReadsAhead(_AHEAD)  # remote reads started ahead
         self._pid = os.getpid()
@@ -191,14 +197,16 @@ class WebDatasetFormat(Format):
         """Which samples are rows (all, unless skipped for a missing component)."""
         keep = np.ones(shard.num_samples, bool)
         for column in columns:
-            if not column.alternatives:
-                continue
-            present = shard.pick(column.alternatives)[0] >= 0
-            if self.missing_component == "skip":
-                keep &= present
-            elif self.missing_component == "error" and not present.all():
-                i = int(np.flatnonzero(~present)[0])
-                self._missing(shard, i, column)
+            if column.alternatives and self.missing_component == "error":
+                present = shard.pick(column.alternatives)[0] >= 0
+                if not present.all():
+                    self._missing(shard, int(np.flatnonzero(~present)[0]), column)
+        if self.missing_component == "skip":
+            skipping = self._skipping
+            if skipping is None:
+                skipping = tuple(c.alternatives for c in columns if c.alternatives)
+            for alternatives in skipping:
+                keep &= shard.pick(alternatives)[0] >= 0
         return keep
 
     @staticmethod
@@ -220,7 +228,7 @@ class WebDatasetFormat(Format):
         threads = max(1, min(_PLAN_THREADS, len(files)))
         with ThreadPoolExecutor(threads, thread_name_prefix="tdu-plan") as pool:
             shards = list(pool.map(lambda f: self._load(f.path, f.size, fs), files))
-        self._default = None
+        self._default = self._skipping = None
         columns = self._columns(options, shards)
         found = {e for s in shards for e in s.extensions}
         for column in columns:
@@ -243,6 +251,7 @@ class WebDatasetFormat(Format):
             total += int(sizes.sum())
         if options.columns is None:
             self._default = columns
+        self._skipping = tuple(c.alternatives for c in columns if c.alternatives)
         row_bytes = total / rows if rows else 1.0
         return FormatPlan(chunks=chunks, schema=self._schema(columns), row_bytes=max(row_bytes, 1))
 
@@ -272,7 +281,9 @@ class WebDatasetFormat(Format):
         schema = self._schema(columns)
         rows = self._rows(shard, chunk, columns)[row_start:row_stop]
         requests = slicing.requests(
-            [shard.pick(c.alternatives) for c in columns if c.alternatives], rows
+            [shard.pick(c.alternatives) for c in columns if c.alternatives],
+            rows,
+            local=fs.is_local,
         )
         following, started = next(requests, None), None
         try:
@@ -306,7 +317,7 @@ class WebDatasetFormat(Format):
         except CorruptFileError:
             return  # read says what changed
         picked = [shard.pick(c.alternatives) for c in columns if c.alternatives]
-        first = next(slicing.requests(picked, rows), None)
+        first = next(slicing.requests(picked, rows, local=False), None)
         if first is not None and first[2] is not None:
             self._start(shard, first[2], fs)
 
@@ -333,25 +344,10 @@ class WebDatasetFormat(Format):
         buffer, base = b"", 0
         if span is not None:
             base, end = span
-            if base < 0:
-                raise CorruptFileError(
-                    f"{shard.url}: its index puts data at offset {base + slicing.HEADER}, "
-                    "before any tar header could fit: the index is not this shard's"
-                )
-            if end > shard.size:
-                raise CorruptFileError(
-                    f"{shard.url}: bytes {base}-{end} are past the end of the shard "
-                    f"({shard.size} bytes): it is shorter than its index says"
-                )
+            check_span(shard, base, end)
             buffer = self._read(shard, base, end, fs)
-            bad = slicing.unheaded(buffer, base, spans)
-            if bad is not None:
-                i, offset = int(rows[bad[1]]), int(spans[bad[0]][0][bad[1]])
-                raise CorruptFileError(
-                    f"{shard.url}: sample {i} (key {shard.keys[i].as_py()!r}): no tar header "
-                    f"before offset {offset}; the shard changed since its index was made "
-                    "(delete the stale .idx, or rebuild it with `tdu index`)"
-                )
+            alternatives = [c.alternatives for c in columns if c.alternatives]
+            check_headers(shard, buffer, base, rows=rows, spans=spans, alternatives=alternatives)
         view = pa.py_buffer(buffer)
         arrays: list[pa.Array] = []
         spans_iter = iter(spans)
@@ -365,6 +361,9 @@ class WebDatasetFormat(Format):
                 arrays.append(
                     self._values(shard, column, rows=rows, view=view, base=base, off=off, size=size)
                 )
+        if not arrays:
+            # No column (a hive-partition-only projection, a count): the rows still count.
+            return pa.RecordBatch.from_arrays([pa.nulls(len(rows))], names=["_"]).select([])
         return pa.RecordBatch.from_arrays(arrays, schema=schema)
 
     def _values(
@@ -382,17 +381,16 @@ class WebDatasetFormat(Format):
         missing = off < 0
         if self.missing_component == "error" and missing.any():
             self._missing(shard, int(rows[np.flatnonzero(missing)[0]]), column)
-        values = slicing.slice_values(view, base, off, size, nulls=column.storage == "int")
+        try:
+            values = slicing.slice_values(view, base, off, size, nulls=column.storage == "int")
+        except ValueError as exc:
+            raise DataError(slicing.bad_value(shard, column.name, rows, off, exc)) from exc
         if column.storage == "binary":
             return values
         try:
             return decode_ints(values) if column.storage == "int" else decode_text(values)
         except ValueError as exc:
-            i = int(rows[exc.args[1]])
-            raise CorruptFileError(
-                f"{shard.url}: sample {i} (key {shard.keys[i].as_py()!r}), component "
-                f"{column.name!r} at offset {int(off[exc.args[1]])}: {exc.args[0]}"
-            ) from exc
+            raise CorruptFileError(slicing.bad_value(shard, column.name, rows, off, exc)) from exc
 
     def _read(self, shard: ShardTable, base: int, end: int, fs: FileSystemSpec) -> bytes:
         """Bytes ``[base, end)`` of the shard: a read started ahead, or a new one."""

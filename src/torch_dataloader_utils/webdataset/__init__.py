@@ -6,15 +6,8 @@ Needs neither torch nor webdataset: the format (`formats/webdataset.py`) builds 
 
 from __future__ import annotations
 
-from .index import (
-    ShardIndex,
-    build_index,
-    default_cache_dir,
-    format_index,
-    index_path,
-    load_index,
-    parse_index,
-)
+from .index import ShardIndex, build_index, format_index, index_path, parse_index
+from .loading import default_cache_dir, load_index
 from .samples import Component, Sample, group_samples, split_name
 from .tar import TarMember, iter_tar, scan_tar
 from .writer import ShardWriter

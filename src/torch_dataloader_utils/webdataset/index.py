@@ -1,4 +1,5 @@
-"""DALI's text index of a WebDataset shard (format ``v1.2``), read, written and cached.
+"""DALI's text index of a WebDataset shard (format ``v1.2``), read and written (where an
+index comes from, and its cache: `loading`).
 
 The format, as NVIDIA DALI's ``tools/wds2idx.py`` writes it and its loader
 (``webdataset_loader.cc``) reads it::
@@ -19,38 +20,17 @@ DALI's tool writes what ``tar --list`` prints (the same for printable ASCII name
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
-import logging
-import os
-import tempfile
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING
 
 from ..errors import CorruptFileError, InvalidArgumentError
 from .arrays import IndexArrays, arrays_of, check_arrays, parse_arrays, samples_of
 from .samples import Component, Sample, group_samples, split_name
 from .tar import BLOCK, scan_tar
 
-if TYPE_CHECKING:
-    from ..fs.spec import FileSystemSpec
-
-__all__ = [
-    "ShardIndex",
-    "build_index",
-    "default_cache_dir",
-    "format_index",
-    "index_path",
-    "load_index",
-    "parse_index",
-]
-
-logger = logging.getLogger(__name__)
+__all__ = ["VERSION", "ShardIndex", "build_index", "format_index", "index_path", "parse_index"]
 
 VERSION = "v1.2"
 _FIELDS = {"v1.1": 3, "v1.2": 4}  # tokens per component
-# Changes whenever the way an index is built changes, so old cache entries are not reused.
-_CACHE_SCHEMA = "1"
 
 
 class ShardIndex:
@@ -284,133 +264,3 @@ def _parse_line(tokens: list[str], line: int, width: int, where: str, lowercase:
         exts.add(ext)
         components.append(Component(ext, offset, size, name))
     return Sample(key or "", tuple(components))
-
-
-def default_cache_dir() -> str:
-    """``$XDG_CACHE_HOME/torch_dataloader_utils/wds-index`` (``~/.cache`` by default)."""
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return os.path.join(base, "torch_dataloader_utils", "wds-index")
-
-
-def load_index(
-    path: str,
-    fs: FileSystemSpec,
-    *,
-    size: int,
-    lowercase: bool = True,
-    cache_dir: str | None = None,
-    version: str | None = None,
-) -> ShardIndex:
-    """A shard's index: its sibling ``.idx`` when there is one, else the local cache, else a
-    header-only scan of the shard (then cached).
-
-    The sibling (`index_path`) is a ``v1.2`` DALI index, checked against the shard's size; a
-    ``v1.1`` sibling holds no names, so the shard is scanned instead. The cache holds ``v1.2``
-    files named by a hash of the shard's URL, size, version (ETag or mtime, asked of the
-    filesystem when not given) and ``lowercase``; it is written atomically, and a cache
-    directory that cannot be written only means no cache. A cache entry that does not parse or
-    check is rebuilt. Nothing is ever written next to the data.
-
-    Args:
-        path: the shard's path (no protocol).
-        fs: its filesystem.
-        size: its size in bytes (from the listing).
-        lowercase: lower-case extensions.
-        cache_dir: where cached indexes live; None: `default_cache_dir`; ``""``: no cache.
-        version: a string that changes when the shard changes (ETag, mtime), if known.
-
-    Returns:
-        The index.
-
-    Raises:
-        CorruptFileError: the sibling index does not parse or does not fit the shard (names it
-            and the line), or the shard is corrupt (names it and the offset).
-        StorageError: reading failed.
-    """
-    sibling = index_path(path)
-    text = _read_optional(fs, sibling)
-    if text is not None:
-        where = fs.url(sibling)
-        index = parse_index(text, where=where, lowercase=lowercase)
-        if index.version == VERSION:
-            index.check(size, where=where)
-            return index
-        logger.info("%s: a %s index has no member names; scanning the shard", where, index.version)
-    cache_file = None
-    if cache_dir != "":
-        version = version if version is not None else _version(fs, path)
-        if version is not None:
-            material = "\0".join([_CACHE_SCHEMA, fs.url(path), str(size), version, str(lowercase)])
-            name = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
-            cache_file = os.path.join(cache_dir or default_cache_dir(), name + ".idx")
-            cached = _read_cache(cache_file, size, lowercase)
-            if cached is not None:
-                return cached
-
-    def read(offset: int, n: int) -> bytes:
-        return fs.read_range(path, offset, n)
-
-    index = build_index(read, size, where=fs.url(path), lowercase=lowercase)
-    if cache_file is not None:
-        _write_cache(cache_file, index)
-    return index
-
-
-def _read_optional(fs: FileSystemSpec, path: str) -> str | None:
-    def cat() -> bytes:
-        return bytes(fs.fsspec().cat_file(path))
-
-    try:
-        data = fs.request(cat, what=fs.url(path))
-    except FileNotFoundError:
-        return None
-    return data.decode("utf-8", "surrogateescape")
-
-
-def _version(fs: FileSystemSpec, path: str) -> str | None:
-    """The ETag or modification time the filesystem reports, or None (then no cache)."""
-    info = fs.request(lambda: fs.fsspec().info(path), what=fs.url(path))
-    for field in ("ETag", "etag", "mtime", "LastModified", "last_modified", "updated"):
-        value = info.get(field)
-        if value is not None:
-            return f"{field}={value}"
-    logger.debug("%s: no ETag or mtime: its index is not cached", fs.url(path))
-    return None
-
-
-def _read_cache(cache_file: str, size: int, lowercase: bool) -> ShardIndex | None:
-    try:
-        with open(cache_file, encoding="utf-8", errors="surrogateescape") as f:
-            text = f.read()
-    except OSError:
-        return None
-    try:
-        index = parse_index(text, where=cache_file, lowercase=lowercase)
-        index.check(size, where=cache_file)
-    except CorruptFileError as exc:
-        logger.warning("ignoring a corrupt cached index (rebuilding it): %s", exc)
-        return None
-    return index
-
-
-def _write_cache(cache_file: str, index: ShardIndex) -> None:
-    try:
-        text = format_index(index)
-    except InvalidArgumentError as exc:
-        logger.debug("not caching the index: %s", exc)
-        return
-    directory = os.path.dirname(cache_file)
-    temp = None
-    try:
-        os.makedirs(directory, exist_ok=True)
-        fd, temp = tempfile.mkstemp(dir=directory, prefix=".tmp-", suffix=".idx")
-        with os.fdopen(fd, "wb") as f:
-            f.write(text.encode("utf-8", "surrogateescape"))
-        os.replace(temp, cache_file)  # atomic: readers see the old file or the whole new one
-        temp = None
-    except OSError as exc:
-        logger.debug("cannot cache the index in %s: %s", directory, exc)
-    finally:
-        if temp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(temp)

@@ -48,6 +48,14 @@ _NO_DATA_TYPES = frozenset(b"123456")
 _KINDS = {ord("1"): "hardlink", ord("2"): "symlink", ord("5"): "dir"}
 _PAX_TYPES = frozenset(b"xX")
 _GNU_MAGIC = b"ustar  \0"
+# A whole shard compressed (webdataset reads .tar.gz shards as a stream; ranges cannot be read
+# out of one): refused with its own message when offset 0 holds no tar header.
+_COMPRESSED = {
+    b"\x1f\x8b": "gzip",
+    b"\x28\xb5\x2f\xfd": "zstd",
+    b"BZh": "bzip2",
+    b"\xfd7zXZ\x00": "xz",
+}
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +196,7 @@ class _Scanner:
                 tail = bytes(self.get(pos, stop - pos))
                 if first < 0 and tail.count(0) == len(tail):
                     return  # a cut end-of-archive marker: nothing is lost
+                self.check_compressed(pos, tail)
                 raise self.error(pos, f"truncated header: {stop - pos} bytes left in the file")
             header = bytes(self.get(pos, BLOCK))
             if header[148] == 0 and header == _ZERO_BLOCK:
@@ -270,6 +279,7 @@ class _Scanner:
         if text.isdigit() and b"8" not in text and b"9" not in text:
             stored = int(text, 8)
         else:
+            self.check_compressed(pos, header)
             stored = self.number(header, 148, pos, "checksum")
         if header.isascii():
             # adler32's low half is 1 + the byte sum modulo 65521, exact for an ASCII block
@@ -282,7 +292,22 @@ class _Scanner:
             signed = 256 + sum(struct.unpack_from("148b8x356b", header))
             if stored in (unsigned, signed):
                 return
+        self.check_compressed(pos, header)
         raise self.error(pos, f"bad header checksum (stored {stored}, computed {unsigned})")
+
+    def check_compressed(self, pos: int, head: bytes) -> None:
+        """Raise the error that says so when the file at ``pos`` (0) is a compressed one."""
+        if pos != 0:
+            return
+        for magic, kind in _COMPRESSED.items():
+            if head.startswith(magic):
+                raise self.error(
+                    pos,
+                    f"the shard is {kind}-compressed: compressed shards (.tar.gz, .tar.zst...) "
+                    "are not supported, as their members cannot be read by range; decompress "
+                    "them, or write uncompressed shards (members compressed one by one, such "
+                    "as .json.gz, are fine)",
+                )
 
     def number(self, header: bytes, at: int, pos: int, what: str) -> int:
         """A numeric header field: octal text, or GNU base-256 (first byte 0x80)."""

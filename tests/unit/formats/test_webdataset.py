@@ -69,6 +69,15 @@ def ids_of(source: Any, **options: Any) -> list[int]:
     return [int(i) for b in loader(source, **options) for i in b["id"]]
 
 
+def whole(source: Any, **options: Any) -> dict[str, list[Any]]:
+    """Every batch of the loader (output_format="dict"), column by column."""
+    out: dict[str, list[Any]] = {}
+    for batch in loader(source, output_format="dict", **options):
+        for name, values in batch.items():
+            out.setdefault(name, []).extend(values)
+    return out
+
+
 def test_sources_directory_glob_list_braces(tmp_path: Path) -> None:
     root = tmp_path / "shards"
     for s in range(4):
@@ -99,19 +108,22 @@ def test_sources_directory_glob_list_braces(tmp_path: Path) -> None:
 
 
 def test_default_columns_and_types(tmp_path: Path) -> None:
-    shard = write(tmp_path / "a.tar", samples(0, 3, txt="hé", json={"a": 1}, bin=b"\x00\x01"))
-    batch = next(iter(loader(str(shard), output_format="arrow")))
-    assert batch.schema.names == ["__key__", "__url__", "bin", "cls", "id", "json", "txt"]
-    types = dict(zip(batch.schema.names, batch.schema.types, strict=True))
+    shard = write(tmp_path / "a.tar", samples(0, 9, txt="hé", json={"a": 1}, bin=b"\x00\x01"))
+    batches = list(loader(str(shard), output_format="arrow", batch_size=4, drop_last=False))
+    table = pa.Table.from_batches(batches)
+    assert table.schema.names == ["__key__", "__url__", "bin", "cls", "id", "json", "txt"]
+    types = dict(zip(table.schema.names, table.schema.types, strict=True))
     assert types["cls"] == pa.int64() and types["id"] == pa.int64()
     assert types["txt"] == pa.string() and types["bin"] == pa.binary()
-    assert batch.column("__url__").to_pylist() == [str(shard)] * 3
-    assert batch.column("__key__").to_pylist() == ["k0000", "k0001", "k0002"]
-    got = next(iter(loader(str(shard), output_format="dict")))
-    assert got["json"] == [{"a": 1}] * 3 and got["txt"] == ["hé"] * 3
-    assert got["bin"] == [b"\x00\x01"] * 3
-    torch_batch = next(iter(loader(str(shard))))
-    assert torch.equal(torch_batch["cls"], torch.tensor([0, 1, 2]))
+    assert table.column("__url__").to_pylist() == [str(shard)] * 9
+    keys = [f"k{i:04d}" for i in range(9)]
+    assert Counter(table.column("__key__").to_pylist()) == Counter(keys)
+    got = whole(str(shard), batch_size=4, drop_last=False)
+    assert Counter(got["__key__"]) == Counter(keys)
+    assert got["json"] == [{"a": 1}] * 9 and got["txt"] == ["hé"] * 9
+    assert got["bin"] == [b"\x00\x01"] * 9
+    classes = torch.cat([b["cls"] for b in loader(str(shard), batch_size=4, drop_last=False)])
+    assert torch.equal(classes, torch.tensor([i % 3 for i in range(9)]))
 
 
 def test_alternatives_take_the_first_present(tmp_path: Path) -> None:
@@ -123,27 +135,31 @@ def test_alternatives_take_the_first_present(tmp_path: Path) -> None:
             {"__key__": "c", "jpg": b"J3"},
         ],
     )
-    got = next(iter(loader(str(shard), columns=["__key__", "png;jpg"], output_format="dict")))
+    got = whole(str(shard), columns=["__key__", "png;jpg"], batch_size=2, drop_last=False)
     assert got == {"__key__": ["a", "b", "c"], "png;jpg": [b"P", b"P2", b"J3"]}
-    got = next(iter(loader(str(shard), columns=["jpg; png"], output_format="dict")))
-    assert got == {"jpg; png": [b"J", b"P2", b"J3"]}
+    got = whole(str(shard), columns=["jpg; png", "__key__"], batch_size=2, drop_last=False)
+    assert got == {"jpg; png": [b"J", b"P2", b"J3"], "__key__": ["a", "b", "c"]}
     with pytest.raises(InvalidArgumentError, match="decode differently"):
         loader(str(shard), columns=["cls;jpg"])
 
 
 def test_extension_case(tmp_path: Path) -> None:
-    shard = write(tmp_path / "a.tar", [{"__key__": "a", "JPG": b"x", "Cls": b"1"}])
-    assert next(iter(loader(str(shard), output_format="dict"))) | {} == {
-        "__key__": ["a"],
-        "__url__": [str(shard)],
-        "cls": [1],
-        "jpg": [b"x"],
+    shard = write(
+        tmp_path / "a.tar",
+        [{"__key__": k, "JPG": k.encode(), "Cls": b"1"} for k in ("a", "b", "c")],
+    )
+    assert whole(str(shard), batch_size=2) == {
+        "__key__": ["a", "b", "c"],
+        "__url__": [str(shard)] * 3,
+        "cls": [1] * 3,
+        "jpg": [b"a", b"b", b"c"],
     }
-    got = next(iter(loader(str(shard), columns=["JPG"], output_format="dict")))
-    assert got == {"JPG": [b"x"]}  # named as asked, matched without case
+    got = whole(str(shard), columns=["JPG", "__key__"], batch_size=2)
+    assert got == {"JPG": [b"a", b"b", b"c"], "__key__": ["a", "b", "c"]}  # named as asked
     sensitive = {"case_sensitive_extensions": True}
-    got = next(iter(loader(str(shard), output_format="dict", format_options=sensitive)))
-    assert got["JPG"] == [b"x"] and got["Cls"] == [1]  # its own column, decoded as a class
+    got = whole(str(shard), batch_size=2, format_options=sensitive)
+    assert Counter(got["__key__"]) == Counter("abc")
+    assert got["JPG"] == [b"a", b"b", b"c"] and got["Cls"] == [1] * 3  # decoded as a class
     with pytest.raises(ColumnNotFoundError, match=r"'jpg'.*extensions found: \['Cls', 'JPG'\]"):
         loader(str(shard), columns=["jpg"], format_options=sensitive)
 
