@@ -6,6 +6,7 @@ from its ids alone. Test modules import these from here, never from each other.
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 
 import numpy as np
@@ -14,6 +15,7 @@ import pyarrow.ipc as ipc
 import pyarrow.orc as orc
 
 from tests.conftest import make_table
+from torch_dataloader_utils.fs import FileSystemSpec
 
 # File suffix of each format's files.
 SUFFIX = {"orc": "orc", "ipc": "arrow"}
@@ -73,3 +75,20 @@ def write_orc_ipc_source(root: Path, fmt: str, files: list[tuple[int, int]]) -> 
             )
         start += rows
     return root
+
+
+class RecordingSpec(FileSystemSpec):
+    """A real local spec that records each range request."""
+
+    def __init__(self) -> None:
+        super().__init__("file")
+        self.calls: list[tuple[str, int, int]] = []
+        self.calls_lock = threading.Lock()
+
+    def read_range(self, path: str, offset: int, size: int) -> bytes:
+        with self.calls_lock:
+            self.calls.append((path, offset, size))
+        return super().read_range(path, offset, size)
+
+    def bytes_read(self) -> int:
+        return sum(c[2] for c in self.calls)

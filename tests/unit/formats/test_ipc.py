@@ -4,7 +4,6 @@ only (checked against pyarrow), row ranges, projection, regrouping and bad files
 from __future__ import annotations
 
 import pickle
-import threading
 import warnings
 from pathlib import Path
 
@@ -14,7 +13,7 @@ import pyarrow.feather as feather
 import pyarrow.ipc as ipc
 import pytest
 
-from tests.format_files import ipc_table, write_ipc
+from tests.format_files import RecordingSpec, ipc_table, write_ipc
 from torch_dataloader_utils.errors import (
     ColumnNotFoundError,
     CorruptFileError,
@@ -33,23 +32,6 @@ def batch_rows(path: Path) -> list[int]:
             reader = ipc.open_file(source)
             return [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
         return [b.num_rows for b in ipc.open_stream(source)]
-
-
-class RecordingSpec(FileSystemSpec):
-    """A real local spec that records each range request."""
-
-    def __init__(self) -> None:
-        super().__init__("file")
-        self.calls: list[tuple[str, int, int]] = []
-        self.calls_lock = threading.Lock()
-
-    def read_range(self, path: str, offset: int, size: int) -> bytes:
-        with self.calls_lock:
-            self.calls.append((path, offset, size))
-        return super().read_range(path, offset, size)
-
-    def bytes_read(self) -> int:
-        return sum(c[2] for c in self.calls)
 
 
 def plan_of(

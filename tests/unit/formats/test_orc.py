@@ -3,7 +3,6 @@ codec), stripe chunks, row ranges, projection, regrouping and bad files."""
 
 from __future__ import annotations
 
-import threading
 import zlib
 from collections import Counter
 from pathlib import Path
@@ -15,7 +14,7 @@ import pyarrow.orc as orc
 import pytest
 
 import torch_dataloader_utils as tdu
-from tests.format_files import write_orc
+from tests.format_files import RecordingSpec, write_orc
 from torch_dataloader_utils.errors import (
     ColumnNotFoundError,
     CorruptFileError,
@@ -33,20 +32,6 @@ CODECS = ["uncompressed", "zlib", "snappy", "lz4", "zstd"]
 def stripe_rows(path: Path) -> list[int]:
     handle = orc.ORCFile(str(path))
     return [handle.read_stripe(i).num_rows for i in range(handle.nstripes)]
-
-
-class RecordingSpec(FileSystemSpec):
-    """A real local spec that records each range request."""
-
-    def __init__(self) -> None:
-        super().__init__("file")
-        self.calls: list[tuple[str, int, int]] = []
-        self.calls_lock = threading.Lock()
-
-    def read_range(self, path: str, offset: int, size: int) -> bytes:
-        with self.calls_lock:
-            self.calls.append((path, offset, size))
-        return super().read_range(path, offset, size)
 
 
 def plan_of(
