@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import logging
-import numbers
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -12,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 from torch.utils.data import IterableDataset, get_worker_info
 
+from .arguments import check_arguments
 from .batching import (
     DEFAULT_SHUFFLE_BLOCK_BYTES,
     BatchOptions,
@@ -28,8 +28,6 @@ from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
 from .planner import Planned, plan_source
 from .planning import (
-    REMAINDER_POLICIES,
-    SPLIT_STRATEGIES,
     Item,
     Layout,
     Piece,
@@ -167,31 +165,20 @@ class StructuredDataset(IterableDataset[Any]):
         format_options: Mapping[str, Any] | None = None,
     ) -> None:
         super().__init__()
-        if num_ranks is not None:  # the earlier library's name for world_size
-            if world_size is not None and world_size != num_ranks:
-                raise InvalidArgumentError(
-                    f"num_ranks={num_ranks} and world_size={world_size} disagree; pass one"
-                )
-            world_size = num_ranks
-        _check_positive(batch_size=batch_size, shuffle_block_bytes=shuffle_block_bytes)
-        _check_positive(split_bytes=split_bytes, split_rows=split_rows)
-        _check_positive(shuffle_block_size=shuffle_block_size)
-        if shuffle_seed < 0:
-            raise InvalidArgumentError(f"shuffle_seed must be >= 0, got {shuffle_seed}")
-        if remainder not in REMAINDER_POLICIES:
-            raise InvalidArgumentError(
-                f"remainder must be one of {REMAINDER_POLICIES}, got {remainder!r}"
-            )
-        if split_strategy not in SPLIT_STRATEGIES:
-            raise InvalidArgumentError(
-                f"split_strategy must be one of {SPLIT_STRATEGIES}, got {split_strategy!r}"
-            )
-        if partitioning not in (None, "hive"):
-            raise InvalidArgumentError(f'partitioning must be None or "hive", got {partitioning!r}')
-        if isinstance(columns, str):
-            raise InvalidArgumentError(
-                f"columns must be a list of names, got the string {columns!r}"
-            )
+        world_size = check_arguments(
+            batch_size=batch_size,
+            columns=columns,
+            shuffle_seed=shuffle_seed,
+            split_bytes=split_bytes,
+            split_rows=split_rows,
+            partitioning=partitioning,
+            shuffle_block_size=shuffle_block_size,
+            shuffle_block_bytes=shuffle_block_bytes,
+            world_size=world_size,
+            remainder=remainder,
+            split_strategy=split_strategy,
+            num_ranks=num_ranks,
+        )
         self.format = get_format(format, format_options)
         self.fs = self._filesystem(
             path, storage_options, backend=storage_backend, retry=RetryPolicy.of(retries)
@@ -601,11 +588,3 @@ class StructuredDataset(IterableDataset[Any]):
 
         loader = create_dataloader(path, format=format, dataset_class=cls, **kwargs)
         return loader, loader.dataset
-
-
-def _check_positive(**values: object) -> None:
-    for name, value in values.items():
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0
-        ):
-            raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
