@@ -9,7 +9,6 @@ format), both parsed from their flatbuffers by `ipc_layout`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 import pyarrow as pa
 from pyarrow import ipc
@@ -21,12 +20,11 @@ from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache
 from .ipc_layout import KIND, MAGIC, RECORD_BATCH, Layout, read_layout
-from .opening import open_input, parsing, read_range, slice_batches
+from .opening import each_file, open_input, parsing, read_range, slice_batches
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["IpcFormat"]
 
-_PLAN_THREADS = 32
 # Open files (file format) or message walks (stream format) kept per worker.
 _OPEN_FILES = 1
 # Files whose format (file or stream) a worker remembers.
@@ -79,13 +77,11 @@ class IpcFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> FormatPlan:
-        threads = max(1, min(_PLAN_THREADS, len(files)))
 
         def read(f: SourceFile) -> Layout:
             return fs.request(lambda: read_layout(f.path, f.size, fs), what=fs.url(f.path))
 
-        with ThreadPoolExecutor(threads, thread_name_prefix="tdu-plan") as pool:
-            layouts = list(pool.map(read, files))
+        layouts = each_file(read, files)
         schema = check_schemas(
             files,
             [FileSchema(x.schema, any(b.rows for b in x.batches)) for x in layouts],

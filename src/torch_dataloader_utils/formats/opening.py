@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
+from typing import TypeVar
 
 import pyarrow as pa
 
@@ -11,7 +13,25 @@ from ..errors import CorruptFileError, StorageError
 from ..fs import FileSystemSpec, translate_os_error
 from ..fs.retry import is_missing, is_refused, is_transient
 
-__all__ = ["open_input", "parsing", "read_range", "slice_batches"]
+__all__ = ["PLAN_THREADS", "each_file", "open_input", "parsing", "read_range", "slice_batches"]
+
+
+T = TypeVar("T")
+U = TypeVar("U")
+
+# Planning reads metadata (footers, tails, headers, indexes) in threads: on object storage the
+# work is waiting for small requests; locally pyarrow and numpy release the GIL.
+PLAN_THREADS = 32
+
+
+def each_file(
+    read: Callable[[T], U], files: Sequence[T], *, threads: int = PLAN_THREADS
+) -> list[U]:
+    """``read`` of each of ``files`` (in order), run in up to ``threads`` planning threads."""
+    with ThreadPoolExecutor(
+        max(1, min(threads, len(files))), thread_name_prefix="tdu-plan"
+    ) as pool:
+        return list(pool.map(read, files))
 
 
 def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:

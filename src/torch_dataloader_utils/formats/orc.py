@@ -10,8 +10,7 @@ each stripe's rows by reading its narrowest column, which is slower but exact.
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -24,14 +23,12 @@ from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache
-from .opening import open_input, parsing, read_range
+from .opening import each_file, open_input, parsing, read_range
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["OrcFormat"]
 
 _KIND = "a readable ORC file"
-# Tails are read by threads: the work is I/O (one small request per file on object storage).
-_PLAN_THREADS = 32
 # Bytes read from the end of a file at plan time: postscript, footer and usually the stripe
 # statistics fit (liborc guesses 16 KiB); a longer footer costs one more request.
 _TAIL_BYTES = 64 << 10
@@ -313,10 +310,7 @@ class OrcFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> FormatPlan:
-        threads = max(1, min(_PLAN_THREADS, len(files)))
-        read: Callable[[SourceFile], _FileFacts] = lambda f: _read_facts(f, fs)  # noqa: E731
-        with ThreadPoolExecutor(threads, thread_name_prefix="tdu-plan") as pool:
-            facts = list(pool.map(read, files))
+        facts = each_file(lambda f: _read_facts(f, fs), files)
         schema = check_schemas(
             files, [FileSchema(f.schema, bool(f.stripes)) for f in facts], fs, options
         )

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +29,7 @@ from ..errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError
 from ..fs import FileSystemSpec, SourceFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
-from .opening import parsing, read_range
+from .opening import each_file, parsing, read_range
 from .records import ChunkCutter, RecordScan, compression_of, open_decompressed, read_pieces
 from .schemas import FileSchema, check_schemas
 
@@ -206,15 +205,8 @@ class TextFormat(Format):
         options: ReadOptions,
     ) -> FormatPlan:
         nonempty = [f for f in files if f.size]
-        threads = max(1, min(_PLAN_THREADS, len(nonempty)))
-        with ThreadPoolExecutor(threads, thread_name_prefix="tdu-plan") as pool:
-            scanned = dict(
-                zip(
-                    [f.path for f in nonempty],
-                    pool.map(lambda f: self._scan(f, fs, options), nonempty),
-                    strict=True,
-                )
-            )
+        scans = each_file(lambda f: self._scan(f, fs, options), nonempty, threads=_PLAN_THREADS)
+        scanned = dict(zip([f.path for f in nonempty], scans, strict=True))
         reference = next((f for f in nonempty if scanned[f.path].chunks), None)
         if reference is None:  # no rows anywhere: the schema of the first file with bytes
             reference = nonempty[0] if nonempty else files[0]

@@ -13,7 +13,6 @@ from __future__ import annotations
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Literal
 
 import numpy as np
@@ -45,6 +44,7 @@ from ..webdataset.headers import check_headers, check_span
 from ..webdataset.loading import load_index
 from ..webdataset.slicing import ShardTable
 from .base import Format, FormatPlan, ReadOptions
+from .opening import each_file
 
 __all__ = ["MISSING_COMPONENT_POLICIES", "WebDatasetFormat"]
 
@@ -52,8 +52,6 @@ MissingComponent = Literal["error", "empty", "skip"]
 MISSING_COMPONENT_POLICIES: tuple[str, ...] = ("error", "empty", "skip")
 
 KEY, URL = "__key__", "__url__"
-# Index loads are I/O (one small request per shard remotely), hence threads.
-_PLAN_THREADS = 32
 # Shard indexes kept per worker (a 10k-sample index takes ~1 MB as arrays).
 _SHARDS = 16
 # Remote shards: range requests started ahead of the one being sliced (each at most about
@@ -225,9 +223,7 @@ class WebDatasetFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> FormatPlan:
-        threads = max(1, min(_PLAN_THREADS, len(files)))
-        with ThreadPoolExecutor(threads, thread_name_prefix="tdu-plan") as pool:
-            shards = list(pool.map(lambda f: self._load(f.path, f.size, fs), files))
+        shards = each_file(lambda f: self._load(f.path, f.size, fs), files)
         self._default = self._skipping = None
         columns = self._columns(options, shards)
         found = {e for s in shards for e in s.extensions}
