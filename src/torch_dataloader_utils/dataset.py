@@ -6,9 +6,10 @@ import logging
 import os
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import torch
+import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .arguments import check_arguments
@@ -53,7 +54,14 @@ from .planning import (
 )
 from .prefetch import Prefetcher
 from .reading import Reader
-from .state import Iteration, decode_state, encode_state
+from .state import (
+    Iteration,
+    PassControl,
+    decode_state,
+    decode_stream_state,
+    encode_state,
+    encode_stream_state,
+)
 from .transport import worker_messages
 
 if TYPE_CHECKING:
@@ -62,6 +70,17 @@ if TYPE_CHECKING:
 __all__ = ["StructuredDataset"]
 
 logger = logging.getLogger(__name__)
+
+
+@dataclass
+class _Reading:
+    """The pass this copy of the dataset is reading: where its stream started, what it yielded."""
+
+    iteration: Iteration
+    topology: Topology
+    start: int  # batches of the stream delivered before this pass began reading
+    total: int  # batches of the stream in the pass
+    yielded: int = 0
 
 
 class StructuredDataset(IterableDataset[Any]):
@@ -192,16 +211,21 @@ class StructuredDataset(IterableDataset[Any]):
         self.collate_fn = collate_fn
         self._rank = rank
         self._world_size = world_size
+        # The rank of the process this copy was pickled in, for its DataLoader workers (a
+        # spawned worker has no process group); None where that process had no rank.
+        self._inherited_rank: tuple[int, int] | None = None
         if rank is not None or world_size is not None:
             resolve_rank(rank, world_size)  # validate now, before any worker starts
             Topology(rank or 0, world_size or 1)
-        # [epoch, pass]: in shared memory, so set_epoch and each new pass reach persistent
-        # workers (see `begin_iteration`).
-        self._control = torch.zeros(2, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
+        # too): see `PassControl` for the epoch rule.
+        self.passes = PassControl()
         self._pending: Iteration | None = None  # a loaded state, for the next pass
         self._pending_complete = False  # ... whose epoch was complete
         self._iteration: Iteration | None = None  # the pass the main process began last
         self._claimed = True
+        self._stream_resume: dict[str, Any] | None = None  # a worker's loaded stream state
+        self._reading: _Reading | None = None
 
         # Listing, footers and row counting happen once: on rank 0 when torch.distributed is up
         # (the others receive the result), else here.
@@ -298,14 +322,15 @@ class StructuredDataset(IterableDataset[Any]):
     # --- epochs and passes -----------------------------------------------------------------------
 
     def set_epoch(self, epoch: int) -> None:
-        """Set the epoch: with ``shuffle=True`` each epoch has its own order.
+        """Set the epoch of the next pass: with ``shuffle=True`` each epoch has its own order.
 
-        Call it before iterating the loader each epoch; it reaches persistent workers. A loaded
-        state for another epoch is dropped.
+        It reaches persistent workers. Without it, a pass that follows a pass which delivered a
+        batch reads the next epoch; an explicit epoch always wins. A loaded state for another
+        epoch is dropped.
         """
         if epoch < 0:
             raise InvalidArgumentError(f"epoch must be >= 0, got {epoch}")
-        self._control[0] = epoch
+        self.passes.set_epoch(epoch)
         pending = self._pending
         if pending is not None and pending.epoch != epoch:
             self._pending = None
@@ -319,8 +344,8 @@ class StructuredDataset(IterableDataset[Any]):
 
     @property
     def epoch(self) -> int:
-        """The current epoch."""
-        return int(self._control[0])
+        """The epoch set with `set_epoch`, or of the pass begun last."""
+        return self.passes.epoch
 
     @property
     def resume_pending(self) -> Iteration | None:
@@ -350,29 +375,48 @@ class StructuredDataset(IterableDataset[Any]):
 
         Workers receive the returned object with the dataset and apply it only to this pass.
         """
-        generation = int(self._control[1]) + 1
-        self._control[1] = generation
+        return self._begin(for_workers=True)
+
+    def _begin(self, *, for_workers: bool) -> Iteration:
+        epoch, generation = self.passes.begin(for_workers=for_workers)
         pending, self._pending = self._pending, None
-        if pending is not None and pending.epoch == self.epoch:
+        if pending is not None and pending.epoch == epoch:
             iteration = Iteration(pending.epoch, pending.legs, pending.batches, generation)
+            if self._pending_complete:
+                self.passes.delivered()  # a complete epoch: the pass after it reads the next
         else:
-            iteration = Iteration(self.epoch, generation=generation)
-        self._iteration, self._claimed = iteration, False
+            iteration = Iteration(epoch, generation=generation)
+        self._iteration, self._claimed = iteration, not for_workers
         return iteration
 
-    def _this_iteration(self) -> Iteration:
-        if get_worker_info() is not None:
-            # A worker: its copy of the pass the main process began, if it is this pass.
-            mine = self._iteration
-            if mine is not None and mine.generation == int(self._control[1]):
-                return mine
-            return Iteration(self.epoch, generation=int(self._control[1]))
-        if self._iteration is not None and not self._claimed:
-            self._claimed = True  # begun by a TabularDataLoader for this pass
-            return self._iteration
-        iteration = self.begin_iteration()
-        self._claimed = True
-        return iteration
+    def _this_iteration(self, topology: Topology) -> tuple[Iteration, int | None]:
+        """The pass this process reads, and the batches its stream already delivered (None:
+        as the pass's rank-level position says)."""
+        if get_worker_info() is None:
+            if self._iteration is not None and not self._claimed:
+                self._claimed = True  # begun by a TabularDataLoader for this pass
+                return self._iteration, None
+            return self._begin(for_workers=False), None
+        loaded, self._stream_resume = self._stream_resume, None
+        if loaded is not None:  # a StatefulDataLoader gave this worker its saved state
+            iteration, done = decode_stream_state(
+                loaded,
+                self.plan,
+                world_size=topology.world_size,
+                num_workers=topology.num_workers,
+                worker=topology.worker,
+                layout=self.layout(),
+            )
+            self.passes.begin_worker(topology.worker, iteration.epoch)
+            return iteration, done
+        epoch = self.passes.begin_worker(topology.worker)
+        generation = self.passes.generation
+        if epoch is not None:  # a pass no main process began (a plain DataLoader's)
+            return Iteration(epoch, generation=generation), None
+        mine = self._iteration  # this copy of the pass the main process began, if it is this one
+        if mine is not None and mine.generation == generation:
+            return mine, None
+        return Iteration(self.epoch, generation=generation), None
 
     # --- resume ---------------------------------------------------------------------------------
 
@@ -381,7 +425,7 @@ class StructuredDataset(IterableDataset[Any]):
         return encode_state(
             self.plan,
             iteration,
-            world_size=resolve_rank(self._rank, self._world_size)[1],
+            world_size=self.resolved_rank()[1],
             num_workers=max(1, num_workers),
             layout=self.layout(),
             complete=complete,
@@ -394,22 +438,90 @@ class StructuredDataset(IterableDataset[Any]):
         iteration = decode_state(
             state,
             self.plan,
-            world_size=resolve_rank(self._rank, self._world_size)[1],
+            world_size=self.resolved_rank()[1],
             num_workers=max(1, num_workers),
             layout=self.layout(),
             allow_changed_data=allow_changed_data,
         )
-        self._control[0] = iteration.epoch
         self._pending = iteration
         self._pending_complete = bool(state.get("complete"))
+        # A complete epoch: the next pass reads the next epoch (as a StatefulDataLoader's
+        # finished state does, which Lightning relies on), unless set_epoch(its epoch) asks
+        # for the (empty) rest of it.
+        self.passes.set_epoch(iteration.epoch, advance=self._pending_complete)
         return iteration
+
+    # --- torchdata's Stateful protocol (StatefulDataLoader(dataset, batch_size=None)) ----------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this copy of the dataset stands (torchdata's ``Stateful`` protocol).
+
+        In the main process (``num_workers=0``): the loader state of the pass read in-process,
+        which resumes on any topology, as `TabularDataLoader.state_dict`'s does. In a
+        DataLoader worker: the state of that worker's stream, which ``StatefulDataLoader``
+        keeps per worker and gives back to the same worker on resume (a seek, no replay).
+        """
+        reading = self._reading
+        info = get_worker_info()
+        if info is None:
+            if self._pending is not None:
+                return self.state_at(self._pending, num_workers=1, complete=self._pending_complete)
+            if reading is None or reading.iteration.epoch != self.epoch:
+                return self.state_at(Iteration(self.epoch), num_workers=1, complete=False)
+            now = Iteration(
+                reading.iteration.epoch, reading.iteration.legs, reading.start + reading.yielded
+            )
+            complete = reading.start + reading.yielded >= reading.total
+            return self.state_at(now, num_workers=1, complete=complete)
+        if reading is None:  # asked before this worker began a pass
+            rank, world_size = self.resolved_rank()
+            reading = _Reading(
+                Iteration(self.epoch), Topology(rank, world_size, info.id, info.num_workers), 0, 0
+            )
+        done = reading.start + reading.yielded
+        return encode_stream_state(
+            self.plan,
+            reading.iteration,
+            world_size=reading.topology.world_size,
+            num_workers=reading.topology.num_workers,
+            worker=reading.topology.worker,
+            batches=done,
+            layout=self.layout(),
+            complete=done >= reading.total,
+        )
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from ``state_dict`` on the next pass (torchdata's ``Stateful`` protocol).
+
+        Raises:
+            StateMismatchError: the state does not fit this data or this topology.
+        """
+        if get_worker_info() is None:
+            self.load_state(state_dict, num_workers=1)
+        else:
+            self._stream_resume = state_dict  # checked when the worker's pass begins
 
     # --- the stream of one worker ---------------------------------------------------------------
 
     def topology(self) -> Topology:
         """The topology of the calling process (rank, and the DataLoader worker it runs in)."""
-        rank, world_size = resolve_rank(self._rank, self._world_size)
+        rank, world_size = self.resolved_rank()
         return Topology(rank, world_size).with_worker()
+
+    def resolved_rank(self) -> tuple[int, int]:
+        """``(rank, world_size)`` of the calling process, resolved now.
+
+        Explicit ``rank=``/``world_size=`` win; then this process's ``torch.distributed``
+        group; then the rank of the process this copy was pickled in (a spawned DataLoader
+        worker has no group of its own); then ``RANK``/``WORLD_SIZE``; else a single rank.
+        """
+        if self._rank is not None or self._world_size is not None:
+            return resolve_rank(self._rank, self._world_size)
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        if self._inherited_rank is not None:
+            return self._inherited_rank
+        return resolve_rank(None, None)
 
     def _order(self, iteration: Iteration) -> tuple[list[int], list[int]]:
         """The epoch's chunk order and the rows of each chunk in that order."""
@@ -445,7 +557,7 @@ class StructuredDataset(IterableDataset[Any]):
 
     def worker_batches(self, iteration: Iteration, num_workers: int) -> tuple[list[int], list[int]]:
         """Batches of each worker's stream of this rank, and how many each already delivered."""
-        rank, world_size = resolve_rank(self._rank, self._world_size)
+        rank, world_size = self.resolved_rank()
         counts = stream_batches(
             self._streams(iteration, Topology(rank, world_size, 0, max(1, num_workers))),
             self.layout(),
@@ -478,20 +590,22 @@ class StructuredDataset(IterableDataset[Any]):
             strategy=self.split_strategy,
         )
 
-    def segments(self, topology: Topology, iteration: Iteration | int) -> Iterator[Segment]:
+    def segments(
+        self, topology: Topology, iteration: Iteration | int, *, done: int | None = None
+    ) -> Iterator[Segment]:
         """The batches of ``topology``'s stream before conversion, each a record batch and the
         indices of its rows in output order (``None``: all, in order).
 
-        ``iteration`` is a pass (a resumed one starts where it says) or an epoch (fresh).
+        ``iteration`` is a pass (a resumed one starts where it says) or an epoch (fresh);
+        ``done``, the batches the stream already delivered (default: as the pass says).
         """
         if isinstance(iteration, int):
             iteration = Iteration(iteration)
         layout = self.layout()
         runs = self.stream(topology, iteration)
         length = sequence_length(runs)
-        done = consumed(
-            stream_batches(self._streams(iteration, topology), layout), iteration.batches
-        )[topology.worker]
+        if done is None:
+            done = self._stream_done(topology, iteration)
         start = min(done * self.batch_size, length)
         _, first = block_start(length, start, layout)
         order, rows = self._order(iteration)
@@ -530,22 +644,51 @@ class StructuredDataset(IterableDataset[Any]):
         unaligned = self.split_strategy != "equal"
         yield from cut_batches(ahead, self.batch_size, drop_short=self.drop_last and unaligned)
 
+    def _stream_done(self, topology: Topology, iteration: Iteration) -> int:
+        """Batches ``topology``'s stream delivered before ``iteration`` began (a resume)."""
+        counts = stream_batches(self._streams(iteration, topology), self.layout())
+        return consumed(counts, iteration.batches)[topology.worker]
+
     def __iter__(self) -> Iterator[Any]:
+        # Not a generator: the pass (its epoch, its start) is fixed when iter() is called, as
+        # torchdata's StatefulDataLoader asks a worker's state right after iter(dataset).
         topology = self.topology()
-        yield from worker_messages(
-            self.segments(topology, self._this_iteration()),
+        iteration, done = self._this_iteration(topology)
+        if done is None:
+            done = self._stream_done(topology, iteration)
+        total = stream_batches(self._streams(iteration, topology), self.layout())[topology.worker]
+        reading = _Reading(iteration, topology, done, total)
+        self._reading = reading
+        return self._read(reading)
+
+    def _read(self, reading: _Reading) -> Iterator[Any]:
+        topology = reading.topology
+        in_main = get_worker_info() is None
+        messages = worker_messages(
+            self.segments(topology, reading.iteration, done=reading.start),
             self.converter,
             self._collate,
             worker=topology.worker,
             batch_size=self.batch_size,
         )
+        for message in messages:
+            # Counts messages, which are batches outside a TabularDataLoader's workers (whose
+            # loader keeps the state in the main process).
+            reading.yielded += 1
+            if in_main and reading.yielded == 1:
+                self.passes.delivered()
+            yield message
 
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
-        if state["_rank"] is None:
-            # Pickled for a spawn/forkserver worker: it will not have this process's
-            # torch.distributed group, so it takes the rank resolved here (as a fork would).
-            state["_rank"], state["_world_size"] = resolve_rank(None, None)
+        state["_reading"] = None
+        if self._rank is None and self._world_size is None:
+            # Pickled for a spawned DataLoader worker, which will not have this process's
+            # torch.distributed group: it takes the rank resolved here. A process with no rank
+            # (no group, no RANK: the parent of mp.spawn, ddp_spawn or Ray ranks) leaves the
+            # rank to be resolved where the copy lands.
+            has_rank = (dist.is_available() and dist.is_initialized()) or "RANK" in os.environ
+            state["_inherited_rank"] = self.resolved_rank() if has_rank else self._inherited_rank
         return state
 
     def __len__(self) -> int:
@@ -557,7 +700,7 @@ class StructuredDataset(IterableDataset[Any]):
         """
         if self.split_strategy != "equal":
             raise TypeError('the number of batches depends on the workers with "round_robin"')
-        rank, world_size = resolve_rank(self._rank, self._world_size)
+        rank, world_size = self.resolved_rank()
         start, stop = rank_span(
             self.plan.num_rows,
             rank=rank,

@@ -11,6 +11,7 @@ from typing import Any
 
 import torch
 from torch.utils.data import DataLoader
+from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from .dataset import StructuredDataset
 from .errors import DataError, InvalidArgumentError
@@ -20,7 +21,7 @@ from .planning import round_robin
 from .state import Iteration
 from .transport import Unbundler, init_worker, map_tensors
 
-__all__ = ["DEFAULT_BUNDLE_ROWS", "TabularDataLoader", "create_dataloader"]
+__all__ = ["DEFAULT_BUNDLE_ROWS", "EpochSampler", "TabularDataLoader", "create_dataloader"]
 
 # Rows a worker sends per message. Measured on 2 cores (benchmarks/throughput.py): one message
 # per 1024-row batch caps two workers near 0.75 M rows/s; 8192-row bundles lift the cap ~4x.
@@ -29,6 +30,23 @@ DEFAULT_BUNDLE_ROWS = 32_768
 
 def _identity(batch: Any) -> Any:
     return batch
+
+
+class EpochSampler(_InfiniteConstantSampler):
+    """The ``sampler`` of a `TabularDataLoader`: what trainers call ``set_epoch`` on.
+
+    Lightning (and other trainers that own the epoch loop) hand the epoch to
+    ``loader.sampler.set_epoch``; this forwards it to the dataset. As the sampler of an
+    iterable-style DataLoader it yields ``None`` forever, like torch's own.
+    """
+
+    def __init__(self, dataset: StructuredDataset) -> None:
+        super().__init__()
+        self.dataset = dataset
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the dataset's epoch (see `StructuredDataset.set_epoch`)."""
+        self.dataset.set_epoch(epoch)
 
 
 @dataclass
@@ -76,8 +94,25 @@ class TabularDataLoader(DataLoader[Any]):
         worker_init_fn: Callable[[int], None] | None = None,
         device: torch.device | str | None = None,
         accelerator: Any = None,
+        batch_size: int | None = None,
+        sampler: Any = None,
+        batch_sampler: Any = None,
+        collate_fn: Callable[[Any], Any] | None = None,
+        shuffle: bool | None = None,
+        drop_last: bool = False,
         **kwargs: Any,
     ) -> None:
+        # Frameworks rebuild a DataLoader from its attributes (Lightning for predict, validate
+        # and test, with batch_size=None, sampler=None, batch_sampler=None, collate_fn=...):
+        # what they pass back is accepted; anything that would change the batches is refused.
+        _check_rebuilt(
+            batch_size=batch_size,
+            sampler=sampler,
+            batch_sampler=batch_sampler,
+            collate_fn=collate_fn,
+            shuffle=shuffle,
+            drop_last=drop_last,
+        )
         self._bundle_rows = bundle_rows
         self._progress: _Progress | None = None
         if device is None and accelerator is not None:
@@ -96,6 +131,9 @@ class TabularDataLoader(DataLoader[Any]):
             worker_init_fn=worker_init_fn,
             **kwargs,
         )
+        # Trainers that own the epoch loop call loader.sampler.set_epoch (Lightning does);
+        # DataLoader refuses sampler= for iterable datasets and its assignment after __init__.
+        object.__setattr__(self, "sampler", EpochSampler(dataset))
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the dataset (reaches persistent workers)."""
@@ -188,7 +226,7 @@ class TabularDataLoader(DataLoader[Any]):
             batches = (_to_device(b, self.device) for b in batches)
         if self._gradient_state is not None:
             batches = self._tracked(batches, self._gradient_state)
-        return _counted(batches, progress)
+        return _counted(batches, progress, dataset)
 
     def _tracked(self, batches: Iterator[Any], state: Any) -> Iterator[Any]:
         """Tell accelerate's GradientState when the last batch comes (one batch look-ahead)."""
@@ -254,10 +292,45 @@ def _to_device(value: Any, device: torch.device) -> Any:
     return map_tensors(value, lambda t: t.to(device, non_blocking=True))
 
 
-def _counted(batches: Iterator[Any], progress: _Progress) -> Iterator[Any]:
+def _counted(
+    batches: Iterator[Any], progress: _Progress, dataset: StructuredDataset
+) -> Iterator[Any]:
     for batch in batches:
         progress.delivered += 1
+        if progress.delivered == 1:
+            dataset.passes.delivered()  # the next pass reads the next epoch, unless set_epoch
         yield batch
+
+
+def _check_rebuilt(
+    *,
+    batch_size: int | None,
+    sampler: Any,
+    batch_sampler: Any,
+    collate_fn: Callable[[Any], Any] | None,
+    shuffle: bool | None,
+    drop_last: bool,
+) -> None:
+    """Refuse DataLoader options that would re-batch or re-order what the dataset yields."""
+    problems = []
+    if batch_size is not None:
+        problems.append(f"batch_size={batch_size}")
+    if sampler is not None and not isinstance(sampler, EpochSampler):
+        problems.append(f"sampler={sampler!r}")
+    if batch_sampler is not None:
+        problems.append(f"batch_sampler={batch_sampler!r}")
+    if collate_fn is not None and collate_fn is not _identity:
+        problems.append(f"collate_fn={collate_fn!r}")
+    if shuffle:
+        problems.append("shuffle=True")
+    if drop_last:
+        problems.append("drop_last=True")
+    if problems:
+        raise InvalidArgumentError(
+            f"TabularDataLoader does not take {', '.join(problems)}: the dataset yields whole "
+            "batches, already shuffled and cut for this rank. Pass batch_size, shuffle, "
+            "drop_last and collate_fn to create_dataloader (or the dataset) instead"
+        )
 
 
 def _default_workers() -> int:

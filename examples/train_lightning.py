@@ -1,0 +1,177 @@
+"""Train with PyTorch Lightning on Parquet: ddp or ddp_spawn, mid-epoch checkpoints, predict.
+
+Run it from the repository root (CPU: two processes with gloo; GPUs: ``--accelerator gpu``)::
+
+    python examples/train_lightning.py                                  # ddp, 2 processes
+    python examples/train_lightning.py --strategy ddp_spawn             # loader built here, pickled
+    python examples/train_lightning.py --max-steps 25                   # "crash" after step 25
+    python examples/train_lightning.py --resume /tmp/tdu_lightning/ckpt/step=20.ckpt
+    python examples/train_lightning.py --predict                        # trainer.predict
+
+What it shows:
+
+- ``train_dataloader()`` returns ``tdu.create_dataloader(...)`` unchanged. Each rank reads its
+  own equal share; Lightning hands the epoch to ``loader.sampler.set_epoch``, which reaches the
+  dataset, so every epoch has a new order. Nothing else is needed (``--set-epoch`` also calls
+  ``loader.set_epoch`` in ``on_train_epoch_start``, which is harmless).
+- With ``ddp_spawn`` the loader is built once in this process (planned once) and pickled into
+  the ranks; each copy finds its rank where it lands.
+- ``ModelCheckpoint(every_n_train_steps=...)`` saves the loader's state with the model;
+  ``fit(ckpt_path=...)`` continues with the very batch that followed it.
+- ``trainer.predict`` rebuilds the loader from its attributes: same rows, once each.
+
+With ``--out DIR`` every rank writes the row ids it read (per epoch and global step) to
+``DIR/<tag>-rank<r>.json``; the test suite checks them (tests/trainers/test_lightning.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import lightning as L
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import torch
+from lightning.pytorch.callbacks import ModelCheckpoint
+from torch import nn
+
+import torch_dataloader_utils as tdu
+
+FEATURES = [f"x{i}" for i in range(8)]
+TMP = Path(tempfile.gettempdir()) / "tdu_lightning"
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--data", type=Path, default=TMP / "data")
+    parser.add_argument("--checkpoints", type=Path, default=TMP / "ckpt")
+    parser.add_argument("--strategy", default="ddp", choices=["ddp", "ddp_spawn"])
+    parser.add_argument("--devices", type=int, default=2)
+    parser.add_argument("--accelerator", default="cpu")
+    parser.add_argument("--epochs", type=int, default=2)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--workers", type=int, default=2, help="DataLoader workers per rank")
+    parser.add_argument("--set-epoch", action="store_true", help="also call loader.set_epoch")
+    parser.add_argument("--save-every", type=int, default=10, help="steps between checkpoints")
+    parser.add_argument("--max-steps", type=int, default=-1, help="stop after this many steps")
+    parser.add_argument("--resume", type=Path, help="a checkpoint to continue from")
+    parser.add_argument("--predict", action="store_true", help="run trainer.predict instead")
+    parser.add_argument("--out", type=Path, help="write the row ids each rank read here")
+    parser.add_argument("--tag", default="run")
+    return parser.parse_args()
+
+
+def write_data(root: Path, rows: int = 4_000, files: int = 4) -> None:
+    """A small synthetic dataset: ``id``, eight float features and a 0/1 label."""
+    if root.exists():
+        return
+    rng = np.random.default_rng(0)
+    part = root.with_name(root.name + f".part{os.getpid()}")
+    part.mkdir(parents=True)
+    for i, ids in enumerate(np.array_split(np.arange(rows), files)):
+        x = rng.normal(size=(len(ids), len(FEATURES))).astype("float32")
+        columns = {"id": ids, **{f: x[:, j] for j, f in enumerate(FEATURES)}}
+        columns["label"] = (x.sum(axis=1) > 0).astype("int64")
+        pq.write_table(pa.table(columns), part / f"part-{i}.parquet", row_group_size=250)
+    with contextlib.suppress(OSError):  # another process finished first
+        part.rename(root)
+
+
+def make_loader(args: argparse.Namespace) -> tdu.TabularDataLoader:
+    return tdu.create_dataloader(
+        str(args.data),
+        format="parquet",
+        columns=["id", *FEATURES, "label"],
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+    )
+
+
+class Classifier(L.LightningModule):
+    def __init__(self, args: argparse.Namespace, loader: tdu.TabularDataLoader | None) -> None:
+        super().__init__()
+        self.args = args
+        self.loader = loader  # built in this process (ddp_spawn), else in train_dataloader()
+        self.net = nn.Linear(len(FEATURES), 2)
+        self.seen: list[dict[str, Any]] = []  # one entry per batch: epoch, step, ids
+
+    def train_dataloader(self) -> tdu.TabularDataLoader:
+        if self.loader is None:
+            self.loader = make_loader(self.args)
+        return self.loader
+
+    def on_train_epoch_start(self) -> None:
+        if self.args.set_epoch:
+            self.train_dataloader().set_epoch(self.current_epoch)
+
+    def training_step(self, batch: dict[str, Any], index: int) -> torch.Tensor:
+        x = torch.stack([batch[f] for f in FEATURES], dim=1)
+        ids = batch["id"].tolist()
+        self.seen.append({"epoch": self.current_epoch, "step": self.global_step, "ids": ids})
+        return nn.functional.cross_entropy(self.net(x), batch["label"])
+
+    def predict_step(self, batch: dict[str, Any], index: int) -> list[int]:
+        ids: list[int] = batch["id"].tolist()
+        self.seen.append({"epoch": 0, "step": index, "ids": ids})
+        return ids
+
+    def configure_optimizers(self) -> torch.optim.Optimizer:
+        return torch.optim.SGD(self.parameters(), lr=0.1)
+
+    def on_fit_end(self) -> None:
+        self._write()
+
+    def on_predict_end(self) -> None:
+        self._write()
+
+    def _write(self) -> None:
+        out = self.args.out
+        if out is not None:
+            out.mkdir(parents=True, exist_ok=True)
+            path = out / f"{self.args.tag}-rank{self.global_rank}.json"
+            path.write_text(json.dumps(self.seen))
+
+
+def main() -> None:
+    args = parse_args()
+    if int(os.environ.get("LOCAL_RANK", "0")) == 0:
+        write_data(args.data)  # ddp: rank 0 (this process) writes it before Lightning launches
+    trainer = L.Trainer(
+        accelerator=args.accelerator,
+        devices=args.devices,
+        strategy=args.strategy,
+        max_epochs=args.epochs,
+        max_steps=args.max_steps,
+        callbacks=[
+            ModelCheckpoint(
+                dirpath=args.checkpoints,
+                filename="{step}",
+                every_n_train_steps=args.save_every,
+                save_top_k=-1,
+            )
+        ],
+        logger=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
+    )
+    # ddp_spawn pickles the module, loader included, into the ranks: build the loader here,
+    # once. With ddp every rank runs this script and builds its own in train_dataloader().
+    loader = make_loader(args) if args.strategy == "ddp_spawn" or args.predict else None
+    model = Classifier(args, loader)
+    if args.predict:
+        assert loader is not None
+        trainer.predict(model, dataloaders=loader, return_predictions=False)
+    else:
+        trainer.fit(model, ckpt_path=args.resume)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,94 @@
+"""PyTorch Lightning runs ``examples/train_lightning.py`` for real: 2 CPU processes with gloo.
+
+Lightning owns the epoch loop: it never calls ``loader.set_epoch``, only
+``loader.sampler.set_epoch``; with ``ddp_spawn`` it pickles a loader built in the parent into
+the ranks; it saves the loader's state in its checkpoints and rebuilds the loader from its
+attributes for ``predict``. Every case reads every row once per epoch, a new order each epoch,
+equal batches per rank.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.trainers.conftest import epoch_report, merge, read_ranks, run_example
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
+
+ROWS = 4_000  # the example's generated data
+BATCH = 64
+BATCHES = ROWS // 2 // BATCH + 1  # per rank and epoch: 2,000 rows, the last batch short
+
+
+def _options(tmp_path: Path, *more: str) -> list[str]:
+    return [
+        "--data",
+        str(tmp_path / "data"),
+        "--checkpoints",
+        str(tmp_path / "ckpt"),
+        "--out",
+        str(tmp_path / "out"),
+        "--batch-size",
+        str(BATCH),
+        *more,
+    ]
+
+
+def _assert_exactly_once_and_reshuffled(report: dict, epochs: int) -> None:
+    assert sorted(report) == list(range(epochs))
+    for epoch in report.values():
+        assert (epoch.seen, epoch.duplicated, epoch.missing) == (ROWS, 0, 0)
+        assert epoch.batches == (BATCHES, BATCHES)
+    assert len({epoch.first for epoch in report.values()}) == epochs  # a new order each epoch
+
+
+@pytest.mark.parametrize(
+    "options",
+    [[], ["--set-epoch"], ["--strategy", "ddp_spawn"]],
+    ids=["ddp", "ddp-user-set-epoch", "ddp_spawn-loader-built-in-parent"],
+)
+def test_fit_reads_every_row_once_per_epoch_in_a_new_order(
+    tmp_path: Path, options: list[str]
+) -> None:
+    run_example("train_lightning.py", *_options(tmp_path, "--epochs", "3", *options))
+    report = epoch_report(read_ranks(tmp_path / "out", "run"), ROWS)
+    _assert_exactly_once_and_reshuffled(report, 3)
+
+
+def test_fit_resumes_from_a_mid_epoch_checkpoint_exactly(tmp_path: Path) -> None:
+    run_example("train_lightning.py", *_options(tmp_path, "--max-steps", "25", "--tag", "first"))
+    checkpoint = tmp_path / "ckpt" / "step=20.ckpt"
+    assert checkpoint.is_file()
+    run_example("train_lightning.py", *_options(tmp_path, "--resume", str(checkpoint)))
+    first = read_ranks(tmp_path / "out", "first")
+    before = {  # what the checkpoint covered: steps 0-19 of epoch 0
+        rank: [r for r in records if r["step"] < 20] for rank, records in first.items()
+    }
+    assert all(len(records) == 20 for records in before.values())
+    second = read_ranks(tmp_path / "out", "run")
+    assert all(r["step"] >= 20 for records in second.values() for r in records)
+    report = epoch_report(merge(before, second), ROWS)
+    _assert_exactly_once_and_reshuffled(report, 2)
+
+
+def test_resume_from_the_last_step_of_an_epoch_reads_the_next_epoch(tmp_path: Path) -> None:
+    # A checkpoint at the epoch's last step holds a complete epoch: resuming reads epoch 1.
+    every = ["--save-every", str(BATCHES)]
+    run_example("train_lightning.py", *_options(tmp_path, "--epochs", "1", *every, "--tag", "a"))
+    end = tmp_path / "ckpt" / f"step={BATCHES}.ckpt"
+    assert end.is_file()
+    run_example("train_lightning.py", *_options(tmp_path, "--resume", str(end), *every))
+    second = read_ranks(tmp_path / "out", "run")
+    assert {r["epoch"] for records in second.values() for r in records} == {1}
+    report = epoch_report(merge(read_ranks(tmp_path / "out", "a"), second), ROWS)
+    _assert_exactly_once_and_reshuffled(report, 2)
+
+
+def test_predict_rebuilds_the_loader_and_reads_every_row_once(tmp_path: Path) -> None:
+    run_example("train_lightning.py", *_options(tmp_path, "--predict", "--tag", "predict"))
+    report = epoch_report(read_ranks(tmp_path / "out", "predict"), ROWS)
+    epoch = report[0]
+    assert (epoch.seen, epoch.duplicated, epoch.missing) == (ROWS, 0, 0)
+    assert epoch.batches == (BATCHES, BATCHES)
