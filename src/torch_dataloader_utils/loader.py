@@ -295,10 +295,12 @@ def _to_device(value: Any, device: torch.device) -> Any:
 def _counted(
     batches: Iterator[Any], progress: _Progress, dataset: StructuredDataset
 ) -> Iterator[Any]:
+    first = True
     for batch in batches:
         progress.delivered += 1
-        if progress.delivered == 1:
-            dataset.passes.delivered()  # the next pass reads the next epoch, unless set_epoch
+        if first:  # the next pass reads the next epoch, unless set_epoch
+            dataset.passes.delivered()
+            first = False
         yield batch
 
 

@@ -35,6 +35,7 @@ def run_example(name: str, *args: str, timeout: float = 240) -> str:
     """Run ``examples/<name>`` with ``args``; its output, or a failure that shows it."""
     env = {k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES}
     env.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1", PYTHONUNBUFFERED="1")
+    env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     try:
         done = subprocess.run(

@@ -1,0 +1,113 @@
+"""torchdata's ``StatefulDataLoader(dataset, batch_size=None)``, as torchtitan/torchtune wire it.
+
+The dataset is ``Stateful``: the loader's state holds each worker's stream position and its
+epoch, so a resume seeks (no replay, no "naively fast-forwarding" warning) and a resumed run
+that never calls ``set_epoch`` still reads the rest of the saved epoch, then the next one.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import Counter
+from typing import Any
+
+import pytest
+from torchdata.stateful_dataloader import StatefulDataLoader
+
+import torch_dataloader_utils as tdu
+from tests.trainers.conftest import run_example
+
+pytestmark = [
+    pytest.mark.slow,
+    pytest.mark.timeout(240),
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+    pytest.mark.filterwarnings("ignore:'set_vital' is deprecated:UserWarning"),
+]
+
+SIZES = (300, 250, 450)
+ROWS = sum(SIZES)
+BATCH = 32
+
+
+def _dataset(root: str) -> tdu.StructuredDataset:
+    return tdu.StructuredDataset(root, "parquet", batch_size=BATCH, shuffle=True, columns=["id"])
+
+
+def _loader(dataset: tdu.StructuredDataset, workers: int, **kw: Any) -> StatefulDataLoader:
+    if workers:
+        kw.setdefault("multiprocessing_context", "fork")
+    return StatefulDataLoader(dataset, batch_size=None, num_workers=workers, **kw)
+
+
+def _ids(batches: list[Any]) -> list[int]:
+    return [i for b in batches for i in b["id"].tolist()]
+
+
+@pytest.mark.parametrize(
+    ("workers", "options"),
+    [(0, {}), (2, {}), (2, {"persistent_workers": True}), (2, {"mp": "spawn"})],
+    ids=["in-process", "2-workers", "2-persistent", "2-spawn"],
+)
+def test_resume_seeks_and_keeps_the_epoch(
+    parquet_dir: Any, caplog: pytest.LogCaptureFixture, workers: int, options: dict[str, Any]
+) -> None:
+    root, _ = parquet_dir(SIZES)
+    if options.pop("mp", None) == "spawn":
+        options["multiprocessing_context"] = "spawn"
+    loader = _loader(_dataset(str(root)), workers, **options)
+    epoch0 = list(loader)
+    first = list(loader)  # no set_epoch: the next epoch, in a new order
+    assert Counter(_ids(epoch0)) == Counter(_ids(first)) == Counter(range(ROWS))
+    assert _ids(epoch0) != _ids(first)
+
+    # Stop 7 batches into the third pass and save the state.
+    taken, it = [], iter(loader)
+    for _ in range(7):
+        taken.append(next(it))
+    state = loader.state_dict()
+    rest_uninterrupted = list(it)
+    assert Counter(_ids(taken + rest_uninterrupted)) == Counter(range(ROWS))
+
+    # A new job: a fresh dataset and loader, no set_epoch.
+    resumed = _loader(_dataset(str(root)), workers, **options)
+    resumed.load_state_dict(state)
+    with caplog.at_level(logging.WARNING):
+        rest = list(resumed)
+    assert "fast-forwarding" not in caplog.text
+    assert _ids(rest) == _ids(rest_uninterrupted)  # exactly the batches that followed
+    following = list(resumed)  # then the epoch after it, whole
+    assert Counter(_ids(following)) == Counter(range(ROWS))
+    assert _ids(following) not in (_ids(epoch0), _ids(first), _ids(taken + rest))
+
+
+def test_another_number_of_workers_is_refused_clearly(parquet_dir: Any) -> None:
+    root, _ = parquet_dir(SIZES)
+    loader = _loader(_dataset(str(root)), 2)
+    it = iter(loader)
+    for _ in range(5):
+        next(it)
+    state = loader.state_dict()
+    del it
+    resumed = _loader(_dataset(str(root)), 3)
+    resumed.load_state_dict(state)
+    with pytest.raises(Exception, match="saved with 1 ranks x 2 DataLoader workers"):
+        list(resumed)
+
+
+def test_in_process_state_resumes_a_tdu_loader_with_workers(parquet_dir: Any) -> None:
+    """The main process's state is a loader state: it resumes elastically, on 2 workers."""
+    root, _ = parquet_dir(SIZES)
+    loader = _loader(_dataset(str(root)), 0)
+    it = iter(loader)
+    taken = [next(it) for _ in range(9)]
+    state = loader.state_dict()["dataset_state"]
+    resumed = tdu.create_dataloader(
+        str(root), batch_size=BATCH, shuffle=True, columns=["id"], num_workers=2
+    )
+    resumed.load_state_dict(state)
+    assert Counter(_ids(taken) + _ids(list(resumed))) == Counter(range(ROWS))
+
+
+def test_torchdata_example_resumes_exactly(tmp_path: Any) -> None:
+    output = run_example("train_torchdata.py", "--data", str(tmp_path / "data"))
+    assert "every row read once in each epoch, across the resume" in output
