@@ -654,10 +654,10 @@ class StructuredDataset(IterableDataset[Any]):
         # torchdata's StatefulDataLoader asks a worker's state right after iter(dataset).
         topology = self.topology()
         iteration, done = self._this_iteration(topology)
+        counts = stream_batches(self._streams(iteration, topology), self.layout())
         if done is None:
-            done = self._stream_done(topology, iteration)
-        total = stream_batches(self._streams(iteration, topology), self.layout())[topology.worker]
-        reading = _Reading(iteration, topology, done, total)
+            done = consumed(counts, iteration.batches)[topology.worker]
+        reading = _Reading(iteration, topology, done, counts[topology.worker])
         self._reading = reading
         return self._read(reading)
 
