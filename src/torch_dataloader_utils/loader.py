@@ -102,9 +102,9 @@ class TabularDataLoader(DataLoader[Any]):
         drop_last: bool = False,
         **kwargs: Any,
     ) -> None:
-        # Frameworks rebuild a DataLoader from its attributes (Lightning for predict, validate
-        # and test, with batch_size=None, sampler=None, batch_sampler=None, collate_fn=...):
-        # what they pass back is accepted; anything that would change the batches is refused.
+        # Frameworks rebuild a DataLoader from its attributes (Lightning for predict, with
+        # batch_size=None, sampler=None, batch_sampler=None, collate_fn=...): what they pass
+        # back is accepted; anything that would change the batches is refused.
         _check_rebuilt(
             batch_size=batch_size,
             sampler=sampler,
