@@ -123,7 +123,7 @@ def _check_position(
         rest = _take(resumed, id_column)
         _compare(head + rest, reference[0], f"{k} batches, then the resumed rest of epoch 0")
         start = 1
-    else:  # a complete epoch resumes at its end: nothing left of it, then the next epoch
+    else:  # a complete epoch: set_epoch(0) asks for its rest, which is empty
         _check_epoch_of(resumed, 0, f"resume after all {k} batches of epoch 0")
         resumed.set_epoch(0)  # a training loop's first turn: must not read epoch 0 again
         _compare(_take(resumed, id_column), [], "epoch 0 resumed after its last batch")
@@ -148,8 +148,8 @@ def check_resume(
     epoch 0, a fresh loader reads ``k`` batches and saves its state; another fresh loader loads
     it and must yield (a) the rest of epoch 0 batch by batch, then (b) the same later epochs.
     Also (c) the state of a loader that has not started resumes the whole epoch, (d) the state
-    at the end of an epoch resumes at its end (nothing more of it; ``set_epoch`` of the next
-    epoch reads that epoch as usual), and (e) every epoch reads
+    at the end of an epoch goes on with the next epoch (``set_epoch`` of the saved epoch: nothing
+    more of it; ``set_epoch`` of the next one reads it as usual), and (e) every epoch reads
     every row once (exactly ``expected_ids`` when given).
 
     Args:
@@ -182,6 +182,10 @@ def check_resume(
     _compare(_take(end, id_column), [], "epoch 0 resumed from its end")
     end.set_epoch(1)
     _compare(_take(end, id_column), reference[1], "epoch 1 after resuming the end of epoch 0")
+    going_on = make_loader()  # (d) without set_epoch: the next pass is the next epoch
+    going_on.load_state_dict(ends[0])
+    got = _take(going_on, id_column)
+    _compare(got, reference[1], "the pass after resuming the end of epoch 0, no set_epoch")
     initial = make_loader()  # (c)
     state = _saved(initial)
     restarted = make_loader()
@@ -302,8 +306,8 @@ def check_elastic_resume(
     repeated, less at most what the new remainder policy leaves out (``"drop"``: fewer than
     the new world size; ``drop_last``: each new rank's short batch; ``"pad"`` repeats instead);
     and unless ``remainder="uneven"`` every new rank must yield the same number of batches.
-    When ``batches`` covers rank 0's whole epoch, the new ranks must yield nothing more of it,
-    then read the next epoch as if they had started it.
+    When ``batches`` covers rank 0's whole epoch, the new ranks' next pass must read the next
+    epoch as if they had started it (after ``set_epoch(epoch)``: nothing more of the old one).
 
     Args:
         make_loader_for: ``(rank, world_size, num_workers)`` → a fresh loader for that rank
@@ -330,9 +334,13 @@ def check_elastic_resume(
     if run.complete:
         fresh = _read_new(make_loader_for, new, None, epoch + 1)
         for rank, loader in enumerate(_read_new(make_loader_for, new, run.state, epoch)):
-            _compare(_take(loader, id_column), [], f"{where}: rank {rank}, the finished epoch")
-            loader.set_epoch(epoch + 1)
             want = _take(fresh[rank], id_column)
+            if rank == 0:  # set_epoch(saved epoch) asks for the rest of it: nothing
+                loader.set_epoch(epoch)
+                finished = _take(loader, id_column)
+                _compare(finished, [], f"{where}: rank {rank}, the finished epoch")
+                loader.set_epoch(epoch + 1)
+            # Without set_epoch, the pass after a complete epoch reads the next one.
             _compare(_take(loader, id_column), want, f"{where}: rank {rank}, the next epoch")
         return
     loaders = _read_new(make_loader_for, new, run.state, epoch)
