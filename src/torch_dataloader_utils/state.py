@@ -27,7 +27,9 @@ __all__ = [
     "Iteration",
     "PassControl",
     "decode_state",
+    "decode_stream_state",
     "encode_state",
+    "encode_stream_state",
 ]
 
 STATE_VERSION = 1
@@ -317,7 +319,7 @@ class PassControl:
 
     The main process and its DataLoader workers (fork, spawn or forkserver, persistent or not)
     see one tensor in shared memory, so ``set_epoch`` reaches persistent workers and workers
-    of a plain ``DataLoader`` learn which epoch their pass reads. The rule (docs/concepts/model.md):
+    of a plain ``DataLoader`` learn which epoch their pass reads. The rule (ADR 0009):
 
     - ``set_epoch(e)``: the next pass reads epoch ``e``; an explicit epoch always wins.
     - A pass that begins without ``set_epoch`` since a pass that delivered a batch reads the
