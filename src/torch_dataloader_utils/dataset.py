@@ -473,7 +473,8 @@ class StructuredDataset(IterableDataset[Any]):
             )
             complete = reading.start + reading.yielded >= reading.total
             return self.state_at(now, num_workers=1, complete=complete)
-        if reading is None:  # asked before this worker began a pass
+        started = reading is not None
+        if reading is None:  # asked before this worker began a pass: the next one, unread
             rank, world_size = self.resolved_rank()
             reading = _Reading(
                 Iteration(self.epoch), Topology(rank, world_size, info.id, info.num_workers), 0, 0
@@ -487,7 +488,7 @@ class StructuredDataset(IterableDataset[Any]):
             worker=reading.topology.worker,
             batches=done,
             layout=self.layout(),
-            complete=done >= reading.total,
+            complete=started and done >= reading.total,
         )
 
     def load_state_dict(self, state_dict: dict[str, Any]) -> None:

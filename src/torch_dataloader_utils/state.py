@@ -414,9 +414,3 @@ class PassControl:
             epoch = following - 1 if following else int(values[_EPOCH]) + int(values[_ADVANCE])
         values[_NEXT + worker] = epoch + 2
         return epoch
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"tensor": self._tensor, "owner": self._owner}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._tensor, self._owner = state["tensor"], state["owner"]

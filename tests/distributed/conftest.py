@@ -39,7 +39,7 @@ ROWS = sum(SIZES)
 BATCH = 32
 
 # Environment variables a launch must not inherit from the pytest process.
-_RANK_VARIABLES = (
+RANK_VARIABLES = (
     "RANK",
     "WORLD_SIZE",
     "LOCAL_RANK",
@@ -87,7 +87,7 @@ def torchrun(
     path = Path(script)
     if not path.is_absolute():
         path = SCRIPTS / path
-    environment = {k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES}
+    environment = {k: v for k, v in os.environ.items() if k not in RANK_VARIABLES}
     pythonpath = [str(REPO), *filter(None, [environment.get("PYTHONPATH")])]
     environment.update(
         GLOO_SOCKET_IFNAME="lo",

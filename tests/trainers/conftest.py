@@ -16,19 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from tests.distributed.conftest import RANK_VARIABLES
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLES = REPO / "examples"
 
-_RANK_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-    "NODE_RANK",
-    "TORCHELASTIC_RUN_ID",
-)
+# Lightning also reads NODE_RANK.
+_RANK_VARIABLES = (*RANK_VARIABLES, "NODE_RANK")
 
 
 def run_example(name: str, *args: str, timeout: float = 240) -> str:
