@@ -34,6 +34,7 @@ from .errors import (
     StoragePermissionError,
     TorchDataloaderUtilsError,
     UnknownFormatError,
+    UnsupportedFileError,
     UnsupportedTableError,
     UnsupportedTypeError,
 )
@@ -87,6 +88,7 @@ __all__ = [
     "Topology",
     "TorchDataloaderUtilsError",
     "UnknownFormatError",
+    "UnsupportedFileError",
     "UnsupportedTableError",
     "UnsupportedTypeError",
     "WebDatasetFormat",

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
+from .convert import take
 from .planning import block_bounds, block_permutation
 
 __all__ = [
@@ -154,7 +155,7 @@ def _join(parts: list[Segment]) -> Segment:
     """One segment from several (a batch that spans blocks): materialised, rare."""
     if len(parts) == 1:
         return parts[0]
-    taken = [batch if rows is None else batch.take(pa.array(rows)) for batch, rows in parts]
+    taken = [take(batch, rows) for batch, rows in parts]
     return pa.concat_batches(taken), None
 
 

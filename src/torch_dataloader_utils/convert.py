@@ -1,8 +1,9 @@
 """Arrow → torch / numpy / dict: the only place tensors are made.
 
-Every column's conversion is decided once, from the schema, before any worker starts
-(`Converter` raises `UnsupportedTypeError` there). Per batch the work is vectorised:
-no per-row Python except for string/binary columns, which become Python lists.
+Every column's conversion is decided once, from the schema, before any worker starts (types
+that cannot be read at all are refused earlier, at planning: `formats.schemas.check_readable`).
+Per batch the work is vectorised: no per-row Python except for columns that become Python
+lists. The full table of types is docs/reference/types.md.
 
 Mapping (``output_format="torch"``; ``"numpy"`` gives the same shapes as numpy arrays):
 
@@ -17,16 +18,21 @@ list<numeric>                   ``list_format``: ``"padded"`` (default) → ``co
                                 longest]`` padded with ``pad_value`` plus ``col_lengths``;
                                 ``"offsets"`` → ``col`` (all values) plus ``col_offsets``
                                 (``rows + 1``); ``"nested"`` → a jagged nested tensor
-string/binary/other             Python list
+null                            Python list of ``None``
+string/binary/other             Python list (temporal values inside nested types as their
+                                stored integers, extension values as their storage)
 ==============================  ===========================================================
 
 Nulls never change a dtype: ``null_policy="error"`` (default) raises `NullValueError`
-naming the column; ``"fill"`` fills numeric nulls with NaN (floats), 0 (ints) or False;
-``"mask"`` fills the same way and adds a boolean ``col_valid``.
+naming the column; ``"fill"`` fills numeric nulls with NaN (floats), 0 (ints) or False (a
+null list is an empty one, a null value in a list is filled the same way); ``"mask"`` fills
+the same way and adds a boolean ``col_valid`` (and, for list columns, ``col_values_valid``
+shaped like ``col``).
 """
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
@@ -38,7 +44,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from torch.utils.dlpack import from_dlpack
 
-from .errors import InvalidArgumentError, NullValueError, UnsupportedTypeError
+from .errors import DataError, InvalidArgumentError, NullValueError
 
 __all__ = [
     "LIST_FORMATS",
@@ -174,7 +180,15 @@ class Converter:
         self.pad_value = pad_value
         self._rules: list[tuple[str, _Rule]] = []
         self._nested: list[str] = []
-        self._no_nulls: list[str] = []  # columns whose nulls are an error (see rejects_nulls)
+        self._no_nulls: list[str] = []  # columns whose nulls are an error (see check)
+        # Columns some of whose values become Python objects (strings checked to be UTF-8),
+        # and top-level temporal columns ("dict" output makes them datetime objects).
+        self._python_columns = [
+            f.name for f in schema if not (_is_numeric(f.type) or pa.types.is_boolean(f.type))
+        ]
+        self._datetime_columns = [
+            f.name for f in schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)
+        ]
         if output_format in ("torch", "numpy"):
             keys: set[str] = set(schema.names)
             for field in schema:
@@ -208,15 +222,16 @@ class Converter:
         t, name = field.type, field.name
         if pa.types.is_dictionary(t):
             inner, added = self._rule_for(pa.field(name, t.value_type))
-            return (lambda a, r, n: inner(_take(a, r).dictionary_decode(), None, n)), added
+            return (lambda a, r, n: inner(take(a, r).dictionary_decode(), None, n)), added
+        numeric_list = (
+            pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
+        ) and _is_numeric(t.value_type)
         if self.null_policy == "error" and (
-            _is_numeric(t) or pa.types.is_boolean(t) or _temporal_int(t) is not None
+            _is_numeric(t) or pa.types.is_boolean(t) or _temporal_int(t) is not None or numeric_list
         ):
             self._no_nulls.append(name)
-        if (
-            pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
-        ) and _is_numeric(t.value_type):
-            self._no_nulls.append(name)
+        # Under "mask", a numeric list column adds its rows' validity and its values'.
+        list_masks = [f"{name}_valid", f"{name}_values_valid"] if self.null_policy == "mask" else []
         if _is_numeric(t) or pa.types.is_boolean(t):
             added = [f"{name}_valid"] if self.null_policy == "mask" else []
             return (lambda a, r, n: self._primitive(name, a, r, n)), added
@@ -226,22 +241,29 @@ class Converter:
             return (lambda a, r, n: self._primitive(name, a.view(as_int), r, n)), added
         if pa.types.is_fixed_size_list(t) and _is_numeric(t.value_type):
             size = t.list_size
-            return (lambda a, r, n: self._fixed_list(name, a, r, n, size)), []
-        if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_numeric(t.value_type):
+            return (lambda a, r, n: self._fixed_list(name, a, r, n, size)), list_masks
+        if numeric_list:
             if self.list_format == "padded":
                 _check_pad_value(name, self.pad_value, t.value_type)
-                return (lambda a, r, n: self._padded(name, a, r, n)), [f"{name}_lengths"]
+                added = [f"{name}_lengths", *list_masks]
+                return (lambda a, r, n: self._padded(name, a, r, n)), added
             if self.list_format == "nested":
                 self._nested.append(name)
-            return (lambda a, r, n: self._offsets(name, a, r, n)), [f"{name}_offsets"]
+            added = [f"{name}_offsets", *list_masks]
+            return (lambda a, r, n: self._offsets(name, a, r, n)), added
         if pa.types.is_null(t):
-            raise UnsupportedTypeError(f"column {name!r} has type null: it holds no values")
+            return (lambda a, r, n: [Field(name, [None] * n, None)]), []
         if pa.types.is_string(t) or pa.types.is_binary(t):
             # Kept as Arrow until the last moment: across processes, the transport ships the
             # buffers and the main process makes the list (cheaper than pickling the list).
-            return (lambda a, r, n: [Field(name, _take(a, r), None)]), []
-        # Decimals, structs, maps, nested lists, large strings: Python objects.
-        return (lambda a, r, n: [Field(name, _take(a, r).to_pylist(), None)]), []
+            return (lambda a, r, n: [Field(name, take(a, r), None)]), []
+        # Decimals, structs, maps, nested lists, large strings, views, intervals, extension
+        # types: Python objects, with temporal values (at any depth) as their stored integers
+        # as at the top level, and extension values as their storage.
+        plain = python_type(t)
+        if plain == t:
+            return (lambda a, r, n: [Field(name, take(a, r).to_pylist(), None)]), []
+        return (lambda a, r, n: [Field(name, as_plain(take(a, r), plain).to_pylist(), None)]), []
 
     # --- per batch ----------------------------------------------------------------------------
     # Each rule gets the column ``array`` and ``rows``: ``None`` (all rows, in order: zero-copy
@@ -260,7 +282,7 @@ class Converter:
         if array.null_count or pa.types.is_boolean(array.type):
             if array.null_count and self.null_policy == "error":
                 self._nulls(name, array)
-            array, rows = _take(array, rows), None
+            array, rows = take(array, rows), None
         fields: list[Field] = []
         if self.null_policy == "mask":  # the key is there in every batch, nulls or not
             valid = (
@@ -279,64 +301,101 @@ class Converter:
             fields.insert(0, Field(name, Gather(array.to_numpy(zero_copy_only=True), rows), (n,)))
         return fields
 
+    def _fill_list_nulls(self, name: str, values: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
+        """``values`` with nulls filled (NaN, 0), and their validity when masking."""
+        if self.null_policy == "error":
+            self._nulls(name, values)
+        valid = values.is_valid().to_numpy(zero_copy_only=False)
+        filled = pc.fill_null(values, pa.scalar(_fill_value(values.type), values.type))
+        return filled, valid if self.null_policy == "mask" else None
+
+    def _row_mask(self, name: str, array: pa.Array, n: int) -> list[Field]:
+        if self.null_policy != "mask":
+            return []
+        valid = (
+            array.is_valid().to_numpy(zero_copy_only=False)
+            if array.null_count
+            else np.ones(n, dtype=np.bool_)
+        )
+        return [Field(f"{name}_valid", valid, (n,))]
+
     def _fixed_list(self, name: str, array: pa.Array, rows: Rows, n: int, size: int) -> list[Field]:
-        values = array.flatten()  # .values would ignore the slice offset
-        if array.null_count or values.null_count or len(values) != len(array) * size:
-            raise NullValueError(
-                f"column {name!r} (fixed-size list) holds nulls; lists with nulls cannot "
-                "become a dense tensor: fill them before reading"
-            )
+        if array.null_count and self.null_policy == "error":
+            self._nulls(name, array)
+        if rows is not None and (array.null_count or array.flatten().null_count):
+            array, rows = take(array, rows), None
+        values = array.flatten()  # .values would ignore the slice offset; nulls: zeros
+        masks: list[Field] = self._row_mask(name, array, n)
+        values_valid: np.ndarray | None = None
+        if array.null_count:  # a null row's values are filled, like a null value
+            values = _fixed_values(array, size)
+        if values.null_count:
+            values, values_valid = self._fill_list_nulls(name, values)
+        if self.null_policy == "mask":
+            if values_valid is None:
+                values_valid = np.ones(len(values), dtype=np.bool_)
+            masks.append(Field(f"{name}_values_valid", values_valid.reshape(n, size), (n, size)))
         if rows is None:
-            return [Field(name, values, (n, size))]
+            return [Field(name, values, (n, size)), *masks]
         source = values.to_numpy(zero_copy_only=True).reshape(len(array), size)
-        return [Field(name, Gather(source, rows), (n, size))]
+        return [Field(name, Gather(source, rows), (n, size)), *masks]
 
     def _list_parts(
         self, name: str, array: pa.Array, rows: Rows, n: int
-    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """Values of the whole column, and start and length of each output row's list."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+        """Values of the whole column, start and length of each output row's list, and (when
+        masking) the values' validity."""
         values = array.values  # the whole child: offsets index it even when array is sliced
-        if array.null_count or values.null_count:
-            raise NullValueError(
-                f"column {name!r} (list) holds null lists or null values; fill or filter them "
-                "before reading"
-            )
         offsets = array.offsets.to_numpy()
         index = np.arange(n) if rows is None else rows
         starts = offsets[index].astype(np.int64)
         lengths = offsets[index + 1].astype(np.int64) - starts
-        return values.to_numpy(zero_copy_only=True), starts, lengths
+        if array.null_count:  # a null list is an empty one (its slot's offsets may differ)
+            if self.null_policy == "error":
+                self._nulls(name, array)
+            null = ~array.is_valid().to_numpy(zero_copy_only=False)[index]
+            lengths[null] = 0
+        valid = None
+        if values.null_count:
+            values, valid = self._fill_list_nulls(name, values)
+        elif self.null_policy == "mask":
+            valid = np.ones(len(values), dtype=np.bool_)
+        return values.to_numpy(zero_copy_only=True), starts, lengths, valid
 
     def _offsets(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
-        values, starts, lengths = self._list_parts(name, array, rows, n)
+        values, starts, lengths, valid = self._list_parts(name, array, rows, n)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
-        return [
-            Field(name, values[gather], (int(offsets[-1]),)),
+        total = int(offsets[-1])
+        fields = [
+            Field(name, values[gather], (total,)),
             Field(f"{name}_offsets", offsets, (n + 1,)),
         ]
+        if valid is not None:
+            fields += [
+                *self._row_mask(name, take(array, rows), n),
+                Field(f"{name}_values_valid", valid[gather], (total,)),
+            ]
+        return fields
 
     def _padded(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
-        values, starts, lengths = self._list_parts(name, array, rows, n)
-        longest = int(lengths.max()) if n else 0
-        padded = np.empty((n, longest), dtype=values.dtype)
-        if longest:
-            # Copy each row's list as one window of `longest` values (a strided view: a
-            # row-wise memcpy, 3.5x faster than an element-wise gather, measured), then pad.
-            # Fancy indexing reads the view in place; np.take would first copy the whole
-            # overlapping view (len(values) x longest elements).
-            whole = starts <= len(values) - longest
-            if len(values) >= longest:
-                windows = sliding_window_view(values, longest)
-                padded[whole] = windows[starts[whole]]
-            for i in np.flatnonzero(~whole):  # lists too near the end for a full window
-                padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
-            padded[np.arange(longest) >= lengths[:, None]] = self.pad_value
-        return [Field(name, padded, (n, longest)), Field(f"{name}_lengths", lengths, (n,))]
+        values, starts, lengths, valid = self._list_parts(name, array, rows, n)
+        padded = _pad(values, starts, lengths, self.pad_value)
+        fields = [Field(name, padded, padded.shape), Field(f"{name}_lengths", lengths, (n,))]
+        if valid is not None:
+            mask = _pad(valid, starts, lengths, False)
+            fields += [
+                *self._row_mask(name, take(array, rows), n),
+                Field(f"{name}_values_valid", mask, mask.shape),
+            ]
+        return fields
 
-    def rejects_nulls(self, batch: pa.RecordBatch) -> str | None:
-        """The first column of ``batch`` holding nulls this converter would refuse, or None.
+    def check(self, batch: pa.RecordBatch) -> tuple[type[DataError], str] | None:
+        """Why rows of ``batch`` cannot be converted (the error to raise and its reason), or
+        None: nulls this converter refuses (`NullValueError`),
+        strings that are not UTF-8 (they become Python ``str``), dates and times outside
+        Python's range (``"dict"`` output makes them ``datetime``).
 
         Checked by the reader, where the file and rows are known, so the error names them.
         """
@@ -346,7 +405,25 @@ class Converter:
             column = batch.column(name)
             is_list = isinstance(column, pa.ListArray | pa.LargeListArray | pa.FixedSizeListArray)
             if column.null_count or (is_list and column.flatten().null_count):
-                return name
+                return NullValueError, (
+                    f'column {name!r} holds nulls and null_policy="error"; pass '
+                    'null_policy="fill" or "mask", or filter the nulls out'
+                )
+        if self.output_format == "arrow":
+            return None
+        for name in self._python_columns:
+            if name not in batch.schema.names:
+                continue
+            try:
+                batch.column(name).validate(full=True)
+            except pa.ArrowInvalid as exc:
+                return DataError, f"column {name!r} cannot become Python values: {exc}"
+        if self.output_format == "dict":
+            for name in self._datetime_columns:
+                if name in batch.schema.names:
+                    reason = _outside_python(name, batch.column(name))
+                    if reason is not None:
+                        return DataError, reason
         return None
 
     def fields(self, batch: pa.RecordBatch, rows: Rows = None) -> list[Field]:
@@ -375,17 +452,149 @@ class Converter:
     def __call__(self, batch: pa.RecordBatch, rows: Rows = None) -> Any:
         """Convert rows ``rows`` (``None``: all) of one record batch to the output format."""
         if self.output_format == "arrow":
-            return _take(batch, rows)
+            return take(batch, rows)
         if self.output_format == "dict":
-            return _take(batch, rows).to_pydict()
+            return take(batch, rows).to_pydict()
         fields = self.fields(batch, rows)
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}
         return self.finish_torch({f.key: as_tensor(f) for f in fields})
 
 
-def _take(data: Any, rows: Rows) -> Any:
-    return data if rows is None else data.take(pa.array(rows))
+# Python's datetime range, in days since the epoch (date.min and date.max).
+_DAYS = (-719_162, 2_932_896)
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def _outside_python(name: str, column: pa.Array) -> str | None:
+    """Why a timestamp or date column cannot become Python ``datetime``/``date``, or None."""
+    t = column.type
+    if column.null_count == len(column):
+        return None
+    if pa.types.is_timestamp(t):
+        ticks = _PER_DAY[t.unit]
+        values = pc.min_max(column.view(pa.int64()))
+    elif pa.types.is_date64(t):
+        ticks = _PER_DAY["ms"]
+        values = pc.min_max(column.view(pa.int64()))
+    else:
+        ticks = 1
+        values = pc.min_max(column.view(pa.int32()))
+    low, high = values["min"].as_py(), values["max"].as_py()
+    # A day's margin: a time zone may move a value by up to a day.
+    if low < (_DAYS[0] + 1) * ticks or high > (_DAYS[1] - 1) * ticks:
+        return (
+            f"column {name!r} ({t}) holds values outside Python's datetime range (years "
+            '1-9999); read it with output_format="torch", "numpy" or "arrow" (stored integers)'
+        )
+    return None
+
+
+def _fixed_values(array: pa.Array, size: int) -> pa.Array:
+    """The values of a fixed-size list array, a null row's as nulls (to be filled)."""
+    values = array.flatten()  # skips null rows' values
+    if len(values) == len(array) * size:
+        return values
+    row_valid = array.is_valid().to_numpy(zero_copy_only=False)
+    positions = np.full(len(array) * size, -1, dtype=np.int64)
+    positions[np.repeat(row_valid, size)] = np.arange(len(values))
+    return values.take(pa.array(positions, mask=positions < 0))
+
+
+def _pad(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, pad: Any) -> np.ndarray:
+    """Each row's list, ``values[start:start + length]``, padded to the longest with ``pad``."""
+    n = len(starts)
+    longest = int(lengths.max()) if n else 0
+    padded = np.empty((n, longest), dtype=values.dtype)
+    if longest:
+        # Copy each row's list as one window of `longest` values (a strided view: a row-wise
+        # memcpy, 3.5x faster than an element-wise gather, measured), then pad. Fancy
+        # indexing reads the view in place; np.take would first copy the whole overlapping
+        # view (len(values) x longest elements).
+        whole = starts <= len(values) - longest
+        if len(values) >= longest:
+            windows = sliding_window_view(values, longest)
+            padded[whole] = windows[starts[whole]]
+        for i in np.flatnonzero(~whole):  # lists too near the end for a full window
+            padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
+        padded[np.arange(longest) >= lengths[:, None]] = pad
+    return padded
+
+
+def take(data: Any, rows: Rows) -> Any:
+    """Rows ``rows`` of an array or record batch (``None``: all). Types pyarrow's ``take``
+    has no kernel for (views, run-end encoded) are taken through their plain form and
+    converted back, so shuffling them keeps their type."""
+    if rows is None:
+        return data
+    indices = pa.array(rows)
+    try:
+        return data.take(indices)
+    except pa.ArrowNotImplementedError:
+        if isinstance(data, pa.RecordBatch):
+            columns = [take(c, rows) for c in data.columns]
+            return pa.RecordBatch.from_arrays(columns, schema=data.schema)
+        plain = python_type(data.type, keep_temporal=True)
+        if plain == data.type:
+            raise
+        taken = as_plain(data, plain).take(indices)
+        if pa.types.is_run_end_encoded(data.type):
+            return pc.run_end_encode(taken, run_end_type=data.type.run_end_type)
+        return taken.cast(data.type)
+
+
+def python_type(t: pa.DataType, *, keep_temporal: bool = False) -> pa.DataType:
+    """The type values of ``t`` become Python objects through: views as their plain types,
+    run-end encoded as their values, extension types as their storage, and (unless
+    ``keep_temporal``) temporal values as their stored integers, at any depth."""
+    if isinstance(t, pa.BaseExtensionType):  # pyarrow's own Python values (uuid.UUID, ...)
+        storage = python_type(t.storage_type, keep_temporal=keep_temporal)
+        return t if storage == t.storage_type else storage
+    if pa.types.is_run_end_encoded(t):
+        return python_type(t.value_type, keep_temporal=keep_temporal)
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    if not keep_temporal:
+        as_int = _temporal_int(t)
+        if as_int is not None:
+            return as_int
+    inner = functools.partial(python_type, keep_temporal=keep_temporal)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(inner(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(
+            t.key_field.with_type(inner(t.key_type)), t.item_field.with_type(inner(t.item_type))
+        )
+    if pa.types.is_list_view(t) or pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(inner(t.value_type)))
+    if pa.types.is_large_list_view(t) or pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(inner(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(inner(t.value_type)), t.list_size)
+    if pa.types.is_dictionary(t):
+        return inner(t.value_type)
+    return t
+
+
+def as_plain(array: pa.Array, plain: pa.DataType) -> pa.Array:
+    """``array`` as type ``plain`` (from `python_type`)."""
+    if array.type == plain:
+        return array
+    if isinstance(array.type, pa.BaseExtensionType):
+        array = array.storage
+    if pa.types.is_run_end_encoded(array.type):
+        array = pc.run_end_decode(array)
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if array.type == plain:
+        return array
+    try:
+        return array.cast(plain)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        # Temporal to integer inside nested types: same layout, so a view.
+        return array.view(plain)
 
 
 def as_numpy(field: Field) -> Any:

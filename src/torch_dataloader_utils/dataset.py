@@ -617,7 +617,7 @@ class StructuredDataset(IterableDataset[Any]):
             self.fs,
             self.read_options,
             output_columns=self._output_columns,
-            rejects_nulls=self.converter.rejects_nulls,
+            check=self.converter.check,
         )
         options = BatchOptions(
             batch_size=self.batch_size,

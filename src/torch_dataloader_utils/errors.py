@@ -25,6 +25,7 @@ __all__ = [
     "StoragePermissionError",
     "TorchDataloaderUtilsError",
     "UnknownFormatError",
+    "UnsupportedFileError",
     "UnsupportedTableError",
     "UnsupportedTypeError",
 ]
@@ -100,6 +101,12 @@ class DataError(TorchDataloaderUtilsError, ValueError):
 
 class CorruptFileError(DataError):
     """A file is truncated, corrupt, or not in the format it claims."""
+
+
+class UnsupportedFileError(DataError):
+    """A well-formed file uses something this library does not read (encryption, duplicate
+    column names, a whole-shard compression); raised at planning, naming the file, what it uses
+    and what to do instead."""
 
 
 class SchemaMismatchError(DataError):

@@ -15,6 +15,7 @@ import pyarrow as pa
 from .errors import ColumnNotFoundError, InvalidSourceError, SchemaMismatchError
 from .filters import filter_columns
 from .formats import Format, ReadOptions
+from .formats.schemas import check_readable
 from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
 from .planning import Plan
 from .reading import count_rows, with_partition
@@ -75,6 +76,7 @@ def plan_source(
     else:
         partition_schema, partitions = pa.schema([]), [() for _ in files]
     file_schema = fmt.schema(probe, fs)
+    check_readable(file_schema, fs.url(probe.path))
     clash = [k for k in partition_schema.names if k in file_schema.names]
     if clash:
         raise SchemaMismatchError(
@@ -117,6 +119,7 @@ def plan_source(
         )
         filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, counting))
     schema = pa.schema(list(planned.schema) + list(partition_schema))
+    check_readable(schema, str(path))
     plan = Plan(
         chunks=tuple(planned.chunks),
         schema=pa.schema([schema.field(c) for c in wanted]),

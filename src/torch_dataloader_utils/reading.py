@@ -17,7 +17,8 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .errors import NullValueError
+from .convert import take
+from .errors import CorruptFileError, DataError, TorchDataloaderUtilsError
 from .formats import Format, ReadOptions
 from .fs import FileSystemSpec
 from .planning import Chunk, Piece
@@ -50,8 +51,8 @@ class Reader:
         fs: the filesystem.
         options: the read options (columns read, row filter, partition schema).
         output_columns: the columns batches carry (``None``: all read).
-        rejects_nulls: returns the name of a column whose nulls the output cannot take (checked
-            here, where the file and rows are known, so the error can name them).
+        check: returns why a batch's rows cannot be converted to the output, or None
+            (called here, where the file and rows are known, so the error can name them).
     """
 
     chunks: Sequence[Chunk]
@@ -59,7 +60,7 @@ class Reader:
     fs: FileSystemSpec
     options: ReadOptions
     output_columns: tuple[str, ...] | None = None
-    rejects_nulls: Callable[[pa.RecordBatch], str | None] | None = None
+    check: Callable[[pa.RecordBatch], tuple[type[DataError], str] | None] | None = None
 
     def read(
         self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
@@ -69,6 +70,9 @@ class Reader:
 
         Raises:
             NullValueError: a column holds nulls the output refuses, naming file and rows.
+            DataError: a batch cannot be converted (strings not UTF-8, ...), naming the same.
+            CorruptFileError: reading raised an error that is not one of the library's: this
+                is the one place such errors get the file and rows named.
         """
         try:
             queue = iter(parts)
@@ -87,7 +91,7 @@ class Reader:
                     continue
                 rows = list(batches)
                 if rows:
-                    yield pa.concat_batches(rows).take(pa.array(select))
+                    yield take(pa.concat_batches(rows), select)
         finally:
             self.fmt.close()
 
@@ -99,6 +103,20 @@ class Reader:
             self.fmt.prefetch(chunk, 0, chunk.num_rows, self.fs, self.options)
 
     def _piece(self, piece: Piece, upcoming: Piece | None = None) -> Iterator[pa.RecordBatch]:
+        try:
+            yield from self._read_piece(piece, upcoming)
+        except TorchDataloaderUtilsError:
+            raise
+        except (ValueError, LookupError, TypeError, ArithmeticError, pa.ArrowException) as exc:
+            # A format let a parser's error through (a UnicodeDecodeError from names that are
+            # not UTF-8, an Arrow error from bytes pyarrow rejects): name the file and rows.
+            chunk = self.chunks[piece.chunk]
+            raise CorruptFileError(
+                f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows "
+                f"{piece.start}:{piece.stop}): cannot be read: {type(exc).__name__}: {exc}"
+            ) from exc
+
+    def _read_piece(self, piece: Piece, upcoming: Piece | None = None) -> Iterator[pa.RecordBatch]:
         if upcoming is not None:
             self._hint(piece)  # (already started, unless this is the first piece)
             self._hint(upcoming)
@@ -127,12 +145,12 @@ class Reader:
     ) -> pa.RecordBatch:
         if not partitioned:
             batch = with_partition(batch, chunk.partition, self.options)
-        column = self.rejects_nulls(batch) if self.rejects_nulls is not None else None
-        if column is not None:
-            raise NullValueError(
+        problem = self.check(batch) if self.check is not None else None
+        if problem is not None:
+            error, reason = problem
+            raise error(
                 f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows from "
-                f'{position}): column {column!r} holds nulls and null_policy="error"; pass '
-                'null_policy="fill" or "mask", or filter the nulls out'
+                f"{position}): {reason}"
             )
         if self.output_columns is not None:
             batch = batch.select(list(self.output_columns))

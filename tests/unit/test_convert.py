@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import itertools
 import math
+import uuid
 import pickle
 from decimal import Decimal
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pytest
 import torch
 
@@ -18,8 +20,6 @@ from torch_dataloader_utils.convert import Converter, as_numpy
 from torch_dataloader_utils.errors import (
     InvalidArgumentError,
     NullValueError,
-    TorchDataloaderUtilsError,
-    UnsupportedTypeError,
 )
 
 RNG_SEED = 7
@@ -378,15 +378,53 @@ def test_mask_key_is_in_every_batch_nulls_or_not() -> None:
 
 
 @pytest.mark.parametrize("list_format", ["padded", "offsets", "nested"])
-@pytest.mark.parametrize("policy", ["error", "fill", "mask"])
-def test_lists_with_nulls_raise_naming_the_column(list_format: str, policy: str) -> None:
+def test_lists_with_nulls_raise_naming_the_column_by_default(list_format: str) -> None:
     for column in [
         pa.array([[1], None, [2, 3]], pa.list_(pa.int64())),
         pa.array([[1], [None], [2, 3]], pa.list_(pa.int64())),
     ]:
-        rb = batch(seq=column)
         with pytest.raises(NullValueError, match="seq"):
-            convert(rb, list_format=list_format, null_policy=policy)
+            convert(batch(seq=column), list_format=list_format)
+
+
+LISTS_WITH_NULLS = pa.array([[1, None], None, [2, 3, 4], [], [None]], pa.list_(pa.int64()))
+
+
+@pytest.mark.parametrize("rows", [None, [4, 2, 0, 1, 3]], ids=["in-order", "taken"])
+@pytest.mark.parametrize("policy", ["fill", "mask"])
+def test_lists_with_nulls_padded_fill_and_mask(policy: str, rows: list[int] | None) -> None:
+    """A null list is empty, a null value is filled (0); "mask" adds both validities."""
+    order = rows if rows is not None else list(range(5))
+    raw = LISTS_WITH_NULLS.to_pylist()
+    out = Converter(batch(seq=LISTS_WITH_NULLS).schema, null_policy=policy, pad_value=-1)(
+        batch(seq=LISTS_WITH_NULLS), None if rows is None else np.array(rows)
+    )
+    lengths = out["seq_lengths"].tolist()
+    assert lengths == [len(raw[i] or []) for i in order]
+    got = [row[:n] for row, n in zip(out["seq"].tolist(), lengths, strict=True)]
+    assert got == [[0 if v is None else v for v in raw[i] or []] for i in order]
+    assert all(v == -1 for row, n in zip(out["seq"].tolist(), lengths) for v in row[n:])
+    if policy == "fill":
+        assert "seq_valid" not in out and "seq_values_valid" not in out
+        return
+    assert out["seq_valid"].tolist() == [raw[i] is not None for i in order]
+    values_valid = [row[:n] for row, n in zip(out["seq_values_valid"].tolist(), lengths)]
+    assert values_valid == [[v is not None for v in raw[i] or []] for i in order]
+
+
+def test_lists_with_nulls_offsets_mask() -> None:
+    out = convert(batch(seq=LISTS_WITH_NULLS), list_format="offsets", null_policy="mask")
+    assert out["seq_offsets"].tolist() == [0, 2, 2, 5, 5, 6]
+    assert out["seq"].tolist() == [1, 0, 2, 3, 4, 0]
+    assert out["seq_values_valid"].tolist() == [True, False, True, True, True, False]
+    assert out["seq_valid"].tolist() == [True, False, True, True, True]
+
+
+def test_list_masks_are_there_without_nulls() -> None:
+    """Under "mask" the keys are in every batch, nulls or not (a collate needs fixed keys)."""
+    out = convert(batch(seq=pa.array([[1], [2, 3]])), null_policy="mask")
+    assert out["seq_valid"].tolist() == [True, True]
+    assert out["seq_values_valid"].tolist() == [[True, False], [True, True]]
 
 
 def test_fixed_size_lists_with_nulls_raise_naming_the_column() -> None:
@@ -395,7 +433,53 @@ def test_fixed_size_lists_with_nulls_raise_naming_the_column() -> None:
         pa.array([[1, 2], [None, 5], [3, 4]], pa.list_(pa.float32(), 2)),
     ]:
         with pytest.raises(NullValueError, match="vec"):
-            convert(batch(vec=column), null_policy="fill")
+            convert(batch(vec=column))
+
+
+def test_fixed_size_lists_with_nulls_fill_and_mask() -> None:
+    column = pa.array([[1, 2], None, [None, 5]], pa.list_(pa.float32(), 2))
+    out = convert(batch(vec=column), null_policy="mask")
+    nan = float("nan")
+    np.testing.assert_array_equal(out["vec"].numpy(), np.array([[1, 2], [nan, nan], [nan, 5]]))
+    assert out["vec_valid"].tolist() == [True, False, True]
+    assert out["vec_values_valid"].tolist() == [[True, True], [False, False], [False, True]]
+    taken = Converter(batch(vec=column).schema, null_policy="fill")(
+        batch(vec=column), np.array([2, 0])
+    )
+    np.testing.assert_array_equal(taken["vec"].numpy(), np.array([[nan, 5], [1, 2]]))
+
+
+def test_null_type_is_a_list_of_none() -> None:
+    out = convert(batch(x=pa.array([1, 2]), n=pa.nulls(2)))
+    assert out["n"] == [None, None]
+
+
+def test_nested_temporal_values_are_stored_integers_and_extensions_pyarrows_values() -> None:
+    """Out-of-range timestamps inside a struct never reach datetime (no OverflowError)."""
+    ts = pa.array([2**62, 0], pa.timestamp("ns"))
+    st = pa.StructArray.from_arrays([ts], names=["t"])
+    uuids = pa.ExtensionArray.from_storage(
+        pa.uuid(), pa.array([b"a" * 16, b"b" * 16], pa.binary(16))
+    )
+    out = convert(batch(s=st, u=uuids))
+    assert out["s"] == [{"t": 2**62}, {"t": 0}]
+    assert out["u"] == [uuid.UUID(bytes=b"a" * 16), uuid.UUID(bytes=b"b" * 16)]
+
+
+@pytest.mark.parametrize(
+    "column",
+    [
+        pa.array(["a", "bb", None, "c"], pa.string_view()),
+        pa.array([b"a", b"bb", None, b"c"], pa.binary_view()),
+        pc.run_end_encode(pa.array([1, 1, 2, 2], pa.int32())),
+    ],
+    ids=["string_view", "binary_view", "run_end_encoded"],
+)
+def test_types_without_a_take_kernel_are_taken_keeping_their_type(column: pa.Array) -> None:
+    rb = batch(c=column)
+    out = Converter(rb.schema, output_format="arrow")(rb, np.array([3, 0, 2]))
+    assert out.schema.field("c").type == column.type
+    assert out.column("c").to_pylist() == [column.to_pylist()[i] for i in (3, 0, 2)]
 
 
 def test_string_nulls_pass_through_as_none() -> None:
@@ -404,15 +488,6 @@ def test_string_nulls_pass_through_as_none() -> None:
 
 
 # --- configuration errors ---------------------------------------------------------------------
-
-
-def test_null_typed_column_is_unsupported() -> None:
-    schema = pa.schema([("ok", pa.int64()), ("nothing", pa.null())])
-    for output_format in ["torch", "numpy"]:
-        with pytest.raises(UnsupportedTypeError, match="nothing") as info:
-            Converter(schema, output_format=output_format)
-        assert isinstance(info.value, TypeError)
-        assert isinstance(info.value, TorchDataloaderUtilsError)
 
 
 @pytest.mark.parametrize(

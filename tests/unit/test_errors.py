@@ -29,6 +29,7 @@ BUILTIN_BASES: dict[str, type[BaseException]] = {
     "StateMismatchError": ValueError,
     "NullValueError": ValueError,
     "UnsupportedTableError": ValueError,
+    "UnsupportedFileError": ValueError,
     "MissingDependencyError": ImportError,
     "MissingComponentError": ValueError,
 }
@@ -45,6 +46,7 @@ LIBRARY_BASES: dict[str, str] = {
     "StateMismatchError": "InvalidArgumentError",
     "NullValueError": "DataError",
     "UnsupportedTableError": "InvalidSourceError",
+    "UnsupportedFileError": "DataError",
     "MissingComponentError": "DataError",
 }
 

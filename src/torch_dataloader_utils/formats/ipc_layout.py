@@ -31,6 +31,8 @@ _SCHEMA, _DICTIONARY, RECORD_BATCH = 1, 2, 3
 # Footers and message headers are read through a window of this many bytes: one request
 # serves every header inside it.
 _WINDOW = 256 << 10
+# Files with messages reading never decodes are decoded whole at planning up to this size.
+_CHECK_WHOLE = 16 << 20
 
 
 # --- a minimal flatbuffer reader: the few fields of Message and Footer read here ---------------
@@ -228,7 +230,37 @@ def read_layout(path: str, size: int, fs: FileSystemSpec) -> Layout:
     with parsing(url, KIND):
         try:
             if head.startswith(MAGIC):
-                return _file_layout(window, window.fetch)
-            return _stream_layout(window)
+                layout = _file_layout(window, window.fetch)
+            else:
+                layout = _stream_layout(window)
+            _check_unread(layout, window)
+            return layout
         except (ValueError, IndexError) as exc:
             raise CorruptFileError(f"{url}: not {KIND} ({exc})") from exc
+
+
+def _check_unread(layout: Layout, window: _Window) -> None:
+    """Check what reading never decodes: zero-row record batches, and (streams) dictionaries
+    after the last batch with rows. Reading decodes every other message with pyarrow, which
+    checks it then; these would pass unchecked (fuzzed streams hide corrupt messages there).
+    A file of at most `_CHECK_WHOLE` bytes is decoded whole by pyarrow's reader; a larger
+    one has each such message's metadata checked by pyarrow's flatbuffer verifier."""
+    last = max((i for i, m in enumerate(layout.messages) if m.rows), default=-1)
+    unread = [b for b in layout.batches if not b.rows]
+    if layout.stream:
+        unread += [m for m in layout.messages[last + 1 :] if m.kind == _DICTIONARY]
+    if not unread:
+        return
+    if window.size <= _CHECK_WHOLE:
+        data = pa.py_buffer(window.read(0, window.size))
+        if layout.stream:
+            ipc.open_stream(data).read_all()
+        else:
+            ipc.open_file(data).read_all()
+        return
+    for message in unread:
+        head = _message_at(window, message.offset)
+        assert head is not None
+        metadata = window.read(message.offset, head[0])
+        body = bytes(message.size - head[0])  # the metadata is what is checked
+        ipc.read_message(pa.py_buffer(metadata + body))

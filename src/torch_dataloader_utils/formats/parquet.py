@@ -21,6 +21,7 @@ from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache, keep_inherited
 from .opening import open_input, parsing, slice_batches
+from .parquet_footer import Footer, TailFile, read_footer
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["ParquetFormat"]
@@ -66,15 +67,20 @@ def _read_facts(
     if f.size == 0:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
 
-    def footer() -> tuple[ds.ParquetFileFragment, pq.FileMetaData, pa.Schema]:
+    def footer() -> tuple[ds.ParquetFileFragment, Footer, pa.Schema]:
         with open_input(f.path, fs) as source, parsing(url):
+            size = source.size()
+            checked, thrift, start = read_footer(source, size, url)
+            # pyarrow parses the footer from the bytes already read (no second request).
+            tail = TailFile(source, size, start, thrift)
             fragment = ds.ParquetFileFormat().make_fragment(
-                source, partition_expression=_partition_expression(partition)
+                pa.PythonFile(tail, mode="r"),
+                partition_expression=_partition_expression(partition),
             )
             fragment.ensure_complete_metadata()
-            return fragment, fragment.metadata, fragment.physical_schema
+            return fragment, checked, fragment.physical_schema
 
-    fragment, metadata, schema = fs.request(footer, what=url)
+    fragment, checked, schema = fs.request(footer, what=url)
     kept: set[int] | None = None
     if options.filter is not None:
         full = schema
@@ -93,14 +99,18 @@ def _read_facts(
     owners = _leaf_owners(schema)
     leaves = [j for j, owner in enumerate(owners) if wanted is None or owner in wanted]
     row_groups = []
-    for i in range(metadata.num_row_groups):
+    for i, (rows, chunks) in enumerate(checked.row_groups):
         if kept is not None and i not in kept:
             continue
-        rg = metadata.row_group(i)
-        columns = [rg.column(j) for j in leaves if j < rg.num_columns]
-        compressed = sum(c.total_compressed_size for c in columns)
-        uncompressed = sum(c.total_uncompressed_size for c in columns)
-        row_groups.append((i, rg.num_rows, compressed, uncompressed))
+        if len(chunks) != len(owners):
+            raise CorruptFileError(
+                f"{url}: row group {i} has {len(chunks)} column chunks, the schema "
+                f"{len(owners)} leaf columns"
+            )
+        columns = [chunks[j] for j in leaves]
+        compressed = sum(c.compressed for c in columns)
+        uncompressed = sum(c.uncompressed for c in columns)
+        row_groups.append((i, rows, compressed, uncompressed))
     return _FileFacts(schema, row_groups)
 
 
@@ -124,22 +134,17 @@ def _leaf_owners(schema: pa.Schema) -> list[str]:
 
 
 def _chunk_ranges(
-    metadata: pq.FileMetaData, rg: int, columns: Sequence[str] | None
+    metadata: pq.FileMetaData, footer: Footer, rg: int, columns: Sequence[str] | None
 ) -> list[tuple[int, int]]:
     """Byte ranges ``(offset, size)`` of row group ``rg``'s column chunks of ``columns``."""
     owners = _leaf_owners(metadata.schema.to_arrow_schema())
     wanted = set(columns) if columns is not None else None
-    group = metadata.row_group(rg)
-    ranges = []
-    for j, owner in enumerate(owners):
-        if wanted is not None and owner not in wanted:
-            continue
-        column = group.column(j)
-        start = column.data_page_offset
-        if column.has_dictionary_page and 0 < column.dictionary_page_offset < start:
-            start = column.dictionary_page_offset
-        ranges.append((start, column.total_compressed_size))
-    return ranges
+    chunks = footer.row_groups[rg][1]
+    return [
+        (chunks[j].start, chunks[j].compressed)
+        for j, owner in enumerate(owners)
+        if wanted is None or owner in wanted
+    ]
 
 
 class ParquetFormat(Format):
@@ -159,7 +164,7 @@ class ParquetFormat(Format):
             _OPEN_FILES, pq.ParquetFile.close
         )
         # Remote reads: footers and file sizes, row groups being fetched, the fetch threads.
-        self._footers: OrderedDict[str, tuple[pq.FileMetaData, int]] = OrderedDict()
+        self._footers: OrderedDict[str, tuple[pq.FileMetaData, Footer, int]] = OrderedDict()
         self._ahead: OrderedDict[tuple[str, int], Future[dict[int, bytes | bytearray]]] = (
             OrderedDict()
         )
@@ -290,16 +295,19 @@ class ParquetFormat(Format):
 
     # --- remote reading: whole column chunks fetched in parallel, ahead of decoding ---------
 
-    def _footer(self, path: str, fs: FileSystemSpec) -> tuple[pq.FileMetaData, int]:
+    def _footer(self, path: str, fs: FileSystemSpec) -> tuple[pq.FileMetaData, Footer, int]:
         found = self._footers.get(path)
         if found is not None:
             self._footers.move_to_end(path)
             return found
         url = fs.url(path)
 
-        def read() -> tuple[pq.FileMetaData, int]:
+        def read() -> tuple[pq.FileMetaData, Footer, int]:
             with open_input(path, fs) as source, parsing(url):
-                return pq.read_metadata(source), source.size()
+                size = source.size()
+                checked, thrift, start = read_footer(source, size, url)
+                tail = pa.PythonFile(TailFile(source, size, start, thrift), mode="r")
+                return pq.read_metadata(tail), checked, size
 
         found = fs.request(read, what=url)
         self._footers[path] = found
@@ -317,10 +325,10 @@ class ParquetFormat(Format):
         future = self._ahead.pop(key, None) if not hint else self._ahead.get(key)
         if future is not None or (hint and len(self._ahead) >= _AHEAD):
             return future
-        metadata, _ = self._footer(path, fs)
+        metadata, footer, _ = self._footer(path, fs)
         if self._fetcher is None:
             self._fetcher = RangeFetcher(fs.read_range)
-        future = self._fetcher.fetch(path, _chunk_ranges(metadata, rg, columns))
+        future = self._fetcher.fetch(path, _chunk_ranges(metadata, footer, rg, columns))
         if hint:
             self._ahead[key] = future
         return future
@@ -340,7 +348,7 @@ class ParquetFormat(Format):
     ) -> Iterator[pa.RecordBatch]:
         """Rows ``[lo, hi)`` of row group ``rg``; row group ``after`` starts downloading
         once this one's requests are out."""
-        metadata, size = self._footer(path, fs)
+        metadata, _, size = self._footer(path, fs)
         if _head_only(lo, hi, rg_rows) and (path, rg) not in self._ahead:
             # A few first rows: stream the first pages rather than fetch whole column chunks.
             def head() -> list[pa.RecordBatch]:

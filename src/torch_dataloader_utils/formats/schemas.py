@@ -7,11 +7,16 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..errors import ColumnNotFoundError, SchemaMismatchError
+from ..errors import (
+    ColumnNotFoundError,
+    SchemaMismatchError,
+    UnsupportedFileError,
+    UnsupportedTypeError,
+)
 from ..fs import FileSystemSpec, SourceFile
 from .base import ReadOptions
 
-__all__ = ["FileSchema", "check_schemas", "nullable", "project"]
+__all__ = ["FileSchema", "check_readable", "check_schemas", "nullable", "project"]
 
 
 @dataclass(frozen=True)
@@ -20,6 +25,48 @@ class FileSchema:
 
     schema: pa.Schema
     has_rows: bool
+
+
+# Types whose arrays pyarrow cannot wrap for Python (``RecordBatch.column`` raises KeyError).
+_NO_PYTHON_ARRAY = ("month_interval", "day_time_interval")
+
+
+def _unreadable(t: pa.DataType) -> str | None:
+    """Why pyarrow cannot hand values of type ``t`` to Python, or None."""
+    if str(t) in _NO_PYTHON_ARRAY:
+        return f"pyarrow has no Python array class for {t} (month_day_nano intervals it has)"
+    for i in range(t.num_fields):
+        reason = _unreadable(t.field(i).type)
+        if reason is not None:
+            return reason
+    if pa.types.is_dictionary(t):
+        return _unreadable(t.value_type)
+    if isinstance(t, pa.ExtensionType):
+        return _unreadable(t.storage_type)
+    return None
+
+
+def check_readable(schema: pa.Schema, where: str) -> None:
+    """Refuse, at planning, a schema the library cannot read in full: duplicate column names
+    (columns are selected and keyed by name) or types pyarrow cannot expose to Python.
+
+    Raises:
+        UnsupportedFileError: two columns share a name.
+        UnsupportedTypeError: a column's type (or a type inside it) cannot be read.
+    """
+    seen: set[str] = set()
+    for field in schema:
+        if field.name in seen:
+            raise UnsupportedFileError(
+                f"{where}: two columns are named {field.name!r}; columns are read by name, so "
+                "duplicate names are not supported (rename one when writing the file)"
+            )
+        seen.add(field.name)
+        reason = _unreadable(field.type)
+        if reason is not None:
+            raise UnsupportedTypeError(
+                f"{where}: column {field.name!r} of type {field.type} cannot be read: {reason}"
+            )
 
 
 def nullable(schema: pa.Schema) -> pa.Schema:

@@ -1,0 +1,324 @@
+"""The facts planning needs from a Parquet footer, read and checked without pyarrow's metadata
+accessors.
+
+Why a parser of our own (a measured gap): pyarrow's ``RowGroupMetaData.column(j)`` lets a C++
+exception escape when a column's metadata is encrypted (a plaintext-footer encrypted file, or a
+fuzzed footer that claims so), which aborts the interpreter (SIGABRT) instead of raising; and
+pyarrow accepts footers whose row groups carry negative row counts or unknown codecs, which then
+read as empty. So the footer's Thrift (compact protocol) is walked here, only the fields planning
+uses are kept, and every count, size, offset and codec is checked against the file before pyarrow
+is asked anything per column. The walk costs about 1 µs per column chunk field.
+
+Thrift structures (parquet.thrift): FileMetaData {3: num_rows, 4: row_groups}; RowGroup
+{1: columns, 3: num_rows}; ColumnChunk {3: meta_data, 8: crypto_metadata}; ColumnMetaData
+{4: codec, 6: total_uncompressed_size, 7: total_compressed_size, 9: data_page_offset,
+11: dictionary_page_offset}.
+"""
+
+from __future__ import annotations
+
+import io
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+
+from ..errors import CorruptFileError, UnsupportedFileError
+
+__all__ = ["ColumnFacts", "Footer", "TailFile", "read_footer"]
+
+MAGIC = b"PAR1"
+ENCRYPTED_MAGIC = b"PARE"
+# Bytes read from the end of a file at once: pyarrow's own first footer read.
+TAIL_BYTES = 64 << 10
+# Codecs of parquet.thrift's CompressionCodec (UNCOMPRESSED .. LZ4_RAW).
+_CODECS = range(8)
+# Thrift compact types.
+_STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = range(9)
+_LIST, _SET, _MAP, _STRUCT = 9, 10, 11, 12
+# Nesting a footer may use (parquet's own structures nest 4 deep; statistics and logical types
+# a few more); a fuzzed footer nested deeper is corrupt, never a RecursionError.
+_MAX_DEPTH = 32
+
+
+@dataclass(frozen=True, slots=True)
+class ColumnFacts:
+    """One column chunk: its bytes in the file and its sizes."""
+
+    start: int  # first byte (the dictionary page's, when it comes first)
+    compressed: int
+    uncompressed: int
+
+
+@dataclass(frozen=True, slots=True)
+class Footer:
+    """A checked footer: rows per row group and each row group's column chunks, in leaf order."""
+
+    num_rows: int
+    row_groups: tuple[tuple[int, tuple[ColumnFacts, ...]], ...]  # (rows, columns)
+
+
+class _ThriftError(Exception):
+    """The Thrift bytes do not parse."""
+
+
+class _Reader:
+    """Thrift compact protocol over bytes; keeps only the fields asked for."""
+
+    def __init__(self, data: bytes) -> None:
+        self.data = data
+        self.pos = 0
+
+    def byte(self) -> int:
+        if self.pos >= len(self.data):
+            raise _ThriftError("the footer ends early")
+        value = self.data[self.pos]
+        self.pos += 1
+        return value
+
+    def varint(self) -> int:
+        shift = result = 0
+        while True:
+            b = self.byte()
+            result |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return result
+            shift += 7
+            if shift > 70:
+                raise _ThriftError("a varint runs past 10 bytes")
+
+    def zigzag(self) -> int:
+        n = self.varint()
+        return (n >> 1) ^ -(n & 1)
+
+    def skip_bytes(self, n: int) -> None:
+        if n < 0 or self.pos + n > len(self.data):
+            raise _ThriftError("a field runs past the footer")
+        self.pos += n
+
+    def list_header(self) -> tuple[int, int]:
+        head = self.byte()
+        size = head >> 4
+        if size == 15:
+            size = self.varint()
+        return size, head & 0x0F
+
+    def skip(self, kind: int, depth: int) -> None:
+        if depth > _MAX_DEPTH:
+            raise _ThriftError("the footer nests too deep")
+        if kind in (_TRUE, _FALSE, _BYTE):
+            if kind == _BYTE:
+                self.byte()
+        elif kind in (_I16, _I32, _I64):
+            self.varint()
+        elif kind == _DOUBLE:
+            self.skip_bytes(8)
+        elif kind == _BINARY:
+            self.skip_bytes(self.varint())
+        elif kind in (_LIST, _SET):
+            size, element = self.list_header()
+            for _ in range(size):
+                self.skip(element, depth + 1) if element not in (_TRUE, _FALSE) else self.byte()
+        elif kind == _MAP:
+            size = self.varint()
+            if size:
+                types = self.byte()
+                for _ in range(size):
+                    self.skip(types >> 4, depth + 1)
+                    self.skip(types & 0x0F, depth + 1)
+        elif kind == _STRUCT:
+            self.struct({}, depth + 1)
+        else:
+            raise _ThriftError(f"unknown Thrift type {kind}")
+
+    def struct(self, wanted: dict[int, Any], depth: int) -> dict[int, Any]:
+        """Fields of a struct: those in ``wanted`` (id → reader, or ``None`` for an integer)
+        parsed, the others skipped. A struct field read as ``True`` is only noted present."""
+        if depth > _MAX_DEPTH:
+            raise _ThriftError("the footer nests too deep")
+        found: dict[int, Any] = {}
+        field = 0
+        while True:
+            head = self.byte()
+            kind = head & 0x0F
+            if kind == _STOP:
+                return found
+            delta = head >> 4
+            field = field + delta if delta else self.zigzag()
+            parse = wanted.get(field, _SKIP)
+            if parse is _SKIP:
+                self.skip(kind, depth)
+            elif parse is None:
+                if kind not in (_I16, _I32, _I64):
+                    raise _ThriftError(f"field {field} is not an integer")
+                found[field] = self.zigzag()
+            elif parse is True:
+                self.skip(kind, depth)
+                found[field] = True
+            else:
+                found[field] = parse(self, kind, depth + 1)
+
+
+_SKIP = object()
+
+
+def _list_of(item: Any) -> Any:
+    def parse(reader: _Reader, kind: int, depth: int) -> list[Any]:
+        if kind != _LIST:
+            raise _ThriftError("a list field is not a list")
+        size, element = reader.list_header()
+        if element != _STRUCT:
+            raise _ThriftError("a list of structs holds another type")
+        if size > len(reader.data):  # each struct takes at least a byte
+            raise _ThriftError(f"a list claims {size} elements")
+        return [item(reader, element, depth) for _ in range(size)]
+
+    return parse
+
+
+def _struct_of(wanted: dict[int, Any]) -> Any:
+    def parse(reader: _Reader, kind: int, depth: int) -> dict[int, Any]:
+        if kind != _STRUCT:
+            raise _ThriftError("a struct field is not a struct")
+        return reader.struct(wanted, depth)
+
+    return parse
+
+
+_COLUMN_META = _struct_of({4: None, 6: None, 7: None, 9: None, 11: None})
+_COLUMN_CHUNK = _struct_of({3: _COLUMN_META, 8: True, 9: True})
+_ROW_GROUP = _struct_of({1: _list_of(_COLUMN_CHUNK), 3: None})
+_FILE = {3: None, 4: _list_of(_ROW_GROUP)}
+
+
+def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
+    """Parse and check FileMetaData ``thrift`` of a file of ``size`` bytes.
+
+    Raises:
+        CorruptFileError: the footer does not parse, or a count, size, offset or codec in it
+            is impossible.
+        UnsupportedFileError: a column's metadata is encrypted.
+    """
+    try:
+        meta = _Reader(thrift).struct(_FILE, 0)
+    except _ThriftError as exc:
+        raise CorruptFileError(f"{url}: the Parquet footer does not parse ({exc})") from None
+    num_rows = meta.get(3)
+    if num_rows is None or 4 not in meta:
+        raise CorruptFileError(f"{url}: the Parquet footer lacks num_rows or row_groups")
+    if num_rows < 0:
+        raise CorruptFileError(f"{url}: the Parquet footer gives {num_rows} rows")
+    groups = []
+    for i, group in enumerate(meta[4]):
+        rows = group.get(3)
+        if rows is None or rows < 0:
+            raise CorruptFileError(f"{url}: row group {i} gives {rows} rows")
+        columns = []
+        for j, chunk in enumerate(group.get(1, [])):
+            where = f"{url}: row group {i} column chunk {j}"
+            if 8 in chunk or 9 in chunk:
+                raise UnsupportedFileError(
+                    f"{where}: the column's metadata is encrypted; encrypted Parquet is not "
+                    "supported (decrypt the file first, e.g. with pyarrow's "
+                    "FileDecryptionProperties, and write it back)"
+                )
+            columns.append(_column(chunk.get(3), where, size, rows))
+        groups.append((rows, tuple(columns)))
+    # The file's num_rows is not checked against its row groups': real writers leave it 0
+    # (parquet-testing's repeated_no_annotation.parquet); rows are the row groups'.
+    return Footer(num_rows, tuple(groups))
+
+
+def _column(meta: dict[int, int] | None, where: str, size: int, rows: int) -> ColumnFacts:
+    if meta is None or any(k not in meta for k in (4, 6, 7, 9)):
+        raise CorruptFileError(f"{where}: the column chunk's metadata is missing")
+    codec, uncompressed, compressed, data = meta[4], meta[6], meta[7], meta[9]
+    if codec not in _CODECS:
+        raise CorruptFileError(f"{where}: unknown compression codec {codec}")
+    if compressed < 0 or uncompressed < 0:
+        raise CorruptFileError(
+            f"{where}: negative size ({compressed} bytes compressed, {uncompressed} uncompressed)"
+        )
+    start = data
+    dictionary = meta.get(11)
+    if dictionary is not None and 0 < dictionary < start:
+        start = dictionary
+    # A row group without rows is never read (pyarrow reads such files as empty too). A chunk
+    # may overlap the footer: pyarrow reads such files (some writers padded chunks' sizes).
+    if rows and (start < len(MAGIC) or start + compressed > size):
+        raise CorruptFileError(
+            f"{where}: bytes [{start}:{start + compressed}) lie outside the file's {size} bytes"
+        )
+    return ColumnFacts(start, compressed, uncompressed)
+
+
+def read_tail(source: pa.NativeFile, size: int, url: str) -> tuple[bytes, int]:
+    """The footer's bytes (Thrift, without length and magic) and the offset where they start;
+    one read of `TAIL_BYTES` for most files, a second for a larger footer.
+
+    Raises:
+        CorruptFileError: no Parquet magic, or a footer length that does not fit the file.
+        UnsupportedFileError: the footer is encrypted.
+    """
+    if size < 12:
+        raise CorruptFileError(f"{url}: {size} bytes, too short for a Parquet file")
+    first = min(size, TAIL_BYTES)
+    tail = source.read_at(first, size - first)
+    magic = tail[-4:]
+    if magic == ENCRYPTED_MAGIC:
+        raise UnsupportedFileError(
+            f"{url}: the Parquet footer is encrypted; encrypted Parquet is not supported "
+            "(decrypt the file first, e.g. with pyarrow's FileDecryptionProperties)"
+        )
+    if magic != MAGIC:
+        raise CorruptFileError(f"{url}: not a Parquet file (no {MAGIC!r} at its end)")
+    length = int.from_bytes(tail[-8:-4], "little")
+    start = size - 8 - length
+    if start < 0:
+        raise CorruptFileError(f"{url}: the footer's length {length} exceeds the file's {size}")
+    if length + 8 <= len(tail):
+        return tail[len(tail) - 8 - length : -8], start
+    return source.read_at(length, start), start
+
+
+def read_footer(source: pa.NativeFile, size: int, url: str) -> tuple[Footer, bytes, int]:
+    """`read_tail` and `parse_footer`: the checked footer, its bytes and where they start."""
+    thrift, start = read_tail(source, size, url)
+    return parse_footer(thrift, url, size), thrift, start
+
+
+class TailFile(io.RawIOBase):
+    """``source`` with its footer's bytes already in memory: pyarrow parses the footer again
+    (``pa.PythonFile(TailFile(...))``) without a second request; any other read goes to
+    ``source``."""
+
+    def __init__(self, source: pa.NativeFile, size: int, start: int, thrift: bytes) -> None:
+        super().__init__()
+        self._source, self._size, self._pos = source, size, 0
+        self._tail_start = start
+        self._tail = thrift + len(thrift).to_bytes(4, "little") + MAGIC
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = max(0, min(len(view), self._size - self._pos))
+        if self._pos >= self._tail_start:
+            at = self._pos - self._tail_start
+            view[:n] = self._tail[at : at + n]
+        else:
+            view[:n] = self._source.read_at(n, self._pos)
+        self._pos += n
+        return n
