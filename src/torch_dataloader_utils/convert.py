@@ -33,7 +33,7 @@ shaped like ``col``).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -415,9 +415,13 @@ class Converter:
             if name not in batch.schema.names:
                 continue
             try:
-                batch.column(name).validate(full=True)
+                for strings in _string_arrays(batch.column(name)):
+                    strings.validate(full=True)  # on a string array: its offsets and UTF-8
             except pa.ArrowInvalid as exc:
-                return DataError, f"column {name!r} cannot become Python values: {exc}"
+                return DataError, (
+                    f"column {name!r} holds strings that are not UTF-8 ({exc}), which Python "
+                    'str cannot hold; read it with output_format="arrow", or as binary'
+                )
         if self.output_format == "dict":
             for name in self._datetime_columns:
                 if name in batch.schema.names:
@@ -459,6 +463,29 @@ class Converter:
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}
         return self.finish_torch({f.key: as_tensor(f) for f in fields})
+
+
+def _string_arrays(array: pa.Array) -> Iterator[pa.Array]:
+    """The string arrays in ``array`` (itself, or inside structs, lists, maps, dictionaries)."""
+    t = array.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        yield array
+    elif pa.types.is_dictionary(t):
+        yield from _string_arrays(array.dictionary)
+    elif pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            yield from _string_arrays(array.field(i))
+    elif pa.types.is_map(t):
+        yield from _string_arrays(array.keys)
+        yield from _string_arrays(array.items)
+    elif (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    ):
+        yield from _string_arrays(array.values)
 
 
 # Python's datetime range, in days since the epoch (date.min and date.max).
@@ -567,9 +594,11 @@ def python_type(t: pa.DataType, *, keep_temporal: bool = False) -> pa.DataType:
         return pa.map_(
             t.key_field.with_type(inner(t.key_type)), t.item_field.with_type(inner(t.item_type))
         )
-    if pa.types.is_list_view(t) or pa.types.is_list(t):
+    # List views stay as they are: pyarrow 26's cast of a list view to a list loses values
+    # (measured on arrow-testing's generated_list_view), and to_pylist reads them directly.
+    if pa.types.is_list(t):
         return pa.list_(t.value_field.with_type(inner(t.value_type)))
-    if pa.types.is_large_list_view(t) or pa.types.is_large_list(t):
+    if pa.types.is_large_list(t):
         return pa.large_list(t.value_field.with_type(inner(t.value_type)))
     if pa.types.is_fixed_size_list(t):
         return pa.list_(t.value_field.with_type(inner(t.value_type)), t.list_size)

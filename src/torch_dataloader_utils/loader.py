@@ -258,7 +258,9 @@ class TabularDataLoader(DataLoader[Any]):
                     if message is _END:
                         raise DataError(
                             f"worker {worker} ended before its {counts[worker]} planned "
-                            "batches: did the data change while it was read?"
+                            "batches: a batch it sent was lost (see the worker's output above "
+                            "for an error while sending it), or the data changed while it "
+                            "was read"
                         )
                     sender = getattr(message, "worker", -1)
                     if not 0 <= sender < len(queues):

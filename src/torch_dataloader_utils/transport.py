@@ -16,6 +16,7 @@ from __future__ import annotations
 import ctypes
 import math
 import os
+import pickle
 import sys
 import threading
 from collections import deque
@@ -28,6 +29,7 @@ import pyarrow as pa
 import torch
 
 from .convert import Converter, Field, Gather, as_numpy
+from .errors import DataError
 
 if TYPE_CHECKING:
     from .batching import Segment
@@ -116,19 +118,48 @@ def _pin(value: Any) -> Any:
 class Bundle:
     """Consecutive outputs of one worker sent as one message (non-packed outputs)."""
 
-    __slots__ = ("items", "worker")
+    __slots__ = ("items", "sealed", "worker")
 
     def __init__(self, items: list[Any], worker: int = -1) -> None:
-        self.items = items
+        self.items: list[Any] | None = items
+        self.sealed: bytes | None = None  # the items pickled by `seal`
         self.worker = worker  # the DataLoader worker that sent it
+
+    def seal(self) -> Bundle:
+        """Pickle the items now, in the worker's own thread: DataLoader pickles messages in a
+        queue's feeder thread, where a failure is printed and the message dropped, and the
+        main process would then only see a worker with batches missing. Used for Arrow
+        batches (plain buffers: no shared-memory handles, pickled once either way).
+
+        Raises:
+            DataError: the items cannot be pickled (names the columns' types).
+        """
+        try:
+            self.sealed = pickle.dumps(self.items, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as exc:
+            kinds = sorted({str(t) for item in self.items or [] for t in _types_of(item)})
+            raise DataError(
+                f"a batch cannot be sent from its worker to the main process ({exc}); its "
+                f"column types: {', '.join(kinds)}; read with num_workers=0, or select "
+                "other columns"
+            ) from exc
+        self.items = None
+        return self
 
     def pin_memory(self) -> Bundle:
         """Pin every tensor inside (called by the DataLoader's pin-memory thread)."""
-        return Bundle([_pin(item) for item in self.items], self.worker)
+        return Bundle([_pin(item) for item in self.unpack()], self.worker)
 
     def unpack(self) -> list[Any]:
         """The outputs, in order."""
+        if self.items is None:
+            assert self.sealed is not None
+            self.items, self.sealed = pickle.loads(self.sealed), None
         return self.items
+
+
+def _types_of(item: Any) -> list[pa.DataType]:
+    return list(item.schema.types) if isinstance(item, pa.RecordBatch | pa.Table) else []
 
 
 _TORCH_DTYPES: dict[np.dtype[Any], torch.dtype] = {}
@@ -518,8 +549,10 @@ def worker_messages(
     outputs = (convert(b, rows) for b, rows in batches)
     if collate is not None:
         outputs = (collate(o) for o in outputs)
+    seal = collate is None and convert.output_format == "arrow"
     while items := list(islice(outputs, size)):
-        yield _mark(Bundle(items), worker)
+        bundle = Bundle(items)
+        yield _mark(bundle.seal() if seal else bundle, worker)
         size = min(size * 2, per_bundle)
 
 

@@ -168,7 +168,9 @@ def parse_stripes(tail: bytes, file_size: int) -> list[tuple[int, int]]:
     if ps_size + 1 > len(tail):
         raise ValueError(f"postscript of {ps_size} bytes does not fit the file")
     postscript = dict(_fields(tail[-1 - ps_size : -1]))
-    if postscript.get(8000) != b"ORC":
+    # Hive 0.11 wrote no magic in the postscript, only at the file's start (which liborc
+    # checks when it opens such a file, before this parse runs).
+    if postscript.get(8000, b"ORC") != b"ORC":
         raise ValueError("no 'ORC' magic in the postscript")
     footer_size = int(postscript.get(1, 0))
     start = len(tail) - 1 - ps_size - footer_size

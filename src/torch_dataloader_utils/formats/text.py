@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError
 from ..fs import FileSystemSpec, SourceFile
@@ -48,11 +49,14 @@ class TextLayout:
         names: the file's column names in file order (CSV: the header's, or given).
         schema: the columns read and the types every chunk is parsed with.
         inferred: whether ``schema`` was inferred (not given), which error advice depends on.
+        empty_is_null: string columns whose empty values are nulls (CSV columns without
+            values in the inference sample, which pyarrow would type as null).
     """
 
     names: tuple[str, ...]
     schema: pa.Schema
     inferred: bool
+    empty_is_null: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -316,6 +320,8 @@ class TextFormat(Format):
             lo, hi = max(row_start, pos), min(row_stop, pos + batch.num_rows)
             if lo < hi:
                 out = batch.slice(lo - pos, hi - lo)
+                if layout.empty_is_null:
+                    out = _empty_to_null(out, layout.empty_is_null)
                 yield out if columns else out.select([])
             pos += batch.num_rows
             # Reading up to the chunk's end parses all of it: check the planned count.
@@ -330,3 +336,15 @@ class TextFormat(Format):
 
 
 _EMPTY = _Scanned(None, [], None)
+
+
+def _empty_to_null(batch: pa.RecordBatch, names: tuple[str, ...]) -> pa.RecordBatch:
+    for name in names:
+        i = batch.schema.get_field_index(name)
+        if i >= 0:
+            column = batch.column(i)
+            empty = pc.equal(column, "")
+            batch = batch.set_column(
+                i, batch.schema.field(i), pc.if_else(empty, pa.scalar(None, column.type), column)
+            )
+    return batch

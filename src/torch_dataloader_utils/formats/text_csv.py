@@ -9,7 +9,13 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError, StorageError
+from ..errors import (
+    CorruptFileError,
+    DataError,
+    InvalidArgumentError,
+    SchemaMismatchError,
+    StorageError,
+)
 from ..fs import FileSystemSpec, SourceFile, translate_os_error
 from ..planning import Chunk
 from .opening import parsing, read_range
@@ -58,6 +64,9 @@ class CsvFormat(TextFormat):
             `CorruptFileError`. By default (``None``) record boundaries are found by quote
             parity, and chunks are parsed with pyarrow's ``newlines_in_values=True`` (measured
             no slower).
+        encoding: the files' text encoding; pyarrow transcodes it to UTF-8 while parsing.
+            It must keep ASCII bytes as they are (UTF-8, Latin-1, cp1252, Shift-JIS do;
+            UTF-16 does not).
 
     Raises:
         InvalidArgumentError: an option is out of range.
@@ -79,7 +88,9 @@ class CsvFormat(TextFormat):
         block_bytes: int = 16 << 20,
         infer_bytes: int = 1 << 20,
         newlines_in_values: bool | None = None,
+        encoding: str = "utf8",
     ) -> None:
+        self.encoding = _ascii_compatible(encoding)
         self.delimiter = delimiter
         self.delimiter_byte = _one_byte("delimiter", delimiter, optional=False)
         quote = _one_byte("quote_char", quote_char, optional=True)
@@ -140,10 +151,20 @@ class CsvFormat(TextFormat):
         with parsing(f"{fs.url(file.path)} header", kind="a CSV header"):
             table = pacsv.read_csv(
                 pa.BufferReader(data + b"\n"),
-                read_options=pacsv.ReadOptions(use_threads=False),
+                read_options=pacsv.ReadOptions(use_threads=False, encoding=self.encoding),
                 parse_options=self._parse_options(True),
             )
-        return tuple(table.schema.names)
+        return self._names(table.schema, fs.url(file.path))
+
+    def _names(self, schema: pa.Schema, url: str) -> tuple[str, ...]:
+        try:
+            return tuple(schema.names)
+        except UnicodeDecodeError as exc:
+            raise DataError(
+                f"{url}: the header's column names are not {self.encoding} ({exc}); pass "
+                "format_options={'encoding': ...} with the file's encoding (e.g. 'latin-1', "
+                "'cp1252', 'shift_jis'): pyarrow transcodes it to UTF-8"
+            ) from None
 
     def _infer(self, file: SourceFile, fs: FileSystemSpec) -> TextLayout:
         url = fs.url(file.path)
@@ -172,7 +193,7 @@ class CsvFormat(TextFormat):
                 schema = reader.schema
         finally:
             source.close()
-        names = tuple(schema.names)
+        names = self._names(schema, url)
         if given is not None:
             missing = [n for n in given.names if n not in names]
             if missing:
@@ -180,21 +201,27 @@ class CsvFormat(TextFormat):
                     f"{url}: the schema's column(s) {missing} are not in the header {list(names)}"
                 )
             return TextLayout(names, given, inferred=False)
-        # A column without values in the sample infers as null; string holds anything.
-        fields = [f.with_type(pa.string()) if pa.types.is_null(f.type) else f for f in schema]
-        return TextLayout(names, pa.schema(fields), inferred=True)
+        # A column without values in the sample infers as null: it is read as string (which
+        # holds anything a later row may hold), its empty values as nulls, as pyarrow reads
+        # a column it types null.
+        empty = tuple(f.name for f in schema if pa.types.is_null(f.type))
+        fields = [f.with_type(pa.string()) if f.name in empty else f for f in schema]
+        return TextLayout(names, pa.schema(fields), inferred=True, empty_is_null=empty)
 
     def _read_options(
         self, block: int, *, whole: bool, names: Sequence[str] | None
     ) -> pacsv.ReadOptions:
         """``whole``: the bytes start at the file's start, where pyarrow reads the header."""
+        common: dict[str, Any] = {
+            "use_threads": False,
+            "block_size": block,
+            "encoding": self.encoding,
+        }
         if self.header and whole:
-            return pacsv.ReadOptions(use_threads=False, block_size=block)
+            return pacsv.ReadOptions(**common)
         if names is None:
-            return pacsv.ReadOptions(
-                use_threads=False, block_size=block, autogenerate_column_names=True
-            )
-        return pacsv.ReadOptions(use_threads=False, block_size=block, column_names=list(names))
+            return pacsv.ReadOptions(**common, autogenerate_column_names=True)
+        return pacsv.ReadOptions(**common, column_names=list(names))
 
     def _reader(
         self, source: pa.NativeFile, layout: TextLayout, columns: list[str], whole: bool
@@ -262,3 +289,21 @@ class CsvFormat(TextFormat):
 
     def __repr__(self) -> str:
         return f"CsvFormat(delimiter={self.delimiter!r}, header={self.header})"
+
+
+def _ascii_compatible(encoding: str) -> str:
+    """``encoding``, checked: record boundaries are found in the raw bytes, so newlines,
+    quotes and delimiters must be their ASCII bytes (UTF-8, Latin-1, cp1252, Shift-JIS, EUC:
+    yes; UTF-16: no)."""
+    probe = '\n\r",;\t|abc019'
+    try:
+        same = probe.encode(encoding) == probe.encode("ascii")
+    except LookupError:
+        raise InvalidArgumentError(f"unknown encoding {encoding!r}") from None
+    if not same:
+        raise InvalidArgumentError(
+            f"encoding {encoding!r} does not keep ASCII bytes (newlines, quotes, delimiters) "
+            "as they are, which finding records in byte ranges needs; re-encode the file as "
+            "UTF-8"
+        )
+    return encoding

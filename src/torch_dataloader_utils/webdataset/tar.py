@@ -32,7 +32,7 @@ import zlib
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from ..errors import CorruptFileError
+from ..errors import CorruptFileError, UnsupportedFileError
 
 __all__ = ["BLOCK", "TarMember", "iter_tar", "scan_tar"]
 
@@ -301,12 +301,11 @@ class _Scanner:
             return
         for magic, kind in _COMPRESSED.items():
             if head.startswith(magic):
-                raise self.error(
-                    pos,
-                    f"the shard is {kind}-compressed: compressed shards (.tar.gz, .tar.zst...) "
-                    "are not supported, as their members cannot be read by range; decompress "
-                    "them, or write uncompressed shards (members compressed one by one, such "
-                    "as .json.gz, are fine)",
+                raise UnsupportedFileError(
+                    f"{self.where}: offset {pos}: the shard is {kind}-compressed: compressed "
+                    "shards (.tar.gz, .tar.zst...) are not supported, as their members cannot "
+                    "be read by range; decompress them, or write uncompressed shards (members "
+                    "compressed one by one, such as .json.gz, are fine)"
                 )
 
     def number(self, header: bytes, at: int, pos: int, what: str) -> int:

@@ -22,7 +22,12 @@ import pyarrow.compute as pc
 import pytest
 
 import torch_dataloader_utils as tdu
-from torch_dataloader_utils.errors import CorruptFileError, DataError, StorageError
+from torch_dataloader_utils.errors import (
+    CorruptFileError,
+    DataError,
+    StorageError,
+    UnsupportedFileError,
+)
 from torch_dataloader_utils.formats import ReadOptions
 from torch_dataloader_utils.formats.webdataset import WebDatasetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
@@ -213,7 +218,7 @@ def test_member_names_that_are_not_utf8(tmp_path: Path) -> None:
 def test_compressed_shards_are_refused(tmp_path: Path, compress: Any) -> None:
     shard = tmp_path / "a.tar.gz"
     shard.write_bytes(compress(tar_bytes(members(0, 3))))
-    with pytest.raises(CorruptFileError, match=rf"{shard}: offset 0: the shard is .*-compressed"):
+    with pytest.raises(UnsupportedFileError, match=rf"{shard}: offset 0: the shard is .*-compressed"):
         plan_of(shard)
 
 
