@@ -44,7 +44,7 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from torch.utils.dlpack import from_dlpack
 
-from .errors import DataError, InvalidArgumentError, NullValueError
+from .errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
 
 __all__ = [
     "LIST_FORMATS",
@@ -260,6 +260,13 @@ class Converter:
         # Decimals, structs, maps, nested lists, large strings, views, intervals, extension
         # types: Python objects, with temporal values (at any depth) as their stored integers
         # as at the top level, and extension values as their storage.
+        if pa.types.is_interval(t):  # MonthDayNano objects do not pickle: plain dicts
+            return (lambda a, r, n: [Field(name, _intervals(take(a, r)), None)]), []
+        if _holds_interval(t):
+            raise UnsupportedTypeError(
+                f"column {name!r} ({t}) holds intervals inside a nested type, which have no "
+                f'picklable Python value; read it with output_format="arrow"'
+            )
         plain = python_type(t)
         if plain == t:
             return (lambda a, r, n: [Field(name, take(a, r).to_pylist(), None)]), []
@@ -463,6 +470,25 @@ class Converter:
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}
         return self.finish_torch({f.key: as_tensor(f) for f in fields})
+
+
+def _intervals(array: pa.Array) -> list[Any]:
+    """month_day_nano intervals as ``{"months", "days", "nanoseconds"}`` dicts (pyarrow's
+    MonthDayNano objects cannot be pickled to the main process)."""
+    return [
+        None if v is None else {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
+        for v in array.to_pylist()
+    ]
+
+
+def _holds_interval(t: pa.DataType) -> bool:
+    if pa.types.is_interval(t):
+        return True
+    if pa.types.is_dictionary(t):
+        return _holds_interval(t.value_type)
+    if isinstance(t, pa.BaseExtensionType):
+        return _holds_interval(t.storage_type)
+    return any(_holds_interval(t.field(i).type) for i in range(t.num_fields))
 
 
 def _string_arrays(array: pa.Array) -> Iterator[pa.Array]:

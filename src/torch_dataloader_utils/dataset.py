@@ -24,7 +24,7 @@ from .batching import (
 from .convert import Converter, ListFormat, NullPolicy, OutputFormat
 from .decoding import Decoding
 from .distributed import plan_once
-from .errors import InvalidArgumentError
+from .errors import InvalidArgumentError, UnsupportedTypeError
 from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
 from .planner import Planned, plan_source
@@ -245,13 +245,21 @@ class StructuredDataset(IterableDataset[Any]):
         self.read_options: ReadOptions = planned.read_options
         self.plan: Plan = planned.plan
         self._output_columns = planned.output_columns
-        self.converter = Converter(
-            self.plan.schema,
-            output_format=output_format,
-            list_format=list_format,
-            null_policy=null_policy,
-            pad_value=pad_value,
-        )
+        try:
+            self.converter = Converter(
+                self.plan.schema,
+                output_format=output_format,
+                list_format=list_format,
+                null_policy=null_policy,
+                pad_value=pad_value,
+            )
+        except UnsupportedTypeError as exc:  # at planning: name the source
+            where = (
+                os.fspath(path)
+                if isinstance(path, str | os.PathLike)
+                else ", ".join(str(p) for p in path)
+            )
+            raise UnsupportedTypeError(f"{where}: {exc}") from None
         self.block_rows, self.first_block_rows = block_sizes(
             batch_size=batch_size,
             block_size=shuffle_block_size,

@@ -175,7 +175,7 @@ def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
 
 # One entry per output value: (key, dtype, shape, byte offset) for packed arrays;
 # (key, None, None, _Strings) for string/binary columns packed as Arrow buffers; or
-# (key, None, None, python object).
+# (key, None, None, _Pickled) for Python values, pickled in the worker.
 _Entry = tuple[str, "np.dtype[Any] | None", "tuple[int, ...] | None", Any]
 
 
@@ -266,7 +266,9 @@ class PackedBundle:
             batch: dict[str, Any] = {}
             for key, dtype, shape, where in layout:
                 if dtype is None or shape is None:
-                    batch[key] = where.to_pylist(raw) if isinstance(where, _Strings) else where
+                    batch[key] = (
+                        where.to_pylist(raw) if isinstance(where, _Strings) else where.load()
+                    )
                 else:
                     nbytes = _nbytes(shape, dtype)
                     batch[key] = own[where : where + nbytes].view(_torch_dtype(dtype)).view(shape)
@@ -415,7 +417,7 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
             if field.shape is None:
                 parts = _string_parts(field.data) if isinstance(field.data, pa.Array) else None
                 if parts is None:
-                    layout.append((field.key, None, None, _pylist(field.data)))
+                    layout.append((field.key, None, None, _Pickled.of(field.key, field.data)))
                     continue
                 offsets, values = parts
                 place = _Strings(_arrow_type(field), len(offsets) - 1, 0, 0, len(values))
@@ -470,6 +472,34 @@ def packed_nbytes(fields: Sequence[Field]) -> int:
 
 def _pylist(data: Any) -> Any:
     return data.to_pylist() if isinstance(data, pa.Array) else data
+
+
+class _Pickled:
+    """A column's Python values, pickled in the worker's own thread: DataLoader pickles a
+    message in a queue's feeder thread, where a failure is printed and the message dropped
+    (the main process would only see batches missing). Pickled once either way."""
+
+    __slots__ = ("blob",)
+
+    def __init__(self, blob: bytes) -> None:
+        self.blob = blob
+
+    @classmethod
+    def of(cls, key: str, data: Any) -> _Pickled:
+        """Raises: DataError: the values cannot be pickled (names the column)."""
+        values = _pylist(data)
+        try:
+            return cls(pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL))
+        except Exception as exc:
+            kinds = sorted({type(v).__name__ for v in values}) if isinstance(values, list) else []
+            raise DataError(
+                f"column {key!r}: its values ({', '.join(kinds)}) cannot be sent from the "
+                f"worker to the main process ({exc}); read with num_workers=0, or decode "
+                "the column to picklable values"
+            ) from exc
+
+    def load(self) -> Any:
+        return pickle.loads(self.blob)
 
 
 def _dtype_of(field: Field) -> np.dtype[Any]:

@@ -118,8 +118,19 @@ def table_rows(table: pa.Table) -> Counter[tuple[Any, ...]]:
 def torch_reference_rows(table: pa.Table) -> Counter[tuple[Any, ...]]:
     """The multiset of rows the documented torch mapping gives: temporal values as their stored
     integers (docs/reference/types.md), everything else as its Python value."""
-    columns = [_storage(c).to_pylist() for c in table.columns]
+    columns = [
+        _intervals(c.to_pylist()) if pa.types.is_interval(c.type) else _storage(c).to_pylist()
+        for c in table.columns
+    ]
     return Counter(tuple(_canon(c[i]) for c in columns) for i in range(table.num_rows))
+
+
+def _intervals(values: list[Any]) -> list[Any]:
+    """month_day_nano intervals as the documented dicts."""
+    return [
+        None if v is None else {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
+        for v in values
+    ]
 
 
 def _tensor_rows(batch: dict[str, Any], name: str) -> list[Any]:

@@ -17,12 +17,14 @@ import torch.multiprocessing  # registers torch's shared-memory reductions with 
 from tests.conftest import make_table
 from torch_dataloader_utils import transport
 from torch_dataloader_utils.convert import Converter, Field, as_tensor
+from torch_dataloader_utils.errors import DataError
 from torch_dataloader_utils.transport import (
     BufferPool,
     Bundle,
     Landing,
     PackedBundle,
     Unbundler,
+    _Pickled,
     _Strings,
     pack,
 )
@@ -309,7 +311,7 @@ def test_strings_with_nulls_and_large_strings_fall_back_to_lists() -> None:
         for where, (sub, rows) in zip(packed_entries(bundle, name), cases, strict=True):
             # Large types always fall back; string/binary only when the rows sent hold a null.
             fallback = name.startswith("l") or None in reference(sub, name, rows)
-            assert isinstance(where, list if fallback else _Strings), (name, where)
+            assert isinstance(where, _Pickled if fallback else _Strings), (name, where)
     unpacked = pickle.loads(ForkingPickler.dumps(bundle)).unpack()
     for got, (sub, rows) in zip(unpacked, cases, strict=True):
         assert_same_batch(got, converter(sub, rows))
@@ -332,7 +334,7 @@ def test_large_strings_given_to_pack_as_arrow_fall_back_to_lists() -> None:
         [Field("ls", large.slice(1, 2), None), Field("lb", large_binary.slice(2), None)],
     ]
     bundle = pack(fields)
-    assert all(isinstance(w, list) for k in ["ls", "lb"] for w in packed_entries(bundle, k))
+    assert all(isinstance(w, _Pickled) for k in ["ls", "lb"] for w in packed_entries(bundle, k))
     assert bundle.unpack() == [
         {"ls": words, "lb": [w.encode() for w in words]},
         {"ls": words[1:3], "lb": [w.encode() for w in words[2:]]},
@@ -705,3 +707,14 @@ def test_wide_binary_column_crosses_real_workers_intact(tmp_path: Any, context: 
             assert batch["s"] == [wide_text(i) for i in ids]
             assert all(type(v) is bytes for v in batch["bin"] if v is not None)
         assert sorted(seen) == list(range(WIDE_ROWS))  # every row exactly once
+
+
+def test_values_that_cannot_be_pickled_fail_in_the_worker_naming_the_column() -> None:
+    """A message that fails to pickle in DataLoader's feeder thread is dropped silently; the
+    worker pickles Python values itself and raises, naming the column."""
+    with pytest.raises(DataError, match=r"'obj'.*cannot be sent"):
+        pack([[Field("obj", [lambda: 0], None)]])
+    with pytest.raises(DataError, match="cannot be sent from its worker"):
+        Bundle([[lambda: 0]]).seal()
+    sealed = Bundle([pa.record_batch({"x": [1, 2]})]).seal()
+    assert pickle.loads(pickle.dumps(sealed)).unpack()[0].column("x").to_pylist() == [1, 2]
