@@ -186,6 +186,7 @@ class Converter:
         self._python_columns = [
             f.name for f in schema if not (_is_numeric(f.type) or pa.types.is_boolean(f.type))
         ]
+        self._intervals = [f.name for f in schema if pa.types.is_interval(f.type)]
         self._datetime_columns = [
             f.name for f in schema if pa.types.is_timestamp(f.type) or pa.types.is_date(f.type)
         ]
@@ -223,6 +224,9 @@ class Converter:
         if pa.types.is_dictionary(t):
             inner, added = self._rule_for(pa.field(name, t.value_type))
             return (lambda a, r, n: inner(take(a, r).dictionary_decode(), None, n)), added
+        if pa.types.is_run_end_encoded(t):
+            inner, added = self._rule_for(pa.field(name, t.value_type))
+            return (lambda a, r, n: inner(pc.run_end_decode(take(a, r)), None, n)), added
         numeric_list = (
             pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
         ) and _is_numeric(t.value_type)
@@ -465,7 +469,12 @@ class Converter:
         if self.output_format == "arrow":
             return take(batch, rows)
         if self.output_format == "dict":
-            return take(batch, rows).to_pydict()
+            out = take(batch, rows).to_pydict()
+            for name in self._intervals:  # MonthDayNano objects do not pickle
+                out[name] = _intervals(
+                    batch.column(name) if rows is None else take(batch.column(name), rows)
+                )
+            return out
         fields = self.fields(batch, rows)
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}

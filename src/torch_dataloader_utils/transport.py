@@ -128,8 +128,8 @@ class Bundle:
     def seal(self) -> Bundle:
         """Pickle the items now, in the worker's own thread: DataLoader pickles messages in a
         queue's feeder thread, where a failure is printed and the message dropped, and the
-        main process would then only see a worker with batches missing. Used for Arrow
-        batches (plain buffers: no shared-memory handles, pickled once either way).
+        main process would then only see a worker with batches missing. Used for Arrow,
+        dict and numpy outputs (no shared-memory handles: pickled once either way).
 
         Raises:
             DataError: the items cannot be pickled (names the columns' types).
@@ -579,7 +579,7 @@ def worker_messages(
     outputs = (convert(b, rows) for b, rows in batches)
     if collate is not None:
         outputs = (collate(o) for o in outputs)
-    seal = collate is None and convert.output_format == "arrow"
+    seal = collate is None  # Arrow batches, dicts of lists, numpy arrays: no shared memory
     while items := list(islice(outputs, size)):
         bundle = Bundle(items)
         yield _mark(bundle.seal() if seal else bundle, worker)

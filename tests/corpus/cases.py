@@ -122,6 +122,7 @@ def reference(case: Case) -> pa.Table:
         delimiter = case.options.get("delimiter", ",")
         return csv.read_csv(
             path,
+            read_options=csv.ReadOptions(encoding=case.options.get("encoding", "utf8")),
             parse_options=csv.ParseOptions(delimiter=delimiter, newlines_in_values=True),
         )
     if case.format == "json":

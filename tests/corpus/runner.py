@@ -58,14 +58,16 @@ def _canon(value: Any) -> Any:
     return value
 
 
-def _storage(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
+def _storage(array: pa.Array | pa.ChunkedArray, as_bytes: bool = False) -> Any:
     """An array's values with what cannot become Python objects turned into what can: extension
-    values as their storage, temporal values (at any depth) as their stored integers."""
+    values as their storage, temporal values (at any depth) as their stored integers, and with
+    ``as_bytes`` strings as bytes (they may not be UTF-8)."""
     if isinstance(array, pa.ChunkedArray):
-        return pa.chunked_array([_storage(c) for c in array.chunks], _storage_type(array.type))
+        chunks = [_storage(c, as_bytes) for c in array.chunks]
+        return pa.chunked_array(chunks, _storage_type(array.type, as_bytes))
     if isinstance(array.type, pa.ExtensionType):
-        return _storage(array.storage)
-    target = _storage_type(array.type)
+        return _storage(array.storage, as_bytes)
+    target = _storage_type(array.type, as_bytes)
     if target == array.type:
         return array
     try:
@@ -74,9 +76,11 @@ def _storage(array: pa.Array | pa.ChunkedArray) -> pa.Array | pa.ChunkedArray:
         return array.cast(target)
 
 
-def _storage_type(t: pa.DataType) -> pa.DataType:
+def _storage_type(t: pa.DataType, as_bytes: bool = False) -> pa.DataType:
     if isinstance(t, pa.ExtensionType):
-        return _storage_type(t.storage_type)
+        return _storage_type(t.storage_type, as_bytes)
+    if as_bytes and (pa.types.is_string(t) or pa.types.is_large_string(t)):
+        return pa.large_binary()  # compared as bytes: they may not be UTF-8
     if pa.types.is_date32(t) or pa.types.is_time32(t):
         return pa.int32()
     if (
@@ -87,18 +91,18 @@ def _storage_type(t: pa.DataType) -> pa.DataType:
     ):
         return pa.int64()
     if pa.types.is_struct(t):
-        return pa.struct([f.with_type(_storage_type(f.type)) for f in t])
+        return pa.struct([f.with_type(_storage_type(f.type, as_bytes)) for f in t])
     if pa.types.is_map(t):
         return pa.map_(
-            t.key_field.with_type(_storage_type(t.key_type)),
-            t.item_field.with_type(_storage_type(t.item_type)),
+            t.key_field.with_type(_storage_type(t.key_type, as_bytes)),
+            t.item_field.with_type(_storage_type(t.item_type, as_bytes)),
         )
     if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(_storage_type(t.value_type)))
+        return pa.list_(t.value_field.with_type(_storage_type(t.value_type, as_bytes)))
     if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(_storage_type(t.value_type)))
+        return pa.large_list(t.value_field.with_type(_storage_type(t.value_type, as_bytes)))
     if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(_storage_type(t.value_type)), t.list_size)
+        return pa.list_(t.value_field.with_type(_storage_type(t.value_type, as_bytes)), t.list_size)
     return t
 
 
@@ -106,7 +110,7 @@ def _column_values(array: pa.ChunkedArray | pa.Array) -> list[Any]:
     try:
         return array.to_pylist()
     except (ValueError, OverflowError, pa.ArrowException):  # dates out of Python's range, ...
-        return _storage(array).to_pylist()
+        return _storage(array, as_bytes=True).to_pylist()
 
 
 def table_rows(table: pa.Table) -> Counter[tuple[Any, ...]]:
@@ -184,7 +188,7 @@ def _difference(got: Counter[Any], want: Counter[Any]) -> str:
 
 
 def _error(exc: BaseException) -> dict[str, Any]:
-    return {"type": type(exc).__name__, "message": str(exc)[:2000]}
+    return {"type": type(exc).__name__, "message": str(exc)[-8000:]}
 
 
 def _names_file(case: Case, exc: BaseException) -> bool:

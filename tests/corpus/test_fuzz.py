@@ -55,7 +55,7 @@ _REGION = 2048
 # Bytes that matter to the parsers: quotes, newlines, delimiters, zeros, high bits.
 _INTERESTING = [0x00, 0x0A, 0x0D, 0x22, 0x2C, 0x30, 0x7F, 0x80, 0xFF]
 
-EXAMPLES = 12
+EXAMPLES = 25
 
 
 @pytest.fixture(scope="module")

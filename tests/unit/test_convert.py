@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 import math
-import uuid
 import pickle
+import uuid
 from decimal import Decimal
 from typing import Any
 
@@ -403,12 +403,16 @@ def test_lists_with_nulls_padded_fill_and_mask(policy: str, rows: list[int] | No
     assert lengths == [len(raw[i] or []) for i in order]
     got = [row[:n] for row, n in zip(out["seq"].tolist(), lengths, strict=True)]
     assert got == [[0 if v is None else v for v in raw[i] or []] for i in order]
-    assert all(v == -1 for row, n in zip(out["seq"].tolist(), lengths) for v in row[n:])
+    assert all(
+        v == -1 for row, n in zip(out["seq"].tolist(), lengths, strict=True) for v in row[n:]
+    )
     if policy == "fill":
         assert "seq_valid" not in out and "seq_values_valid" not in out
         return
     assert out["seq_valid"].tolist() == [raw[i] is not None for i in order]
-    values_valid = [row[:n] for row, n in zip(out["seq_values_valid"].tolist(), lengths)]
+    values_valid = [
+        row[:n] for row, n in zip(out["seq_values_valid"].tolist(), lengths, strict=True)
+    ]
     assert values_valid == [[v is not None for v in raw[i] or []] for i in order]
 
 

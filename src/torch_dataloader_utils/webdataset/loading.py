@@ -76,7 +76,7 @@ def load_index(
     sibling = index_path(path)
     text = _read_optional(fs, sibling)
     if text is not None:
-        where = fs.url(sibling)
+        where = f"{fs.url(sibling)} (the index of {fs.url(path)})"
         index = parse_index(text, where=where, lowercase=lowercase)
         if index.version == VERSION:
             index.check(size, where=where)

@@ -269,7 +269,8 @@ def test_a_sibling_index_is_preferred(shard: Path, tmp_path: Path) -> None:
     assert load(shard, fs, cache) == parse_index(SMALL_INDEX, where="x")
     assert fs.reads == 0 and not cache.exists()
     sibling.write_text("v1.2 1\njpg 512 99999 s0.jpg\n")  # an index of another shard
-    with pytest.raises(CorruptFileError, match=rf"{sibling}: line 2: .* past the end"):
+    where = rf"{sibling} \(the index of {shard}\)"
+    with pytest.raises(CorruptFileError, match=rf"{where}: line 2: .* past the end"):
         load(shard, fs, cache)
     sibling.write_text("v1.1 2\njpg 512 3 cls 1536 1\nJPG 2560 600 seg.png 4096 0\n")
     assert [s.key for s in load(shard, fs, cache).samples] == ["s0", "dir/s1"]  # scanned

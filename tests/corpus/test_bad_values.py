@@ -1,0 +1,100 @@
+"""Values the corpus taught us about, in files written here: each read in the corpus runner's
+child process (a crash or a hang fails one case), compared with the reference reader."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from tests.corpus.cases import Case
+from tests.corpus.pool import Runner
+
+
+@pytest.fixture(scope="module")
+def runner() -> Iterator[Runner]:
+    found = Runner()
+    yield found
+    found.close()
+
+
+def read(runner: Runner, case: Case, **config: Any) -> dict[str, Any]:
+    full = {"workers": 0, "output": "arrow", "shuffle": True, "batch_size": 3, **config}
+    return runner.run({"case": dataclasses.asdict(case), "config": full}, timeout=120)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_all_empty_csv_column_is_null_as_pyarrow_reads_it(
+    runner: Runner, tmp_path: Path, workers: int
+) -> None:
+    path = tmp_path / "empty.csv"
+    path.write_text("id,empty,quoted\n" + "".join(f'{i},,""\n' for i in range(10)))
+    for output in ("arrow", "torch"):
+        verdict = read(runner, Case(str(path), "csv"), workers=workers, output=output)
+        assert verdict["verdict"] == "match" and verdict["rows"] == 10, verdict
+
+
+def test_a_latin1_header_is_refused_with_the_encoding_to_pass_and_read_with_it(
+    runner: Runner, tmp_path: Path
+) -> None:
+    path = tmp_path / "latin.csv"
+    path.write_bytes("id,café\n1,crème\n2,brûlée\n".encode("latin-1"))
+    refused = read(runner, Case(str(path), "csv"))
+    assert refused["verdict"] == "refused", refused
+    assert "encoding" in refused["error"]["message"], refused
+    for workers in (0, 2):
+        verdict = read(runner, Case(str(path), "csv", {"encoding": "latin-1"}), workers=workers)
+        assert verdict["verdict"] == "match" and verdict["rows"] == 2, verdict
+
+
+def _invalid_utf8(tmp_path: Path) -> Path:
+    ids = pa.array(range(6))
+    data = b"okbad\xffok"
+    offsets = pa.array([0, 2, 2, 6, 6, 8, 8], pa.int32()).buffers()[1]
+    strings = pa.Array.from_buffers(pa.string(), 6, [None, offsets, pa.py_buffer(data)])
+    path = tmp_path / "bad-utf8.parquet"
+    pq.write_table(pa.table({"id": ids, "s": strings}), path)
+    return path
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_strings_that_are_not_utf8_are_refused_naming_the_file_for_python_outputs(
+    runner: Runner, tmp_path: Path, workers: int
+) -> None:
+    path = _invalid_utf8(tmp_path)
+    verdict = read(runner, Case(str(path), "parquet"), workers=workers, output="torch")
+    assert verdict["verdict"] == "refused" and verdict["stage"] == "reading", verdict
+    assert verdict["error"]["type"] == "DataError", verdict
+    assert "'s'" in verdict["error"]["message"] and "UTF-8" in verdict["error"]["message"]
+    # Arrow output hands the bytes over as they are, as pyarrow's reader does.
+    assert read(runner, Case(str(path), "parquet"), workers=workers)["verdict"] == "match"
+
+
+def test_dates_outside_pythons_range_are_refused_naming_the_file_in_dict_output(
+    runner: Runner, tmp_path: Path
+) -> None:
+    path = tmp_path / "far.parquet"
+    far = pa.array([0, 100_000 * 365 * 86_400 * 10**6, 1], pa.timestamp("us"))
+    pq.write_table(pa.table({"id": pa.array([0, 1, 2]), "t": far}), path)
+    verdict = read(runner, Case(str(path), "parquet"), output="dict")
+    assert verdict["verdict"] == "refused", verdict
+    assert "'t'" in verdict["error"]["message"] and "range" in verdict["error"]["message"]
+    # Torch output: the stored integers, as documented.
+    assert read(runner, Case(str(path), "parquet"), output="torch")["verdict"] == "match"
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_lists_with_nulls_under_mask_are_read_with_both_masks(
+    runner: Runner, tmp_path: Path, workers: int
+) -> None:
+    path = tmp_path / "lists.parquet"
+    lists = pa.array([[1, None], None, [2, 3], [], [None]] * 7, pa.list_(pa.int64()))
+    pq.write_table(pa.table({"id": pa.array(range(35)), "seq": lists}), path, row_group_size=8)
+    for output in ("torch", "arrow"):
+        verdict = read(runner, Case(str(path), "parquet"), workers=workers, output=output)
+        assert verdict["verdict"] == "match" and verdict["rows"] == 35, verdict
