@@ -20,7 +20,7 @@ list<numeric>                   ``list_format``: ``"padded"`` (default) → ``co
                                 (``rows + 1``); ``"nested"`` → a jagged nested tensor
 null                            Python list of ``None``
 string/binary/other             Python list (temporal values inside nested types as their
-                                stored integers, extension values as their storage)
+                                stored integers; extension values as pyarrow gives them)
 ==============================  ===========================================================
 
 Nulls never change a dtype: ``null_policy="error"`` (default) raises `NullValueError`
@@ -261,9 +261,9 @@ class Converter:
             # Kept as Arrow until the last moment: across processes, the transport ships the
             # buffers and the main process makes the list (cheaper than pickling the list).
             return (lambda a, r, n: [Field(name, take(a, r), None)]), []
-        # Decimals, structs, maps, nested lists, large strings, views, intervals, extension
-        # types: Python objects, with temporal values (at any depth) as their stored integers
-        # as at the top level, and extension values as their storage.
+        # Decimals, structs, maps, nested lists, large strings, views, unions, extension types:
+        # Python objects, temporal values inside nested types as their stored integers (as at
+        # the top level); extension values as pyarrow gives them (uuid.UUID, ...).
         if pa.types.is_interval(t):  # MonthDayNano objects do not pickle: plain dicts
             return (lambda a, r, n: [Field(name, _intervals(take(a, r)), None)]), []
         if _holds_interval(t):
@@ -354,8 +354,10 @@ class Converter:
     def _list_parts(
         self, name: str, array: pa.Array, rows: Rows, n: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-        """Values of the whole column, start and length of each output row's list, and (when
-        masking) the values' validity."""
+        """Values, start and length of each output row's list in them, and (when masking) the
+        values' validity. Without nulls or a mask the values are the whole column's
+        (zero-copy); else this batch's values, gathered first, so that filling and masking
+        never pass over a whole shuffle block per batch."""
         values = array.values  # the whole child: offsets index it even when array is sliced
         offsets = array.offsets.to_numpy()
         index = np.arange(n) if rows is None else rows
@@ -366,12 +368,18 @@ class Converter:
                 self._nulls(name, array)
             null = ~array.is_valid().to_numpy(zero_copy_only=False)[index]
             lengths[null] = 0
+        if not values.null_count and self.null_policy != "mask":
+            return values.to_numpy(zero_copy_only=True), starts, lengths, None
+        begins = np.zeros(n, dtype=np.int64)
+        np.cumsum(lengths[:-1], out=begins[1:])
+        total = int(lengths.sum())
+        taken = values.take(pa.array(np.repeat(starts - begins, lengths) + np.arange(total)))
         valid = None
-        if values.null_count:
-            values, valid = self._fill_list_nulls(name, values)
+        if taken.null_count:
+            taken, valid = self._fill_list_nulls(name, taken)
         elif self.null_policy == "mask":
-            valid = np.ones(len(values), dtype=np.bool_)
-        return values.to_numpy(zero_copy_only=True), starts, lengths, valid
+            valid = np.ones(total, dtype=np.bool_)
+        return taken.to_numpy(zero_copy_only=True), begins, lengths, valid
 
     def _offsets(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
         values, starts, lengths, valid = self._list_parts(name, array, rows, n)

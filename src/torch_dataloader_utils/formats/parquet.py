@@ -71,11 +71,15 @@ def _read_facts(
         with open_input(f.path, fs) as source, parsing(url):
             size = source.size()
             checked, thrift, start = read_footer(source, size, url)
-            # pyarrow parses the footer from the bytes already read (no second request).
-            tail = TailFile(source, size, start, thrift)
+            # pyarrow parses the footer again: remote, from the bytes already read (no second
+            # request); local, from the file (a Python file object costs ~30 µs a file).
+            parsed = (
+                source
+                if fs.is_local
+                else pa.PythonFile(TailFile(source, size, start, thrift), mode="r")
+            )
             fragment = ds.ParquetFileFormat().make_fragment(
-                pa.PythonFile(tail, mode="r"),
-                partition_expression=_partition_expression(partition),
+                parsed, partition_expression=_partition_expression(partition)
             )
             fragment.ensure_complete_metadata()
             return fragment, checked, fragment.physical_schema
@@ -307,7 +311,7 @@ class ParquetFormat(Format):
                 size = source.size()
                 checked, thrift, start = read_footer(source, size, url)
                 tail = pa.PythonFile(TailFile(source, size, start, thrift), mode="r")
-                return pq.read_metadata(tail), checked, size
+                return pq.read_metadata(tail), checked, size  # remote only: no second request
 
         found = fs.request(read, what=url)
         self._footers[path] = found

@@ -62,125 +62,161 @@ class _ThriftError(Exception):
     """The Thrift bytes do not parse."""
 
 
-class _Reader:
-    """Thrift compact protocol over bytes; keeps only the fields asked for."""
+def _varint(data: bytes, pos: int) -> tuple[int, int]:
+    """The unsigned varint at ``pos`` and the position after it."""
+    result = shift = 0
+    while True:
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return result, pos
+        shift += 7
+        if shift > 70:
+            raise _ThriftError("a varint runs past 10 bytes")
 
-    def __init__(self, data: bytes) -> None:
-        self.data = data
-        self.pos = 0
 
-    def byte(self) -> int:
-        if self.pos >= len(self.data):
-            raise _ThriftError("the footer ends early")
-        value = self.data[self.pos]
-        self.pos += 1
-        return value
+def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
+    n, pos = _varint(data, pos)
+    return (n >> 1) ^ -(n & 1), pos
 
-    def varint(self) -> int:
-        shift = result = 0
+
+def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
+    """The position after the value of type ``kind`` at ``pos``. Written for speed (a Python
+    call per value, varints skipped inline): planning walks every footer."""
+    if kind in (_TRUE, _FALSE):
+        return pos
+    if kind == _BYTE:
+        return pos + 1
+    if _I16 <= kind <= _I64:
+        while data[pos] & 0x80:
+            pos += 1
+        return pos + 1
+    if kind == _DOUBLE:
+        return pos + 8
+    if kind == _BINARY:
+        n, pos = _varint(data, pos)
+        return pos + n
+    if depth > _MAX_DEPTH:
+        raise _ThriftError("the footer nests too deep")
+    if kind == _STRUCT:
         while True:
-            b = self.byte()
-            result |= (b & 0x7F) << shift
-            if not b & 0x80:
-                return result
-            shift += 7
-            if shift > 70:
-                raise _ThriftError("a varint runs past 10 bytes")
-
-    def zigzag(self) -> int:
-        n = self.varint()
-        return (n >> 1) ^ -(n & 1)
-
-    def skip_bytes(self, n: int) -> None:
-        if n < 0 or self.pos + n > len(self.data):
-            raise _ThriftError("a field runs past the footer")
-        self.pos += n
-
-    def list_header(self) -> tuple[int, int]:
-        head = self.byte()
-        size = head >> 4
-        if size == 15:
-            size = self.varint()
-        return size, head & 0x0F
-
-    def skip(self, kind: int, depth: int) -> None:
-        if depth > _MAX_DEPTH:
-            raise _ThriftError("the footer nests too deep")
-        if kind in (_TRUE, _FALSE, _BYTE):
-            if kind == _BYTE:
-                self.byte()
-        elif kind in (_I16, _I32, _I64):
-            self.varint()
-        elif kind == _DOUBLE:
-            self.skip_bytes(8)
-        elif kind == _BINARY:
-            self.skip_bytes(self.varint())
-        elif kind in (_LIST, _SET):
-            size, element = self.list_header()
-            for _ in range(size):
-                self.skip(element, depth + 1) if element not in (_TRUE, _FALSE) else self.byte()
-        elif kind == _MAP:
-            size = self.varint()
-            if size:
-                types = self.byte()
-                for _ in range(size):
-                    self.skip(types >> 4, depth + 1)
-                    self.skip(types & 0x0F, depth + 1)
-        elif kind == _STRUCT:
-            self.struct({}, depth + 1)
-        else:
-            raise _ThriftError(f"unknown Thrift type {kind}")
-
-    def struct(self, wanted: dict[int, Any], depth: int) -> dict[int, Any]:
-        """Fields of a struct: those in ``wanted`` (id → reader, or ``None`` for an integer)
-        parsed, the others skipped. A struct field read as ``True`` is only noted present."""
-        if depth > _MAX_DEPTH:
-            raise _ThriftError("the footer nests too deep")
-        found: dict[int, Any] = {}
-        field = 0
-        while True:
-            head = self.byte()
+            head = data[pos]
+            pos += 1
+            if head == _STOP:
+                return pos
+            if not head >> 4:  # a long-form field id
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
             kind = head & 0x0F
-            if kind == _STOP:
-                return found
-            delta = head >> 4
-            field = field + delta if delta else self.zigzag()
-            parse = wanted.get(field, _SKIP)
-            if parse is _SKIP:
-                self.skip(kind, depth)
-            elif parse is None:
-                if kind not in (_I16, _I32, _I64):
-                    raise _ThriftError(f"field {field} is not an integer")
-                found[field] = self.zigzag()
-            elif parse is True:
-                self.skip(kind, depth)
-                found[field] = True
-            else:
-                found[field] = parse(self, kind, depth + 1)
+            if _I16 <= kind <= _I64:  # the most common fields, skipped inline
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            elif kind > _FALSE:
+                pos = _skip(data, pos, kind, depth + 1)
+    if kind in (_LIST, _SET):
+        head = data[pos]
+        pos += 1
+        size, element = head >> 4, head & 0x0F
+        if size == 15:
+            size, pos = _varint(data, pos)
+        if element in (_TRUE, _FALSE):
+            return pos + size  # a byte each
+        if not _BYTE <= element <= _STRUCT:
+            raise _ThriftError(f"unknown Thrift type {element}")
+        if _I16 <= element <= _I64:
+            for _ in range(size):
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            return pos
+        for _ in range(size):
+            pos = _skip(data, pos, element, depth + 1)
+        return pos
+    if kind == _MAP:
+        size, pos = _varint(data, pos)
+        if size:
+            types = data[pos]
+            pos += 1
+            for _ in range(size):
+                pos = _skip(data, pos, types >> 4, depth + 1)
+                pos = _skip(data, pos, types & 0x0F, depth + 1)
+        return pos
+    raise _ThriftError(f"unknown Thrift type {kind}")
+
+
+def _struct(
+    data: bytes, pos: int, wanted: dict[int, Any], depth: int
+) -> tuple[dict[int, Any], int]:
+    """The fields of the struct at ``pos`` in ``wanted`` (id → parser, ``None`` for an
+    integer, ``True`` to note only that it is there), the others skipped; and the position
+    after the struct."""
+    if depth > _MAX_DEPTH:
+        raise _ThriftError("the footer nests too deep")
+    found: dict[int, Any] = {}
+    field = 0
+    while True:
+        head = data[pos]
+        pos += 1
+        kind = head & 0x0F
+        if kind == _STOP:
+            return found, pos
+        delta = head >> 4
+        if delta:
+            field += delta
+        else:
+            field, pos = _zigzag(data, pos)
+        parse = wanted.get(field, _SKIP)
+        if parse is _SKIP:
+            if _I16 <= kind <= _I64:  # inline, as in _skip
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            elif kind > _FALSE:
+                pos = _skip(data, pos, kind, depth + 1)
+        elif parse is None:
+            if not _I16 <= kind <= _I64:
+                raise _ThriftError(f"field {field} is not an integer")
+            found[field], pos = _zigzag(data, pos)
+        elif parse is True:
+            pos = _skip(data, pos, kind, depth + 1)
+            found[field] = True
+        else:
+            found[field], pos = parse(data, pos, kind, depth + 1)
 
 
 _SKIP = object()
 
 
 def _list_of(item: Any) -> Any:
-    def parse(reader: _Reader, kind: int, depth: int) -> list[Any]:
+    def parse(data: bytes, pos: int, kind: int, depth: int) -> tuple[list[Any], int]:
         if kind != _LIST:
             raise _ThriftError("a list field is not a list")
-        size, element = reader.list_header()
+        head = data[pos]
+        pos += 1
+        size, element = head >> 4, head & 0x0F
+        if size == 15:
+            size, pos = _varint(data, pos)
         if element != _STRUCT:
             raise _ThriftError("a list of structs holds another type")
-        if size > len(reader.data):  # each struct takes at least a byte
+        if size > len(data):  # each struct takes at least a byte
             raise _ThriftError(f"a list claims {size} elements")
-        return [item(reader, element, depth) for _ in range(size)]
+        items = []
+        for _ in range(size):
+            value, pos = item(data, pos, element, depth)
+            items.append(value)
+        return items, pos
 
     return parse
 
 
 def _struct_of(wanted: dict[int, Any]) -> Any:
-    def parse(reader: _Reader, kind: int, depth: int) -> dict[int, Any]:
+    def parse(data: bytes, pos: int, kind: int, depth: int) -> tuple[dict[int, Any], int]:
         if kind != _STRUCT:
             raise _ThriftError("a struct field is not a struct")
-        return reader.struct(wanted, depth)
+        return _struct(data, pos, wanted, depth)
 
     return parse
 
@@ -200,7 +236,13 @@ def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
         UnsupportedFileError: a column's metadata is encrypted.
     """
     try:
-        meta = _Reader(thrift).struct(_FILE, 0)
+        meta, end = _struct(thrift, 0, _FILE, 0)
+        if end > len(thrift):
+            raise _ThriftError("a field runs past the footer")
+    except IndexError:
+        raise CorruptFileError(
+            f"{url}: the Parquet footer does not parse (it ends early)"
+        ) from None
     except _ThriftError as exc:
         raise CorruptFileError(f"{url}: the Parquet footer does not parse ({exc})") from None
     num_rows = meta.get(3)
