@@ -107,9 +107,10 @@ class Reader:
             yield from self._read_piece(piece, upcoming)
         except TorchDataloaderUtilsError:
             raise
-        except (ValueError, LookupError, TypeError, ArithmeticError, pa.ArrowException) as exc:
+        except (ValueError, IndexError, OverflowError, EOFError, pa.ArrowException) as exc:
             # A format let a parser's error through (a UnicodeDecodeError from names that are
             # not UTF-8, an Arrow error from bytes pyarrow rejects): name the file and rows.
+            # (TypeError, KeyError and the like are bugs, not bad bytes: they pass as they are.)
             chunk = self.chunks[piece.chunk]
             raise CorruptFileError(
                 f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows "

@@ -41,7 +41,7 @@ def _unreadable(t: pa.DataType) -> str | None:
             return reason
     if pa.types.is_dictionary(t):
         return _unreadable(t.value_type)
-    if isinstance(t, pa.ExtensionType):
+    if isinstance(t, pa.BaseExtensionType):
         return _unreadable(t.storage_type)
     return None
 
