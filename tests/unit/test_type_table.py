@@ -77,7 +77,42 @@ def _values() -> dict[str, pa.Array]:
         "extension<arrow.json>": pa.ExtensionArray.from_storage(
             pa.json_(), pa.array(['{"a": 1}', "[]", "null"])
         ),
+        "timestamp[ns, tz=Europe/Paris]": pa.array([0, 1, 2], pa.timestamp("ns", "Europe/Paris")),
+        "time32[ms]": pa.array([0, 1, 2], pa.time32("ms")),
+        "decimal256(40, 2)": pa.array(
+            [decimal.Decimal("1.25"), decimal.Decimal("-2.50"), decimal.Decimal("3")],
+            pa.decimal256(40, 2),
+        ),
+        "large_string": strings.cast(pa.large_string()),
+        "fixed_size_binary(2)": pa.array([b"ab", b"cd", b"ef"], pa.binary(2)),
+        "large_list<float64>": pa.array([[1.0], [], [2.0, 3.0]], pa.large_list(pa.float64())),
+        "list<list<int32>>": pa.array([[[1]], [], [[2, 3], []]], pa.list_(pa.list_(pa.int32()))),
+        "dense_union<int64, string>": pa.UnionArray.from_dense(
+            pa.array([0, 1, 0], pa.int8()),
+            pa.array([0, 0, 1], pa.int32()),
+            [pa.array([1, 2]), pa.array(["x"])],
+        ),
+        "extension<geoarrow.wkb>": pa.ExtensionArray.from_storage(
+            _Wkb(), pa.array([b"\x01\x01\x00\x00\x00" + bytes(16)] * 3)
+        ),
     }
+
+
+class _Wkb(pa.ExtensionType):
+    """A geospatial extension type as GeoArrow writes it (WKB in binary storage)."""
+
+    def __init__(self) -> None:
+        super().__init__(pa.binary(), "geoarrow.wkb")
+
+    def __arrow_ext_serialize__(self) -> bytes:
+        return b"{}"
+
+    @classmethod
+    def __arrow_ext_deserialize__(cls, storage_type: pa.DataType, serialized: bytes) -> _Wkb:
+        return cls()
+
+
+pa.register_extension_type(_Wkb())
 
 
 # Doc rows whose type pyarrow cannot build in Python: a real file of the corpus holds it.
