@@ -98,3 +98,45 @@ def test_lists_with_nulls_under_mask_are_read_with_both_masks(
     for output in ("torch", "arrow"):
         verdict = read(runner, Case(str(path), "parquet"), workers=workers, output=output)
         assert verdict["verdict"] == "match" and verdict["rows"] == 35, verdict
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_an_unclosed_quote_is_an_error_naming_the_file_and_byte(
+    runner: Runner, tmp_path: Path, workers: int
+) -> None:
+    """pyarrow reads the rest of the file as one value (3,501 of 5,000 rows, no error)."""
+    rows = [f"{i},v{i}\n" for i in range(5000)]
+    rows[3500] = '3500,"broken\n'
+    path = tmp_path / "unclosed.csv"
+    path.write_text("id,s\n" + "".join(rows))
+    at = path.read_bytes().index(b'"')
+    verdict = read(runner, Case(str(path), "csv"), workers=workers)
+    assert verdict["verdict"] == "refused" and verdict["stage"] == "planning", verdict
+    assert f"quote at byte {at} is never closed" in verdict["error"]["message"], verdict
+    # Closed, the same file reads exactly.
+    rows[3500] = '3500,"mended"\n'
+    path.write_text("id,s\n" + "".join(rows))
+    verdict = read(runner, Case(str(path), "csv"), workers=workers)
+    assert verdict["verdict"] == "match" and verdict["rows"] == 5000, verdict
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_shard_cut_at_a_member_boundary_is_an_error_naming_the_file(
+    runner: Runner, tmp_path: Path, workers: int
+) -> None:
+    """tarfile and webdataset read the samples before the cut without a word."""
+    import tarfile
+
+    from tests.corpus.cases import ROOT
+
+    whole = (ROOT / "webdataset/testdata/tendata.tar").read_bytes()
+    with tarfile.open(ROOT / "webdataset/testdata/tendata.tar") as archive:
+        members = archive.getmembers()
+    cut = members[40].offset  # the header of the 41st member: 40 whole members before it
+    path = tmp_path / "cut.tar"
+    path.write_bytes(whole[:cut])
+    options = {"missing_component": "empty", "decode": False, "index_cache_dir": ""}
+    verdict = read(runner, Case(str(path), "webdataset", options), workers=workers)
+    assert verdict["verdict"] == "refused" and verdict["stage"] == "planning", verdict
+    message = verdict["error"]["message"]
+    assert f"offset {cut}" in message and "end-of-archive marker" in message, verdict

@@ -81,6 +81,10 @@ class RecordScan:
         self.record_start = 0  # where the current (unfinished) record starts
         self.content = False  # whether the unfinished record holds a non-blank byte
         self.last_byte: int | None = None
+        self.last_quote = -1  # file offset of the last quote byte fed
+        # Where a quote opens that is never closed, when the parity says so reliably (every
+        # quote opened or closed a field): the rest of the file would be one value.
+        self.unclosed_at: int | None = None
 
     def _has_content(self, part: np.ndarray) -> bool:
         return bool(part.size) and not bool(self.is_blank[part].all())
@@ -101,6 +105,8 @@ class RecordScan:
             self._check_bare_cr(a, quotes, off)
         if quotes is not None:
             self.quotes += int(quotes.size)
+            if quotes.size:
+                self.last_quote = off + int(quotes[-1])
         if a.size:
             self.last_byte = int(a[-1])
         self.offset += int(a.size)
@@ -128,6 +134,7 @@ class RecordScan:
         """After the last piece: the end of an unterminated last record (the file size), if
         it is not blank; flags an unclosed quote as unreliable."""
         if self.quotes % 2 and self.unreliable is None:
+            self.unclosed_at = self.last_quote
             self.unreliable = "a quoted value is not closed before the end of the file"
         if self.content:
             return np.array([self.offset], dtype=np.int64)

@@ -183,6 +183,14 @@ class TextFormat(Format):
             names = self._header(b"".join(head), file, fs)
             ends = ends[1:]
         cutter.feed(ends)
+        if scan.unclosed_at is not None and self._unsplittable() is None:
+            raise CorruptFileError(
+                f"{fs.url(file.path)}: the quote at byte {scan.unclosed_at}"
+                f"{' of the decompressed data' if codec else ''} is never closed: the rest of "
+                f"the file ({scan.offset - scan.unclosed_at} bytes) would be read as one value "
+                "and the records in it lost; close the quote, or read the file with "
+                "quote_char=None if its quotes are not quoting"
+            )
         why = self._unsplittable() or scan.unreliable
         if why is None and codec is None:
             return _Scanned(names, cutter.finish(file.size), None)

@@ -20,9 +20,14 @@ rest of the archive would be lost):
   block in the middle; tarfile stops at the first zero block);
 - a PAX record that does not parse raises (tarfile stops reading the records).
 
-A clean end is: the end of the file exactly at a block boundary after the last member (tarfile
-agrees), or a zero block followed by nothing but zero bytes. A 0-byte file is an empty archive
-(tarfile calls it an error; for a shard it is simply one with no samples).
+- a file that ends right after a member, without the end-of-archive marker, raises: it was
+  cut at a member boundary (an interrupted upload or copy), and the samples after the cut are
+  missing (tarfile reads such a file without a word). Every tar writer (GNU tar, Python's
+  tarfile, webdataset's TarWriter) writes the marker.
+
+A clean end is a zero block followed by nothing but zero bytes (the marker is two zero blocks;
+writers pad to a record of 10 KiB, and a cut inside that padding loses nothing). A 0-byte file
+is an empty archive (tarfile calls it an error; for a shard it is simply one with no samples).
 """
 
 from __future__ import annotations
@@ -115,9 +120,10 @@ def scan_tar(
     Raises:
         CorruptFileError: ``"{where}: offset {o}: ..."`` for a bad checksum, a malformed or
             truncated header, data running past the end of the file, a PAX record that does not
-            parse, or non-zero bytes after the end-of-archive marker.
+            parse, non-zero bytes after the end-of-archive marker, or a file that ends without
+            that marker (cut at a member boundary).
     """
-    return _Scanner(read, 0, size, where, max(window, BLOCK)).members()
+    return _Scanner(read, 0, size, where, max(window, BLOCK), marked=size > 0).members()
 
 
 def iter_tar(data: bytes | memoryview, *, where: str, base: int = 0) -> Iterator[TarMember]:
@@ -153,11 +159,14 @@ class _Scanner:
         stop: int,
         where: str,
         window: int,
+        *,
+        marked: bool = False,
     ) -> None:
         self.read = read
         self.start = start
         self.stop = stop
         self.where = where
+        self.marked = marked  # the bytes end with the end-of-archive marker (a whole file)
         self.window = window
         self.buf: bytes | memoryview = b""
         self.buf_start = start
@@ -191,6 +200,13 @@ class _Scanner:
             if pos == stop:
                 if first >= 0:
                     raise self.error(first, "extension header not followed by a member")
+                if self.marked:
+                    raise self.error(
+                        pos,
+                        "the shard ends after a member without the end-of-archive marker (two "
+                        "zero blocks): it was cut short (an interrupted upload or copy?), and "
+                        "the samples after the cut are missing; write or copy it again",
+                    )
                 return
             if stop - pos < BLOCK:
                 tail = bytes(self.get(pos, stop - pos))

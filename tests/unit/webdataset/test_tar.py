@@ -264,28 +264,35 @@ def cut_points(data: bytes, members: Sequence[TarMember]) -> Iterator[int]:
 
 
 @pytest.mark.parametrize("fmt", sorted(FORMATS))
-def test_truncated_archives_raise_or_end_where_tarfile_ends(fmt: str) -> None:
+def test_cut_archives_raise_unless_only_the_end_marker_is_cut(fmt: str) -> None:
     specs = SPECS[:8] + (LONG_SPECS if fmt != "ustar" else [])
     data = make_tar(specs, format=FORMATS[fmt])
     full = scan(data)
-    clean_ends = {0} | {padded(m.end) for m in full}
-    end_of_members = max(clean_ends)
-    clean = raised = 0
+    boundaries = {padded(m.end) for m in full}
+    end_of_members = max(boundaries)
+    clean = raised = at_boundary = 0
     for cut in cut_points(data, full):
         piece = data[:cut]
-        if cut in clean_ends or cut >= end_of_members:
-            # Whole members followed by nothing, or a (partial) end marker: a clean end, with
-            # exactly the members tarfile reads (tarfile calls a 0-byte file an error).
+        if cut == 0 or cut > end_of_members:
+            # Nothing, or every member and a (partial) end marker: a clean end, with exactly
+            # the members tarfile reads (tarfile calls a 0-byte file an error).
             got = scan(piece)
             assert got == [m for m in full if padded(m.end) <= cut]
             if cut:
                 assert got == tarfile_members(piece)
             clean += 1
+        elif cut in boundaries:
+            # Cut between members: tarfile reads the members before the cut without a word;
+            # the samples after it would vanish.
+            assert tarfile_members(piece) == [m for m in full if padded(m.end) <= cut]
+            with pytest.raises(CorruptFileError, match=rf"offset {cut}: .*without the end-of"):
+                scan(piece)
+            at_boundary += 1
         else:
             with pytest.raises(CorruptFileError, match=r"mem://shard\.tar: offset \d+: "):
                 scan(piece)
             raised += 1
-    assert clean > len(full) and raised > 5 * len(full)
+    assert clean > 2 and at_boundary >= len(full) - 1 and raised > 5 * len(full)
 
 
 def test_truncated_error_names_the_offset_of_the_cut_member() -> None:
