@@ -105,7 +105,7 @@ def reference(case: Case) -> pa.Table:
     if case.format == "parquet":
         import pyarrow.parquet as pq
 
-        return pq.read_table(path)
+        return pq.read_table(path, page_checksum_verification=True)
     if case.format == "orc":
         from pyarrow import orc
 

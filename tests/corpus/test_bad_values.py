@@ -140,3 +140,22 @@ def test_a_shard_cut_at_a_member_boundary_is_an_error_naming_the_file(
     assert verdict["verdict"] == "refused" and verdict["stage"] == "planning", verdict
     message = verdict["error"]["message"]
     assert f"offset {cut}" in message and "end-of-archive marker" in message, verdict
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_flipped_bit_under_a_page_checksum_is_an_error_naming_the_file(
+    runner: Runner, tmp_path: Path, workers: int
+) -> None:
+    """pyarrow's reader returns the wrong value unless asked to verify; we always verify."""
+    path = tmp_path / "crc.parquet"
+    table = pa.table({"id": pa.array(range(1000)), "x": pa.array(range(1000, 2000))})
+    pq.write_table(table, path, compression="none", use_dictionary=False, write_page_checksum=True)
+    column = pq.read_metadata(path).row_group(0).column(1)
+    data = bytearray(path.read_bytes())
+    data[column.data_page_offset + column.total_compressed_size - 9] ^= 0x04  # a value's bit
+    path.write_bytes(bytes(data))
+    assert pq.read_table(path).column("x").to_pylist() != list(range(1000, 2000))  # silently
+    verdict = read(runner, Case(str(path), "parquet"), workers=workers)
+    assert verdict["verdict"] == "refused", verdict
+    message = verdict["error"]["message"]
+    assert "crc.parquet row group 0" in message and "CRC checksum" in message, verdict

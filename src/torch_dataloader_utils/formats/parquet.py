@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -159,11 +161,19 @@ class ParquetFormat(Format):
     chunks. Workers re-open the file (one footer read per file per worker) rather than receive
     pickled footers: a footer pickles to ~40 KB, which ``spawn`` would copy into every worker for
     every file, while a re-read costs one small request (see docs/adr/0002).
+
+    Args:
+        verify_checksums: verify the page checksums a file carries (a mismatch raises
+            `CorruptFileError` naming the file and row group); files without them cost nothing.
     """
 
     name = "parquet"
 
-    def __init__(self) -> None:
+    def __init__(self, *, verify_checksums: bool = True) -> None:
+        # Page CRCs, where the writer stored them (pyarrow's write_page_checksum=True, Spark,
+        # parquet-mr): a flipped bit is a CorruptFileError, not a wrong value. Measured: ~8%
+        # more decode time on files that carry them (2M rows, 3 columns); none without.
+        self.verify_checksums = verify_checksums
         self._open: HandleCache[str, pq.ParquetFile] = HandleCache(
             _OPEN_FILES, pq.ParquetFile.close
         )
@@ -185,8 +195,9 @@ class ParquetFormat(Format):
             self._ahead, self._fetcher = OrderedDict(), None
             self._pid = os.getpid()
 
-    def __reduce__(self) -> tuple[type[ParquetFormat], tuple[()]]:
-        return (type(self), ())  # open files stay behind: each process opens its own
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        # Open files stay behind: each process opens its own.
+        return (functools.partial(type(self), verify_checksums=self.verify_checksums), ())
 
     def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
         url = fs.url(file.path)
@@ -233,7 +244,7 @@ class ParquetFormat(Format):
             source = open_input(path, fs)
             try:
                 with parsing(fs.url(path)):
-                    return pq.ParquetFile(source)
+                    return pq.ParquetFile(source, page_checksum_verification=self.verify_checksums)
             except BaseException:  # corrupt, or the storage failed mid-parse
                 source.close()
                 raise
@@ -358,7 +369,11 @@ class ParquetFormat(Format):
             def head() -> list[pa.RecordBatch]:
                 with open_input(path, fs) as source, parsing(where):
                     handle = pq.ParquetFile(
-                        source, metadata=metadata, pre_buffer=False, buffer_size=_STREAM_BUFFER
+                        source,
+                        metadata=metadata,
+                        pre_buffer=False,
+                        buffer_size=_STREAM_BUFFER,
+                        page_checksum_verification=self.verify_checksums,
                     )
                     batches = handle.iter_batches(
                         batch_size=_READ_BATCH_ROWS,
@@ -380,7 +395,12 @@ class ParquetFormat(Format):
             raise translate_os_error(exc, where) from exc
         source = RangeFile(size, buffers, lambda offset, n: fs.read_range(path, offset, n))
         with parsing(where):
-            handle = pq.ParquetFile(source.arrow(), metadata=metadata, pre_buffer=False)
+            handle = pq.ParquetFile(
+                source.arrow(),
+                metadata=metadata,
+                pre_buffer=False,
+                page_checksum_verification=self.verify_checksums,
+            )
             batches = handle.iter_batches(
                 batch_size=_READ_BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False
             )

@@ -15,9 +15,9 @@ from dataclasses import dataclass
 
 from braceexpand import braceexpand
 
-from ..errors import InvalidSourceError
+from ..errors import InvalidSourceError, StorageError, TorchDataloaderUtilsError
 from .errors import translate_os_error
-from .retry import as_os_error
+from .retry import as_os_error, is_sdk_error, scrub
 from .spec import FileSystemSpec
 
 __all__ = ["Source", "SourceFile", "list_files"]
@@ -56,39 +56,48 @@ def _glob_base(pattern: str) -> str:
 
 
 def _expand_one(pattern: str, fs: FileSystemSpec) -> list[SourceFile]:
-    fsys = fs.fsspec()
     path = fs.strip(pattern)
     url = fs.url(path)
     try:
-        if _GLOB_CHARS & set(path):
-            base = _glob_base(path)
-            found = fsys.glob(path, detail=True)
-            files = [
-                SourceFile(p, int(info.get("size") or 0), base)
-                for p, info in sorted(found.items())
-                if info.get("type") == "file"
-                and not _is_hidden(posixpath.relpath(p, base) if base else p)
-            ]
-            if not files:
-                raise InvalidSourceError(f"{url}: the pattern matched no files")
-            return files
-        info = fsys.info(path)
-        if info.get("type") == "directory":
-            found = fsys.find(path, detail=True)
-            files = [
-                SourceFile(p, int(i.get("size") or 0), path)
-                for p, i in sorted(found.items())
-                if i.get("type") == "file" and not _is_hidden(posixpath.relpath(p, path))
-            ]
-            if not files:
-                raise InvalidSourceError(f"{url}: the directory holds no data files")
-            return files
-        return [SourceFile(path, int(info.get("size") or 0), posixpath.dirname(path))]
+        # One request (a listing or a stat, with its pages), retried as any other.
+        return fs.request(lambda: _list_one(path, url, fs), what=url)
+    except TorchDataloaderUtilsError:
+        raise
     except Exception as exc:
         error = as_os_error(exc)  # also SDK errors that are not OSError (adlfs's)
-        if error is None:
-            raise
-        raise translate_os_error(error, url) from exc
+        if error is not None:
+            raise translate_os_error(error, url) from exc
+        if is_sdk_error(exc):  # no credentials, a bad endpoint URL, ...
+            raise StorageError(f"{url}: {type(exc).__name__}: {scrub(str(exc))}") from exc
+        raise
+
+
+def _list_one(path: str, url: str, fs: FileSystemSpec) -> list[SourceFile]:
+    fsys = fs.fsspec()
+    if _GLOB_CHARS & set(path):
+        base = _glob_base(path)
+        found = fsys.glob(path, detail=True)
+        files = [
+            SourceFile(p, int(info.get("size") or 0), base)
+            for p, info in sorted(found.items())
+            if info.get("type") == "file"
+            and not _is_hidden(posixpath.relpath(p, base) if base else p)
+        ]
+        if not files:
+            raise InvalidSourceError(f"{url}: the pattern matched no files")
+        return files
+    info = fsys.info(path)
+    if info.get("type") == "directory":
+        found = fsys.find(path, detail=True)
+        files = [
+            SourceFile(p, int(i.get("size") or 0), path)
+            for p, i in sorted(found.items())
+            if i.get("type") == "file" and not _is_hidden(posixpath.relpath(p, path))
+        ]
+        if not files:
+            raise InvalidSourceError(f"{url}: the directory holds no data files")
+        return files
+    return [SourceFile(path, int(info.get("size") or 0), posixpath.dirname(path))]
 
 
 def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:

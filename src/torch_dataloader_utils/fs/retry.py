@@ -246,6 +246,29 @@ _HTTP_ERROR_TYPES = frozenset(
 )
 
 
+# Packages whose exceptions are storage failures when listing or reading (their other
+# exceptions are not OSError: botocore's NoCredentialsError, aiohttp's InvalidURL, ...).
+_SDK_PACKAGES = frozenset(
+    {
+        "botocore",
+        "aiobotocore",
+        "aiohttp",
+        "s3fs",
+        "gcsfs",
+        "adlfs",
+        "google",
+        "azure",
+        "requests",
+        "urllib3",
+    }
+)
+
+
+def is_sdk_error(exc: BaseException) -> bool:
+    """Whether ``exc`` comes from a storage SDK (by its class's package)."""
+    return type(exc).__module__.split(".", 1)[0] in _SDK_PACKAGES
+
+
 def as_os_error(exc: BaseException) -> OSError | None:
     """``exc`` as the matching ``OSError`` when it is an SDK error with an HTTP status: 404
     becomes ``FileNotFoundError``, 401/403 ``PermissionError``, others an ``OSError`` whose
