@@ -159,3 +159,22 @@ def test_a_flipped_bit_under_a_page_checksum_is_an_error_naming_the_file(
     assert verdict["verdict"] == "refused", verdict
     message = verdict["error"]["message"]
     assert "crc.parquet row group 0" in message and "CRC checksum" in message, verdict
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json"])
+def test_a_record_longer_than_the_parse_block_is_read(
+    runner: Runner, tmp_path: Path, fmt: str
+) -> None:
+    """A 34 MiB record: past pyarrow's CSV block (1 MiB), its JSON block (16 MiB) and a chunk
+    fetched in one piece (32 MiB); it used to be refused as invalid ("straddling object")."""
+    big = "x" * (34 << 20)
+    if fmt == "csv":
+        text = f"id,s\n0,a\n1,{big}\n2,b\n"
+    else:
+        text = '{"id": 0, "s": "a"}\n{"id": 1, "s": "' + big + '"}\n{"id": 2, "s": "b"}\n'
+    path = tmp_path / f"long.{fmt}"
+    path.write_text(text)
+    del big, text
+    for workers in (0, 2):
+        verdict = read(runner, Case(str(path), fmt), workers=workers, batch_size=2)
+        assert verdict["verdict"] == "match" and verdict["rows"] == 3, verdict

@@ -142,8 +142,14 @@ class TextFormat(Format):
         raise NotImplementedError
 
     def _reader(
-        self, source: pa.NativeFile, layout: TextLayout, columns: list[str], whole: bool
+        self,
+        source: pa.NativeFile,
+        layout: TextLayout,
+        columns: list[str],
+        whole: bool,
+        block: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
+        """Parse ``source``; ``block``: pyarrow's block size (None: the format's own)."""
         raise NotImplementedError
 
     def _has_header(self) -> bool:
@@ -287,15 +293,30 @@ class TextFormat(Format):
         self, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, columns: list[str]
     ) -> Iterator[pa.RecordBatch]:
         where = f"{fs.url(chunk.path)} bytes {chunk.start}-{chunk.stop}"
-        source = self._source(chunk, fs)
-        try:
-            with parsing(where, kind=f"valid {self.kind}"):
-                try:
-                    yield from self._reader(source, layout, columns, chunk.start == 0)
-                except pa.ArrowInvalid as exc:
-                    raise self._bad_value(exc, chunk, fs, layout, where) from exc
-        finally:
-            source.close()
+        block: int | None = None  # the format's own, until a record does not fit in it
+        done = 0  # rows yielded: a parse started again skips them
+        while True:
+            source = self._source(chunk, fs)
+            try:
+                with parsing(where, kind=f"valid {self.kind}"):
+                    try:
+                        pos = 0
+                        for batch in self._reader(source, layout, columns, chunk.start == 0, block):
+                            if pos + batch.num_rows > done:
+                                yield batch.slice(max(done - pos, 0))
+                                done = pos + batch.num_rows
+                            pos += batch.num_rows
+                        return
+                    except pa.ArrowInvalid as exc:
+                        # A record longer than pyarrow's block: parse again with a block that
+                        # holds the whole chunk (its bytes are read whole anyway).
+                        whole_chunk = chunk.stop - chunk.start + 1
+                        if "straddl" in str(exc) and (block or 0) < whole_chunk:
+                            block = whole_chunk
+                            continue
+                        raise self._bad_value(exc, chunk, fs, layout, where) from exc
+            finally:
+                source.close()
 
     def _bad_value(
         self, exc: pa.ArrowInvalid, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, where: str

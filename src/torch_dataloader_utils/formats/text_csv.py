@@ -224,12 +224,17 @@ class CsvFormat(TextFormat):
         return pacsv.ReadOptions(**common, column_names=list(names))
 
     def _reader(
-        self, source: pa.NativeFile, layout: TextLayout, columns: list[str], whole: bool
+        self,
+        source: pa.NativeFile,
+        layout: TextLayout,
+        columns: list[str],
+        whole: bool,
+        block: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         types = {f.name: f.type for f in layout.schema}
         reader = pacsv.open_csv(
             source,
-            read_options=self._read_options(_CSV_BLOCK, whole=whole, names=layout.names),
+            read_options=self._read_options(block or _CSV_BLOCK, whole=whole, names=layout.names),
             parse_options=self._parse_options(self.newlines_in_values is not False),
             convert_options=self._convert(types, columns),
         )

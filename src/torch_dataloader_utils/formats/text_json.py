@@ -97,13 +97,18 @@ class JsonFormat(TextFormat):
             return TextLayout(tuple(schema.names), schema, inferred=True)
 
     def _reader(
-        self, source: pa.NativeFile, layout: TextLayout, columns: list[str], whole: bool
+        self,
+        source: pa.NativeFile,
+        layout: TextLayout,
+        columns: list[str],
+        whole: bool,
+        block: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
         size = source.size() if isinstance(source, pa.BufferReader) else 0
         reader = pajson.open_json(
             source,
             read_options=pajson.ReadOptions(
-                use_threads=False, block_size=max(size + 1, _JSON_BLOCK)
+                use_threads=False, block_size=block or max(size + 1, _JSON_BLOCK)
             ),
             parse_options=pajson.ParseOptions(
                 explicit_schema=layout.schema,
