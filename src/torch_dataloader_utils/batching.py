@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from .convert import take
+from .arrow_values import take
 from .planning import block_bounds, block_permutation
 
 __all__ = [

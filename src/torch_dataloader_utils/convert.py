@@ -32,8 +32,7 @@ shaped like ``col``).
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
@@ -44,6 +43,16 @@ import torch
 from numpy.lib.stride_tricks import sliding_window_view
 from torch.utils.dlpack import from_dlpack
 
+from .arrow_values import (
+    as_plain,
+    holds_interval,
+    intervals,
+    outside_python,
+    python_type,
+    string_arrays,
+    take,
+    temporal_int,
+)
 from .errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
 
 __all__ = [
@@ -99,19 +108,6 @@ class Field:
 
 def _is_numeric(t: pa.DataType) -> bool:
     return bool(pa.types.is_integer(t) or pa.types.is_floating(t))
-
-
-def _temporal_int(t: pa.DataType) -> pa.DataType | None:
-    if pa.types.is_date32(t) or pa.types.is_time32(t):
-        return pa.int32()
-    if (
-        pa.types.is_timestamp(t)
-        or pa.types.is_date64(t)
-        or pa.types.is_time64(t)
-        or pa.types.is_duration(t)
-    ):
-        return pa.int64()
-    return None
 
 
 def _check_pad_value(name: str, pad_value: float, value_type: pa.DataType) -> None:
@@ -231,7 +227,7 @@ class Converter:
             pa.types.is_fixed_size_list(t) or pa.types.is_list(t) or pa.types.is_large_list(t)
         ) and _is_numeric(t.value_type)
         if self.null_policy == "error" and (
-            _is_numeric(t) or pa.types.is_boolean(t) or _temporal_int(t) is not None or numeric_list
+            _is_numeric(t) or pa.types.is_boolean(t) or temporal_int(t) is not None or numeric_list
         ):
             self._no_nulls.append(name)
         # Under "mask", a numeric list column adds its rows' validity and its values'.
@@ -239,7 +235,7 @@ class Converter:
         if _is_numeric(t) or pa.types.is_boolean(t):
             added = [f"{name}_valid"] if self.null_policy == "mask" else []
             return (lambda a, r, n: self._primitive(name, a, r, n)), added
-        as_int = _temporal_int(t)
+        as_int = temporal_int(t)
         if as_int is not None:
             added = [f"{name}_valid"] if self.null_policy == "mask" else []
             return (lambda a, r, n: self._primitive(name, a.view(as_int), r, n)), added
@@ -265,8 +261,8 @@ class Converter:
         # Python objects, temporal values inside nested types as their stored integers (as at
         # the top level); extension values as pyarrow gives them (uuid.UUID, ...).
         if pa.types.is_interval(t):  # MonthDayNano objects do not pickle: plain dicts
-            return (lambda a, r, n: [Field(name, _intervals(take(a, r)), None)]), []
-        if _holds_interval(t):
+            return (lambda a, r, n: [Field(name, intervals(take(a, r)), None)]), []
+        if holds_interval(t):
             raise UnsupportedTypeError(
                 f"column {name!r} ({t}) holds intervals inside a nested type, which have no "
                 f'picklable Python value; read it with output_format="arrow"'
@@ -434,7 +430,7 @@ class Converter:
             if name not in batch.schema.names:
                 continue
             try:
-                for strings in _string_arrays(batch.column(name)):
+                for strings in string_arrays(batch.column(name)):
                     strings.validate(full=True)  # on a string array: its offsets and UTF-8
             except pa.ArrowInvalid as exc:
                 return DataError, (
@@ -444,7 +440,7 @@ class Converter:
         if self.output_format == "dict":
             for name in self._datetime_columns:
                 if name in batch.schema.names:
-                    reason = _outside_python(name, batch.column(name))
+                    reason = outside_python(name, batch.column(name))
                     if reason is not None:
                         return DataError, reason
         return None
@@ -479,7 +475,7 @@ class Converter:
         if self.output_format == "dict":
             out = take(batch, rows).to_pydict()
             for name in self._intervals:  # MonthDayNano objects do not pickle
-                out[name] = _intervals(
+                out[name] = intervals(
                     batch.column(name) if rows is None else take(batch.column(name), rows)
                 )
             return out
@@ -487,77 +483,6 @@ class Converter:
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}
         return self.finish_torch({f.key: as_tensor(f) for f in fields})
-
-
-def _intervals(array: pa.Array) -> list[Any]:
-    """month_day_nano intervals as ``{"months", "days", "nanoseconds"}`` dicts (pyarrow's
-    MonthDayNano objects cannot be pickled to the main process)."""
-    return [
-        None if v is None else {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
-        for v in array.to_pylist()
-    ]
-
-
-def _holds_interval(t: pa.DataType) -> bool:
-    if pa.types.is_interval(t):
-        return True
-    if pa.types.is_dictionary(t):
-        return _holds_interval(t.value_type)
-    if isinstance(t, pa.BaseExtensionType):
-        return _holds_interval(t.storage_type)
-    return any(_holds_interval(t.field(i).type) for i in range(t.num_fields))
-
-
-def _string_arrays(array: pa.Array) -> Iterator[pa.Array]:
-    """The string arrays in ``array`` (itself, or inside structs, lists, maps, dictionaries)."""
-    t = array.type
-    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
-        yield array
-    elif pa.types.is_dictionary(t):
-        yield from _string_arrays(array.dictionary)
-    elif pa.types.is_struct(t):
-        for i in range(t.num_fields):
-            yield from _string_arrays(array.field(i))
-    elif pa.types.is_map(t):
-        yield from _string_arrays(array.keys)
-        yield from _string_arrays(array.items)
-    elif (
-        pa.types.is_list(t)
-        or pa.types.is_large_list(t)
-        or pa.types.is_fixed_size_list(t)
-        or pa.types.is_list_view(t)
-        or pa.types.is_large_list_view(t)
-    ):
-        yield from _string_arrays(array.values)
-
-
-# Python's datetime range, in days since the epoch (date.min and date.max).
-_DAYS = (-719_162, 2_932_896)
-_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
-
-
-def _outside_python(name: str, column: pa.Array) -> str | None:
-    """Why a timestamp or date column cannot become Python ``datetime``/``date``, or None."""
-    t = column.type
-    if column.null_count == len(column):
-        return None
-    if pa.types.is_timestamp(t):
-        ticks = _PER_DAY[t.unit]
-        values = pc.min_max(column.view(pa.int64()))
-    elif pa.types.is_date64(t):
-        ticks = _PER_DAY["ms"]
-        values = pc.min_max(column.view(pa.int64()))
-    else:
-        ticks = 1
-        values = pc.min_max(column.view(pa.int32()))
-    low, high = values["min"].as_py(), values["max"].as_py()
-    # A day's margin: a time zone may move a value by up to a day.
-    if low < (_DAYS[0] + 1) * ticks or high > (_DAYS[1] - 1) * ticks:
-        return (
-            f"column {name!r} ({t}) holds values outside Python's datetime range (years "
-            '1-9999); read it with output_format="torch", "numpy" or "arrow" (stored integers)'
-        )
-    return None
 
 
 def _fixed_values(array: pa.Array, size: int) -> pa.Array:
@@ -589,84 +514,6 @@ def _pad(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, pad: Any) 
             padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
         padded[np.arange(longest) >= lengths[:, None]] = pad
     return padded
-
-
-def take(data: Any, rows: Rows) -> Any:
-    """Rows ``rows`` of an array or record batch (``None``: all). Types pyarrow's ``take``
-    has no kernel for (views, run-end encoded) are taken through their plain form and
-    converted back, so shuffling them keeps their type."""
-    if rows is None:
-        return data
-    indices = pa.array(rows)
-    try:
-        return data.take(indices)
-    except pa.ArrowNotImplementedError:
-        if isinstance(data, pa.RecordBatch):
-            columns = [take(c, rows) for c in data.columns]
-            return pa.RecordBatch.from_arrays(columns, schema=data.schema)
-        plain = python_type(data.type, keep_temporal=True)
-        if plain == data.type:
-            raise
-        taken = as_plain(data, plain).take(indices)
-        if pa.types.is_run_end_encoded(data.type):
-            return pc.run_end_encode(taken, run_end_type=data.type.run_end_type)
-        return taken.cast(data.type)
-
-
-def python_type(t: pa.DataType, *, keep_temporal: bool = False) -> pa.DataType:
-    """The type values of ``t`` become Python objects through: views as their plain types,
-    run-end encoded as their values, extension types as their storage, and (unless
-    ``keep_temporal``) temporal values as their stored integers, at any depth."""
-    if isinstance(t, pa.BaseExtensionType):  # pyarrow's own Python values (uuid.UUID, ...)
-        storage = python_type(t.storage_type, keep_temporal=keep_temporal)
-        return t if storage == t.storage_type else storage
-    if pa.types.is_run_end_encoded(t):
-        return python_type(t.value_type, keep_temporal=keep_temporal)
-    if pa.types.is_string_view(t):
-        return pa.large_string()
-    if pa.types.is_binary_view(t):
-        return pa.large_binary()
-    if not keep_temporal:
-        as_int = _temporal_int(t)
-        if as_int is not None:
-            return as_int
-    inner = functools.partial(python_type, keep_temporal=keep_temporal)
-    if pa.types.is_struct(t):
-        return pa.struct([f.with_type(inner(f.type)) for f in t])
-    if pa.types.is_map(t):
-        return pa.map_(
-            t.key_field.with_type(inner(t.key_type)), t.item_field.with_type(inner(t.item_type))
-        )
-    # List views stay as they are: pyarrow 26's cast of a list view to a list loses values
-    # (measured on arrow-testing's generated_list_view), and to_pylist reads them directly.
-    if pa.types.is_list(t):
-        return pa.list_(t.value_field.with_type(inner(t.value_type)))
-    if pa.types.is_large_list(t):
-        return pa.large_list(t.value_field.with_type(inner(t.value_type)))
-    if pa.types.is_fixed_size_list(t):
-        return pa.list_(t.value_field.with_type(inner(t.value_type)), t.list_size)
-    if pa.types.is_dictionary(t):
-        return inner(t.value_type)
-    return t
-
-
-def as_plain(array: pa.Array, plain: pa.DataType) -> pa.Array:
-    """``array`` as type ``plain`` (from `python_type`)."""
-    if array.type == plain:
-        return array
-    if isinstance(array.type, pa.BaseExtensionType):
-        array = array.storage
-    if pa.types.is_run_end_encoded(array.type):
-        array = pc.run_end_decode(array)
-    if pa.types.is_dictionary(array.type):
-        array = array.dictionary_decode()
-    if array.type == plain:
-        return array
-    try:
-        return array.cast(plain)
-    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
-        # Temporal to integer inside nested types: same layout, so a view.
-        return array.view(plain)
 
 
 def as_numpy(field: Field) -> Any:

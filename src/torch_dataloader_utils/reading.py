@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .convert import take
+from .arrow_values import take
 from .errors import CorruptFileError, DataError, TorchDataloaderUtilsError
 from .formats import Format, ReadOptions
 from .fs import FileSystemSpec

@@ -23,7 +23,7 @@ from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache, keep_inherited
 from .opening import open_input, parsing, slice_batches
-from .parquet_footer import Footer, TailFile, read_footer
+from .parquet_footer import Footer, footer_file, read_footer
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["ParquetFormat"]
@@ -75,11 +75,7 @@ def _read_facts(
             checked, thrift, start = read_footer(source, size, url)
             # pyarrow parses the footer again: remote, from the bytes already read (no second
             # request); local, from the file (a Python file object costs ~30 µs a file).
-            parsed = (
-                source
-                if fs.is_local
-                else pa.PythonFile(TailFile(source, size, start, thrift), mode="r")
-            )
+            parsed = source if fs.is_local else footer_file(source, size, start, thrift)
             fragment = ds.ParquetFileFormat().make_fragment(
                 parsed, partition_expression=_partition_expression(partition)
             )
@@ -321,7 +317,7 @@ class ParquetFormat(Format):
             with open_input(path, fs) as source, parsing(url):
                 size = source.size()
                 checked, thrift, start = read_footer(source, size, url)
-                tail = pa.PythonFile(TailFile(source, size, start, thrift), mode="r")
+                tail = footer_file(source, size, start, thrift)
                 return pq.read_metadata(tail), checked, size  # remote only: no second request
 
         found = fs.request(read, what=url)

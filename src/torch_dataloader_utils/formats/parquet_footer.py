@@ -17,15 +17,15 @@ Thrift structures (parquet.thrift): FileMetaData {3: num_rows, 4: row_groups}; R
 
 from __future__ import annotations
 
-import io
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
 from ..errors import CorruptFileError, UnsupportedFileError
+from ..fs.ranges import RangeFile
 
-__all__ = ["ColumnFacts", "Footer", "TailFile", "read_footer"]
+__all__ = ["ColumnFacts", "Footer", "footer_file", "read_footer"]
 
 MAGIC = b"PAR1"
 ENCRYPTED_MAGIC = b"PARE"
@@ -329,38 +329,8 @@ def read_footer(source: pa.NativeFile, size: int, url: str) -> tuple[Footer, byt
     return parse_footer(thrift, url, size), thrift, start
 
 
-class TailFile(io.RawIOBase):
-    """``source`` with its footer's bytes already in memory: pyarrow parses the footer again
-    (``pa.PythonFile(TailFile(...))``) without a second request; any other read goes to
-    ``source``."""
-
-    def __init__(self, source: pa.NativeFile, size: int, start: int, thrift: bytes) -> None:
-        super().__init__()
-        self._source, self._size, self._pos = source, size, 0
-        self._tail_start = start
-        self._tail = thrift + len(thrift).to_bytes(4, "little") + MAGIC
-
-    def readable(self) -> bool:
-        return True
-
-    def seekable(self) -> bool:
-        return True
-
-    def tell(self) -> int:
-        return self._pos
-
-    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
-        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
-        self._pos = max(0, base + offset)
-        return self._pos
-
-    def readinto(self, buffer: Any) -> int:
-        view = memoryview(buffer).cast("B")
-        n = max(0, min(len(view), self._size - self._pos))
-        if self._pos >= self._tail_start:
-            at = self._pos - self._tail_start
-            view[:n] = self._tail[at : at + n]
-        else:
-            view[:n] = self._source.read_at(n, self._pos)
-        self._pos += n
-        return n
+def footer_file(source: pa.NativeFile, size: int, start: int, thrift: bytes) -> pa.PythonFile:
+    """``source`` with its footer (``thrift`` at ``start``) already in memory: pyarrow parses
+    the footer again from it without a second request; any other read goes to ``source``."""
+    tail = thrift + len(thrift).to_bytes(4, "little") + MAGIC
+    return RangeFile(size, {start: tail}, lambda offset, n: source.read_at(n, offset)).arrow()

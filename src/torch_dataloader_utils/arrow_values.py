@@ -1,0 +1,191 @@
+"""Arrow values of any type: taking rows of them, and what they become as Python objects.
+
+`take` is every row gather of the library (blocks, batches, shuffles) for types pyarrow's own
+kernel lacks; `python_type`/`as_plain` say what a column that becomes Python objects goes
+through; the rest are the per-batch checks the reader runs where the file is known (strings
+that are not UTF-8, dates outside Python's range). docs/reference/types.md is the table.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = [
+    "as_plain",
+    "holds_interval",
+    "intervals",
+    "outside_python",
+    "python_type",
+    "string_arrays",
+    "take",
+    "temporal_int",
+]
+
+
+def temporal_int(t: pa.DataType) -> pa.DataType | None:
+    """The integer type a temporal type is stored as (None: not temporal)."""
+    if pa.types.is_date32(t) or pa.types.is_time32(t):
+        return pa.int32()
+    if (
+        pa.types.is_timestamp(t)
+        or pa.types.is_date64(t)
+        or pa.types.is_time64(t)
+        or pa.types.is_duration(t)
+    ):
+        return pa.int64()
+    return None
+
+
+def take(data: Any, rows: np.ndarray | None) -> Any:
+    """Rows ``rows`` of an array or record batch (``None``: all). Types pyarrow's ``take``
+    has no kernel for (views, run-end encoded) are taken through their plain form and
+    converted back, so shuffling them keeps their type."""
+    if rows is None:
+        return data
+    indices = pa.array(rows)
+    try:
+        return data.take(indices)
+    except pa.ArrowNotImplementedError:
+        if isinstance(data, pa.RecordBatch):
+            columns = [take(c, rows) for c in data.columns]
+            return pa.RecordBatch.from_arrays(columns, schema=data.schema)
+        plain = python_type(data.type, keep_temporal=True)
+        if plain == data.type:
+            raise
+        taken = as_plain(data, plain).take(indices)
+        if pa.types.is_run_end_encoded(data.type):
+            return pc.run_end_encode(taken, run_end_type=data.type.run_end_type)
+        return taken.cast(data.type)
+
+
+def python_type(t: pa.DataType, *, keep_temporal: bool = False) -> pa.DataType:
+    """The type values of ``t`` become Python objects through: views as their plain types,
+    run-end encoded as their values, extension types as their storage, and (unless
+    ``keep_temporal``) temporal values as their stored integers, at any depth."""
+    if isinstance(t, pa.BaseExtensionType):  # pyarrow's own Python values (uuid.UUID, ...)
+        storage = python_type(t.storage_type, keep_temporal=keep_temporal)
+        return t if storage == t.storage_type else storage
+    if pa.types.is_run_end_encoded(t):
+        return python_type(t.value_type, keep_temporal=keep_temporal)
+    if pa.types.is_string_view(t):
+        return pa.large_string()
+    if pa.types.is_binary_view(t):
+        return pa.large_binary()
+    if not keep_temporal:
+        as_int = temporal_int(t)
+        if as_int is not None:
+            return as_int
+    inner = functools.partial(python_type, keep_temporal=keep_temporal)
+    if pa.types.is_struct(t):
+        return pa.struct([f.with_type(inner(f.type)) for f in t])
+    if pa.types.is_map(t):
+        return pa.map_(
+            t.key_field.with_type(inner(t.key_type)), t.item_field.with_type(inner(t.item_type))
+        )
+    # List views stay as they are: pyarrow 26's cast of a list view to a list loses values
+    # (measured on arrow-testing's generated_list_view), and to_pylist reads them directly.
+    if pa.types.is_list(t):
+        return pa.list_(t.value_field.with_type(inner(t.value_type)))
+    if pa.types.is_large_list(t):
+        return pa.large_list(t.value_field.with_type(inner(t.value_type)))
+    if pa.types.is_fixed_size_list(t):
+        return pa.list_(t.value_field.with_type(inner(t.value_type)), t.list_size)
+    if pa.types.is_dictionary(t):
+        return inner(t.value_type)
+    return t
+
+
+def as_plain(array: pa.Array, plain: pa.DataType) -> pa.Array:
+    """``array`` as type ``plain`` (from `python_type`)."""
+    if array.type == plain:
+        return array
+    if isinstance(array.type, pa.BaseExtensionType):
+        array = array.storage
+    if pa.types.is_run_end_encoded(array.type):
+        array = pc.run_end_decode(array)
+    if pa.types.is_dictionary(array.type):
+        array = array.dictionary_decode()
+    if array.type == plain:
+        return array
+    try:
+        return array.cast(plain)
+    except (pa.ArrowNotImplementedError, pa.ArrowInvalid):
+        # Temporal to integer inside nested types: same layout, so a view.
+        return array.view(plain)
+
+
+def intervals(array: pa.Array) -> list[Any]:
+    """month_day_nano intervals as ``{"months", "days", "nanoseconds"}`` dicts (pyarrow's
+    MonthDayNano objects cannot be pickled to the main process)."""
+    return [
+        None if v is None else {"months": v.months, "days": v.days, "nanoseconds": v.nanoseconds}
+        for v in array.to_pylist()
+    ]
+
+
+def holds_interval(t: pa.DataType) -> bool:
+    if pa.types.is_interval(t):
+        return True
+    if pa.types.is_dictionary(t):
+        return holds_interval(t.value_type)
+    if isinstance(t, pa.BaseExtensionType):
+        return holds_interval(t.storage_type)
+    return any(holds_interval(t.field(i).type) for i in range(t.num_fields))
+
+
+def string_arrays(array: pa.Array) -> Iterator[pa.Array]:
+    """The string arrays in ``array`` (itself, or inside structs, lists, maps, dictionaries)."""
+    t = array.type
+    if pa.types.is_string(t) or pa.types.is_large_string(t) or pa.types.is_string_view(t):
+        yield array
+    elif pa.types.is_dictionary(t):
+        yield from string_arrays(array.dictionary)
+    elif pa.types.is_struct(t):
+        for i in range(t.num_fields):
+            yield from string_arrays(array.field(i))
+    elif pa.types.is_map(t):
+        yield from string_arrays(array.keys)
+        yield from string_arrays(array.items)
+    elif (
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    ):
+        yield from string_arrays(array.values)
+
+
+# Python's datetime range, in days since the epoch (date.min and date.max).
+_DAYS = (-719_162, 2_932_896)
+_PER_DAY = {"s": 86_400, "ms": 86_400_000, "us": 86_400_000_000, "ns": 86_400_000_000_000}
+
+
+def outside_python(name: str, column: pa.Array) -> str | None:
+    """Why a timestamp or date column cannot become Python ``datetime``/``date``, or None."""
+    t = column.type
+    if column.null_count == len(column):
+        return None
+    if pa.types.is_timestamp(t):
+        ticks = _PER_DAY[t.unit]
+        values = pc.min_max(column.view(pa.int64()))
+    elif pa.types.is_date64(t):
+        ticks = _PER_DAY["ms"]
+        values = pc.min_max(column.view(pa.int64()))
+    else:
+        ticks = 1
+        values = pc.min_max(column.view(pa.int32()))
+    low, high = values["min"].as_py(), values["max"].as_py()
+    # A day's margin: a time zone may move a value by up to a day.
+    if low < (_DAYS[0] + 1) * ticks or high > (_DAYS[1] - 1) * ticks:
+        return (
+            f"column {name!r} ({t}) holds values outside Python's datetime range (years "
+            '1-9999); read it with output_format="torch", "numpy" or "arrow" (stored integers)'
+        )
+    return None
