@@ -21,6 +21,7 @@ from .errors import (
     ColumnNotFoundError,
     CorruptFileError,
     DataError,
+    FileChangedError,
     FilterTypeError,
     InvalidArgumentError,
     InvalidSourceError,
@@ -37,6 +38,7 @@ from .errors import (
     UnsupportedFileError,
     UnsupportedTableError,
     UnsupportedTypeError,
+    WorkerDiedError,
 )
 from .formats import Format, FormatPlan, ReadOptions, available_formats, get_format
 from .formats.ipc import IpcFormat
@@ -60,6 +62,7 @@ __all__ = [
     "CorruptFileError",
     "CsvFormat",
     "DataError",
+    "FileChangedError",
     "FilterTypeError",
     "Format",
     "FormatPlan",
@@ -92,6 +95,7 @@ __all__ = [
     "UnsupportedTableError",
     "UnsupportedTypeError",
     "WebDatasetFormat",
+    "WorkerDiedError",
     "__version__",
     "available_formats",
     "create_dataloader",

@@ -626,6 +626,7 @@ class StructuredDataset(IterableDataset[Any]):
             self.read_options,
             output_columns=self._output_columns,
             check=self.converter.check,
+            files=self.plan.files,
         )
         options = BatchOptions(
             batch_size=self.batch_size,

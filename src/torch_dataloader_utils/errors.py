@@ -12,6 +12,7 @@ __all__ = [
     "ColumnNotFoundError",
     "CorruptFileError",
     "DataError",
+    "FileChangedError",
     "FilterTypeError",
     "InvalidArgumentError",
     "InvalidSourceError",
@@ -28,6 +29,7 @@ __all__ = [
     "UnsupportedFileError",
     "UnsupportedTableError",
     "UnsupportedTypeError",
+    "WorkerDiedError",
 ]
 
 
@@ -103,6 +105,11 @@ class CorruptFileError(DataError):
     """A file is truncated, corrupt, or not in the format it claims."""
 
 
+class FileChangedError(DataError):
+    """A file changed after it was planned (its size, ETag, generation or modification time
+    differ): its rows are not the ones the plan counted. Create the loader again."""
+
+
 class UnsupportedFileError(DataError):
     """A well-formed file uses something this library does not read (encryption, duplicate
     column names, a whole-shard compression); raised at planning, naming the file, what it uses
@@ -119,3 +126,15 @@ class MissingComponentError(DataError):
 
 class NullValueError(DataError):
     """A column holds nulls and the null policy is ``"error"``."""
+
+
+# --- workers ---------------------------------------------------------------------------------
+
+
+class WorkerDiedError(TorchDataloaderUtilsError, RuntimeError):
+    """A DataLoader worker process died (killed by the OS, e.g. the out-of-memory killer's
+    ``SIGKILL``, or exited): its batches are lost and the pass stops. The message names the
+    worker, its pid and the signal. The loader has already stopped its other workers: call
+    ``loader.load_state_dict(state)`` with the state saved after the last batch you received
+    (or ``loader.state_dict()``, which returns the same) and iterate again to finish the epoch
+    with new workers, every row once."""

@@ -126,6 +126,7 @@ def plan_source(
         row_bytes=planned.row_bytes,
         details=Plan.details_of(format=fmt.name, columns=wanted, filter=filters, hive=partitioning),
         filtered_rows=filtered_rows,
+        files={f.path: (f.size, f.version) for f in files},
     )
     return Planned(
         read_options=read_options,

@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pickle
 import threading
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -21,6 +21,7 @@ from .arrow_values import take
 from .errors import CorruptFileError, DataError, TorchDataloaderUtilsError
 from .formats import Format, ReadOptions
 from .fs import FileSystemSpec
+from .fs.identity import Identity, check_identity
 from .planning import Chunk, Piece
 
 __all__ = ["Reader", "count_rows", "with_partition"]
@@ -53,6 +54,8 @@ class Reader:
         output_columns: the columns batches carry (``None``: all read).
         check: returns why a batch's rows cannot be converted to the output, or None
             (called here, where the file and rows are known, so the error can name them).
+        files: the files' identities pinned by the plan: each file is checked (one metadata
+            request) before this reader first reads it.
     """
 
     chunks: Sequence[Chunk]
@@ -61,6 +64,8 @@ class Reader:
     options: ReadOptions
     output_columns: tuple[str, ...] | None = None
     check: Callable[[pa.RecordBatch], tuple[type[DataError], str] | None] | None = None
+    files: Mapping[str, Identity] = field(default_factory=dict)
+    _checked: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
 
     def read(
         self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
@@ -122,6 +127,11 @@ class Reader:
             self._hint(piece)  # (already started, unless this is the first piece)
             self._hint(upcoming)
         chunk = self.chunks[piece.chunk]
+        if chunk.path not in self._checked:
+            pinned = self.files.get(chunk.path)
+            if pinned is not None:
+                check_identity(chunk.path, pinned, self.fs)
+            self._checked.add(chunk.path)
         expr = self.options.filter
         if expr is None:
             position = piece.start

@@ -76,6 +76,7 @@ def _plan_facts(plan: Plan) -> dict[str, Any]:
         "rows": plan.num_rows,
         "chunks": len(plan.chunks),
         "files": len({c.path for c in plan.chunks}),
+        "file_versions": plan.files_digest,
     }
     snapshot = dict(plan.details).get("snapshot_id")
     if snapshot not in (None, "None"):  # a table read at a pinned snapshot (Iceberg)
@@ -130,13 +131,23 @@ def encode_state(
 
 def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
     now = _plan_facts(plan)
-    if saved.get("fingerprint") == now["fingerprint"]:
+    if saved.get("fingerprint") == now["fingerprint"] and saved.get("file_versions") in (
+        None,  # a state saved before versions were pinned
+        now["file_versions"],
+    ):
         return
     changes = [
         f"{key}: {saved.get(key)} then, {now[key]} now"
         for key in ("rows", "chunks", "files")
         if saved.get(key) != now[key]
-    ] or ["the same counts, but other files, row groups, columns or filter"]
+    ]
+    if not changes and saved.get("fingerprint") == now["fingerprint"]:
+        changes = [
+            "the same files and counts, but files were rewritten since (their sizes, ETags, "
+            "generations or modification times differ; a copy that did not keep modification "
+            "times, like cp without -p, looks rewritten too)"
+        ]
+    changes = changes or ["the same counts, but other files, row groups, columns or filter"]
     hint = ""
     snapshot = saved.get("snapshot_id")
     if snapshot is not None and snapshot != now.get("snapshot_id"):

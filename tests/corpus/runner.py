@@ -22,6 +22,8 @@ import datetime
 import decimal
 import json
 import math
+import os
+import shutil
 import sys
 import traceback
 from collections import Counter
@@ -195,6 +197,26 @@ def _names_file(case: Case, exc: BaseException) -> bool:
     return case.relpath.rsplit("/", 1)[-1] in str(exc)
 
 
+def _after_planning(case: Case, change: dict[str, Any] | None) -> None:
+    """Change the file between planning and reading, as another job writing it would."""
+    if not change:
+        return
+    path = case.path
+    action = change["action"]
+    if action == "delete":
+        os.remove(path)
+    elif action == "replace":  # another file moved over it (a rewrite of the same name)
+        shutil.copyfile(change["source"], path + ".new")
+        os.replace(path + ".new", path)
+    elif action == "append":
+        with open(path, "ab") as f, open(change["source"], "rb") as extra:
+            f.write(extra.read())
+    elif action == "truncate":
+        os.truncate(path, int(change["size"]))
+    else:
+        raise AssertionError(f"unknown change {action!r}")
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
     case = Case(**request["case"])
     config = request["config"]
@@ -223,6 +245,7 @@ def run(request: dict[str, Any]) -> dict[str, Any]:
             timeout=120,
         )
         stage = "reading"
+        _after_planning(case, config.get("after_planning"))
         batches = list(loader)
     except tdu.TorchDataloaderUtilsError as exc:
         named = _names_file(case, exc)

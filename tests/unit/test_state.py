@@ -302,3 +302,25 @@ def test_allow_changed_data_does_not_skip_the_version_check():
         decode(state, allow_changed_data=True)
     with pytest.raises(StateMismatchError, match="not a torch_dataloader_utils"):
         decode({"kind": "x"}, allow_changed_data=True)
+
+
+def _versioned(plan: Plan, version: str, size: int = 100) -> Plan:
+    files = {c.path: (size, version) for c in plan.chunks}
+    return dataclasses.replace(plan, files=files)
+
+
+def test_files_rewritten_since_the_state_are_refused_naming_the_rewrite():
+    saved = _versioned(PLAN, "mtime=1.0")
+    state = through_json(encode(Iteration(2, (), 4), plan=saved))
+    for now in (_versioned(PLAN, "mtime=2.0"), _versioned(PLAN, "mtime=1.0", size=101)):
+        assert now.fingerprint == saved.fingerprint and now.files_digest != saved.files_digest
+        with pytest.raises(StateMismatchError, match="files were rewritten since"):
+            decode(state, plan=now)
+        assert decode(state, plan=now, allow_changed_data=True).batches == 4
+    assert decode(state, plan=_versioned(PLAN, "mtime=1.0")).batches == 4
+
+
+def test_a_state_saved_before_files_were_pinned_resumes():
+    state = through_json(encode(Iteration(2, (), 4)))
+    del state["plan"]["file_versions"]
+    assert decode(state, plan=_versioned(PLAN, "mtime=2.0")).batches == 4

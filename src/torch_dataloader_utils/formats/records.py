@@ -85,6 +85,13 @@ class RecordScan:
         # Where a quote opens that is never closed, when the parity says so reliably (every
         # quote opened or closed a field): the rest of the file would be one value.
         self.unclosed_at: int | None = None
+        # A quote that closes a value (by the parity) followed by anything but a delimiter, a
+        # line end or a second quote: ``(its offset, the opener's)``. A valid file has none;
+        # one quote never closed makes every later quoted value look like this.
+        self.stray_close: tuple[int, int] | None = None
+        self.stray_open_at: int | None = None  # a quote opening inside an unquoted field
+        self._closer_pending = -1  # offset of a closer that ended the last piece fed
+        self.last_quote_before_pending = -1  # the quote that opened it
 
     def _has_content(self, part: np.ndarray) -> bool:
         return bool(part.size) and not bool(self.is_blank[part].all())
@@ -99,6 +106,8 @@ class RecordScan:
         if quotes is not None:
             if self.unreliable is None and quotes.size:
                 self._check_openers(a, quotes, off)
+            if self.stray_close is None:
+                self._check_closers(a, quotes, off)
             before = np.searchsorted(quotes, newlines) + self.quotes
             newlines = newlines[(before & 1) == 0]
         if self.bare_cr and self.unreliable is None:
@@ -130,6 +139,16 @@ class RecordScan:
         self.content = self._has_content(a[tail:])
         return off + newlines[nonblank].astype(np.int64) + 1
 
+    @property
+    def unclosed_before(self) -> tuple[int, int] | None:
+        """``(closer, opener)`` offsets when a quote closes a value and is followed by neither
+        a delimiter nor a line end before any quote opened inside an unquoted field (which
+        would throw the parity off): a quote before it is then never closed."""
+        stray = self.stray_close
+        if stray is None or (self.stray_open_at is not None and self.stray_open_at < stray[0]):
+            return None
+        return stray
+
     def finish(self) -> np.ndarray:
         """After the last piece: the end of an unterminated last record (the file size), if
         it is not blank; flags an unclosed quote as unreliable."""
@@ -155,10 +174,34 @@ class RecordScan:
         bad = np.flatnonzero(~self.field_start[prev])
         if bad.size:
             at = off + int(openers[bad[0]])
+            self.stray_open_at = at
             self.unreliable = (
                 f"a quote character inside an unquoted field at byte {at} (the parser takes "
                 "it literally, so quote parity cannot find record boundaries)"
             )
+
+    def _check_closers(self, a: np.ndarray, quotes: np.ndarray, off: int) -> None:
+        # Quotes at an odd position in the file's sequence of quotes close a quoted span.
+        if self._closer_pending >= 0 and a.size:
+            if not self.field_start[a[0]]:
+                self.stray_close = (self._closer_pending, self.last_quote_before_pending)
+                return
+            self._closer_pending = -1
+        first = 1 - (self.quotes & 1)
+        closers = np.arange(first, quotes.size, 2)
+        if not closers.size:
+            return
+        at = quotes[closers]
+        inner = at + 1 < a.size
+        bad = np.flatnonzero(inner & ~self.field_start[a[np.minimum(at + 1, a.size - 1)]])
+        if bad.size:
+            i = int(closers[bad[0]])
+            opener = off + int(quotes[i - 1]) if i else self.last_quote
+            self.stray_close = (off + int(quotes[i]), opener)
+        elif not inner[-1]:  # the last byte of the piece: its successor comes next
+            self._closer_pending = off + int(at[-1])
+            i = int(closers[-1])
+            self.last_quote_before_pending = off + int(quotes[i - 1]) if i else self.last_quote
 
     def _check_bare_cr(self, a: np.ndarray, quotes: np.ndarray | None, off: int) -> None:
         crs = np.flatnonzero(a == _CR)

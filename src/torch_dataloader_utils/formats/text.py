@@ -197,6 +197,16 @@ class TextFormat(Format):
                 "and the records in it lost; close the quote, or read the file with "
                 "quote_char=None if its quotes are not quoting"
             )
+        if scan.unclosed_before is not None and self._unsplittable() is None:
+            closer, opener = scan.unclosed_before
+            raise CorruptFileError(
+                f"{fs.url(file.path)}: the quote at byte {closer}"
+                f"{' of the decompressed data' if codec else ''} closes the value opened at "
+                f"byte {opener} but is followed by neither a delimiter nor a line end: a quote "
+                "before it is probably never closed, which would join the records after it "
+                "into one value and lose them; close the quote, or read the file with "
+                "quote_char=None if its quotes are not quoting"
+            )
         why = self._unsplittable() or scan.unreliable
         if why is None and codec is None:
             return _Scanned(names, cutter.finish(file.size), None)

@@ -17,6 +17,7 @@ from braceexpand import braceexpand
 
 from ..errors import InvalidSourceError, StorageError, TorchDataloaderUtilsError
 from .errors import translate_os_error
+from .identity import version_of
 from .retry import as_os_error, is_sdk_error, scrub
 from .spec import FileSystemSpec
 
@@ -36,11 +37,14 @@ class SourceFile:
         size: size in bytes.
         base: the directory the file was found under (for hive partition parsing), or its parent
             when named explicitly.
+        version: the store's version token (``"ETag=..."``, ``"mtime=..."``; see
+            `fs.identity`), ``""`` when it reports none.
     """
 
     path: str
     size: int
     base: str
+    version: str = ""
 
 
 def _is_hidden(relative: str) -> bool:
@@ -78,7 +82,7 @@ def _list_one(path: str, url: str, fs: FileSystemSpec) -> list[SourceFile]:
         base = _glob_base(path)
         found = fsys.glob(path, detail=True)
         files = [
-            SourceFile(p, int(info.get("size") or 0), base)
+            SourceFile(p, int(info.get("size") or 0), base, version_of(info))
             for p, info in sorted(found.items())
             if info.get("type") == "file"
             and not _is_hidden(posixpath.relpath(p, base) if base else p)
@@ -90,14 +94,14 @@ def _list_one(path: str, url: str, fs: FileSystemSpec) -> list[SourceFile]:
     if info.get("type") == "directory":
         found = fsys.find(path, detail=True)
         files = [
-            SourceFile(p, int(i.get("size") or 0), path)
+            SourceFile(p, int(i.get("size") or 0), path, version_of(i))
             for p, i in sorted(found.items())
             if i.get("type") == "file" and not _is_hidden(posixpath.relpath(p, path))
         ]
         if not files:
             raise InvalidSourceError(f"{url}: the directory holds no data files")
         return files
-    return [SourceFile(path, int(info.get("size") or 0), posixpath.dirname(path))]
+    return [SourceFile(path, int(info.get("size") or 0), posixpath.dirname(path), version_of(info))]
 
 
 def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:

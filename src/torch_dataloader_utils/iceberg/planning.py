@@ -344,6 +344,9 @@ def plan_table(
             filter=_filter_text(filters, iceberg_filter),
         ),
         filtered_rows=filtered_rows,
+        # Data files are never rewritten in place; the manifest's size still catches a file
+        # truncated or replaced behind the catalog's back.
+        files={f.info.path: (f.info.size, "") for f in facts},
     )
     logger.info(
         "Iceberg table %s at snapshot %s: %d data files, %d position-delete files, %d live rows",

@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,7 +61,12 @@ class Plan:
         details: what else identifies the read (format, columns, filter), for the fingerprint.
         filtered_rows: rows of each chunk that pass the row filter, counted at plan time
             (``None`` without a filter).
-        fingerprint: identifies the data and the read: a state from another plan is refused.
+        files: each file's identity as listed (size, version token; see `fs.identity`),
+            checked when the file is read (empty: none pinned).
+        files_digest: a digest of ``files``: a state saved for other versions of the files is
+            refused (kept apart from the fingerprint, so states saved before it existed resume).
+        fingerprint: identifies the plan's structure and the read: a state from another plan
+            is refused.
     """
 
     chunks: tuple[Chunk, ...]
@@ -68,6 +74,8 @@ class Plan:
     row_bytes: float
     details: tuple[tuple[str, str], ...] = ()
     filtered_rows: tuple[int, ...] | None = None
+    files: Mapping[str, tuple[int, str]] = field(default_factory=dict)
+    files_digest: str = field(init=False)
     fingerprint: str = field(init=False)
 
     def __post_init__(self) -> None:
@@ -84,6 +92,12 @@ class Plan:
             )
         if self.filtered_rows is not None:
             digest.update(json.dumps(list(self.filtered_rows)).encode())
+        files = hashlib.sha256()
+        root = _common_folder(list(self.files))
+        for path, (size, version) in sorted(self.files.items()):
+            name = posixpath.relpath(path, root) if root else path
+            files.update(json.dumps([name, size, version]).encode())
+        object.__setattr__(self, "files_digest", files.hexdigest()[:16])
         object.__setattr__(self, "fingerprint", digest.hexdigest()[:16])
 
     @property
