@@ -7,6 +7,7 @@ from collections.abc import Sequence
 
 from .errors import InvalidArgumentError
 from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES
+from .skipping import ON_ERROR
 
 __all__ = ["check_arguments"]
 
@@ -25,6 +26,7 @@ def check_arguments(
     remainder: str,
     split_strategy: str,
     num_ranks: int | None,
+    on_error: str = "raise",
 ) -> int | None:
     """Check `StructuredDataset`'s arguments; returns ``world_size`` (``num_ranks``, the
     earlier library's name for it, when only that is given).
@@ -51,6 +53,8 @@ def check_arguments(
         raise InvalidArgumentError(
             f"split_strategy must be one of {SPLIT_STRATEGIES}, got {split_strategy!r}"
         )
+    if on_error not in ON_ERROR:
+        raise InvalidArgumentError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
     if partitioning not in (None, "hive"):
         raise InvalidArgumentError(f'partitioning must be None or "hive", got {partitioning!r}')
     if isinstance(columns, str):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import warnings
@@ -54,6 +55,7 @@ from .planning import (
 )
 from .prefetch import Prefetcher
 from .reading import Reader
+from .skipping import FailureLog, OnError
 from .state import (
     Iteration,
     PassControl,
@@ -62,7 +64,7 @@ from .state import (
     encode_state,
     encode_stream_state,
 )
-from .transport import worker_messages
+from .transport import bundle_rows, worker_messages
 
 if TYPE_CHECKING:
     from .loader import TabularDataLoader
@@ -133,6 +135,10 @@ class StructuredDataset(IterableDataset[Any]):
         format_options: keyword arguments of the format named by ``format`` (for example
             ``{"delimiter": ";"}`` for CSV, ``{"missing_component": "skip"}`` for WebDataset);
             see docs/reference/formats.
+        on_error: ``"raise"`` (default): a chunk that cannot be read raises an error naming
+            the file and rows. ``"skip"``: its rows are left out, their places taken by copies
+            of rows read before them (every rank keeps its batch count), and each failure is
+            logged and counted (`TabularDataLoader.read_failures`); see docs/adr/0011.
 
     Raises:
         UnknownFormatError: ``format`` is not registered.
@@ -182,6 +188,7 @@ class StructuredDataset(IterableDataset[Any]):
         storage_backend: StorageBackend = "auto",
         retries: RetryPolicy | int | None = None,
         format_options: Mapping[str, Any] | None = None,
+        on_error: OnError = "raise",
     ) -> None:
         super().__init__()
         world_size = check_arguments(
@@ -197,6 +204,7 @@ class StructuredDataset(IterableDataset[Any]):
             remainder=remainder,
             split_strategy=split_strategy,
             num_ranks=num_ranks,
+            on_error=on_error,
         )
         self.format = get_format(format, format_options)
         self.fs = self._filesystem(
@@ -209,6 +217,8 @@ class StructuredDataset(IterableDataset[Any]):
         self.remainder: Remainder = remainder
         self.split_strategy: SplitStrategy = split_strategy
         self.collate_fn = collate_fn
+        self.on_error: OnError = on_error
+        self._failures: FailureLog | None = None  # this process's, made when first used
         self._rank = rank
         self._world_size = world_size
         # The rank of the process this copy was pickled in, for its DataLoader workers (a
@@ -279,7 +289,7 @@ class StructuredDataset(IterableDataset[Any]):
             )
         decoders = self.format.decoders(self.plan.schema) if output_format != "arrow" else {}
         self._collate = (
-            Decoding(decoders, output_format=output_format, collate=collate_fn)
+            Decoding(decoders, output_format=output_format, collate=collate_fn, on_error=on_error)
             if decoders
             else collate_fn
         )
@@ -627,6 +637,8 @@ class StructuredDataset(IterableDataset[Any]):
             output_columns=self._output_columns,
             check=self.converter.check,
             files=self.plan.files,
+            on_error=self.on_error,
+            failures=self.failure_log,
         )
         options = BatchOptions(
             batch_size=self.batch_size,
@@ -674,12 +686,18 @@ class StructuredDataset(IterableDataset[Any]):
     def _read(self, reading: _Reading) -> Iterator[Any]:
         topology = reading.topology
         in_main = get_worker_info() is None
+        if not in_main:
+            self.failure_log.relayed = bundle_rows() > 0  # a TabularDataLoader's worker
+        collate = self._collate
+        if isinstance(collate, Decoding) and self.on_error == "skip":
+            collate = dataclasses.replace(collate, failures=self.failure_log)
         messages = worker_messages(
             self.segments(topology, reading.iteration, done=reading.start),
             self.converter,
-            self._collate,
+            collate,
             worker=topology.worker,
             batch_size=self.batch_size,
+            failures=None if in_main else self.failure_log,
         )
         for message in messages:
             # Counts messages, which are batches outside a TabularDataLoader's workers (whose
@@ -689,9 +707,18 @@ class StructuredDataset(IterableDataset[Any]):
                 self.passes.delivered()
             yield message
 
+    @property
+    def failure_log(self) -> FailureLog:
+        """The reads this process skipped under ``on_error="skip"`` and has not reported yet
+        (a DataLoader worker's go to the main process with its batches)."""
+        if self._failures is None:
+            self._failures = FailureLog()
+        return self._failures
+
     def __getstate__(self) -> dict[str, Any]:
         state = self.__dict__.copy()
         state["_reading"] = None
+        state["_failures"] = None  # each process its own
         if self._rank is None and self._world_size is None:
             # Pickled for a spawned DataLoader worker, which will not have this process's
             # torch.distributed group: it takes the rank resolved here. A process with no rank

@@ -136,5 +136,5 @@ class WorkerDiedError(TorchDataloaderUtilsError, RuntimeError):
     ``SIGKILL``, or exited): its batches are lost and the pass stops. The message names the
     worker, its pid and the signal. The loader has already stopped its other workers: call
     ``loader.load_state_dict(state)`` with the state saved after the last batch you received
-    (or ``loader.state_dict()``, which returns the same) and iterate again to finish the epoch
-    with new workers, every row once."""
+    (``loader.state_dict()`` taken after the error resumes there too) and iterate again to
+    finish the epoch with new workers, every row once."""

@@ -7,25 +7,29 @@ import os
 from collections import deque
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from .dataset import StructuredDataset
-from .errors import DataError, InvalidArgumentError
+from .errors import DataError, InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
 from .formats import Format
 from .fs import Source
 from .planning import round_robin
+from .skipping import FailureLog, ReadFailure
 from .state import Iteration
 from .transport import Unbundler, init_worker, map_tensors
+from .worker_deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
 __all__ = ["DEFAULT_BUNDLE_ROWS", "EpochSampler", "TabularDataLoader", "create_dataloader"]
 
 # Rows a worker sends per message. Measured on 2 cores (benchmarks/throughput.py): one message
 # per 1024-row batch caps two workers near 0.75 M rows/s; 8192-row bundles lift the cap ~4x.
 DEFAULT_BUNDLE_ROWS = 32_768
+
+_T = TypeVar("_T")
 
 
 def _identity(batch: Any) -> Any:
@@ -123,6 +127,10 @@ class TabularDataLoader(DataLoader[Any]):
         # accumulation syncs on the last batch; gather_for_metrics reads the remainder).
         self.end_of_dataloader = False
         self.remainder = -1
+        # Reads skipped under on_error="skip" (this process's and its workers'), and the counts
+        # a loaded state carried.
+        self._read_failures: list[ReadFailure] = []
+        self._failures_before = (0, 0)
         super().__init__(
             dataset,
             batch_size=None,
@@ -139,6 +147,12 @@ class TabularDataLoader(DataLoader[Any]):
         """Set the epoch of the dataset (reaches persistent workers)."""
         self.dataset.set_epoch(epoch)
 
+    @property
+    def read_failures(self) -> list[ReadFailure]:
+        """The reads skipped under ``on_error="skip"``, oldest first, each with its file, rows,
+        the rows replaced and the error (a worker's arrive with its next batches)."""
+        return list(self._read_failures)
+
     # --- state ----------------------------------------------------------------------------------
 
     def state_dict(self) -> dict[str, Any]:
@@ -148,7 +162,20 @@ class TabularDataLoader(DataLoader[Any]):
         with exactly the batches this one would have produced next. A state taken on rank 0
         resumes every rank, also with another number of ranks or workers (elastic). Plain
         Python values: save it with ``torch.save`` or JSON. See docs/concepts/checkpointing.md.
+
+        Under ``on_error="skip"`` it also counts the reads this rank skipped
+        (``"read_failures"``: ``failures`` and ``rows``, over every pass since the state the
+        loader was built or loaded with).
         """
+        state = self._position()
+        failures, rows = self._failures_before
+        state["read_failures"] = {
+            "failures": failures + len(self._read_failures),
+            "rows": rows + sum(f.skipped for f in self._read_failures),
+        }
+        return state
+
+    def _position(self) -> dict[str, Any]:
         dataset = self.dataset
         progress = self._progress
         pending = dataset.resume_pending
@@ -183,6 +210,9 @@ class TabularDataLoader(DataLoader[Any]):
         self.dataset.load_state(
             state_dict, num_workers=self.num_workers, allow_changed_data=allow_changed_data
         )
+        counted = state_dict.get("read_failures") or {}
+        self._failures_before = (int(counted.get("failures", 0)), int(counted.get("rows", 0)))
+        self._read_failures.clear()
         self._progress = None  # persistent workers restart with the next, resumed pass
 
     def _stop_persistent_workers(self) -> None:
@@ -190,10 +220,49 @@ class TabularDataLoader(DataLoader[Any]):
         # starts new ones that carry the loaded state.
         iterator = getattr(self, "_iterator", None)
         if iterator is not None:
-            shutdown = getattr(iterator, "_shutdown_workers", None)
-            if shutdown is not None:
-                shutdown()
+            shut_down(iterator)
             self._iterator = None
+
+    # --- dead workers (see worker_deaths.py) -----------------------------------------------------
+
+    def _waiting(self, iterator: Any, wait: Callable[[], _T]) -> _T:
+        """``wait()`` on ``iterator``'s workers; a worker's death becomes one `WorkerDiedError`,
+        after which the iterator is shut down and forgotten (the next pass starts new workers).
+        """
+        try:
+            with watching(iterator):
+                lost = deaths(iterator)  # died while the user held the last batch
+                if lost:
+                    raise died_error(lost)
+                return wait()
+        except WorkerDiedError:
+            self._forget(iterator)
+            raise
+        except TorchDataloaderUtilsError:
+            raise  # a worker's own error, re-raised by torch
+        except (RuntimeError, OSError, EOFError) as exc:
+            # torch's forms of a death (see worker_deaths.py), judged by exit status, not by
+            # message. One can precede the exit by a moment (a ConnectionResetError from the
+            # dying worker's socket; the pin-memory thread it stopped): any other error of
+            # these types waits DEATH_GRACE_S before it goes on unchanged.
+            lost = deaths(iterator, wait=DEATH_GRACE_S)
+            if not lost:
+                raise
+            self._forget(iterator)
+            raise died_error(lost) from exc
+
+    def _forget(self, iterator: Any) -> None:
+        shut_down(iterator)
+        if self._iterator is iterator:
+            self._iterator = None
+
+    def _watched(self, iterator: Any) -> Iterator[Any]:
+        """The messages of ``iterator`` (torch's), a dead worker reported as one error."""
+        while True:
+            message = self._waiting(iterator, functools.partial(next, iterator, _END))
+            if message is _END:
+                return
+            yield message
 
     # --- iteration ------------------------------------------------------------------------------
 
@@ -207,25 +276,35 @@ class TabularDataLoader(DataLoader[Any]):
         rows = max(1, self._bundle_rows)  # 1 row: one batch per message
         self.worker_init_fn = functools.partial(init_worker, rows, user_init)
         try:
-            return super()._get_iterator()
+            iterator = super()._get_iterator()
         finally:
             self.worker_init_fn = user_init
+        release(iterator)  # in torch's SIGCHLD registry only while waited on (`_waiting`)
+        return iterator
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
         dataset = self.dataset
+        if self._iterator is not None:  # persistent workers: one may have died since
+            self._waiting(self._iterator, lambda: None)
         iteration = dataset.begin_iteration()
         counts, done = dataset.worker_batches(iteration, self.num_workers)
         if iteration.resumed:
             self._stop_persistent_workers()
         progress = _Progress(iteration, sum(counts), iteration.batches)
         self._progress = progress
-        batches: Iterator[Any] = super().__iter__()
+        batches: Iterator[Any]
+        if self._iterator is not None:  # resets the persistent workers: waits on them
+            batches = self._waiting(self._iterator, super().__iter__)
+        else:
+            batches = super().__iter__()
         if self.num_workers:
             batches = self._interleaved(batches, counts, done)
         if self.device is not None and self.device.type != "cpu":
             batches = (_to_device(b, self.device) for b in batches)
         if self._gradient_state is not None:
             batches = self._tracked(batches, self._gradient_state)
+        if not self.num_workers:
+            batches = _collected(batches, dataset.failure_log, self._read_failures)
         return _counted(batches, progress, dataset)
 
     def _tracked(self, batches: Iterator[Any], state: Any) -> Iterator[Any]:
@@ -242,14 +321,13 @@ class TabularDataLoader(DataLoader[Any]):
         finally:
             state._remove_dataloader(self)
 
-    def _interleaved(
-        self, messages: Iterator[Any], counts: list[int], done: list[int]
-    ) -> Iterator[Any]:
+    def _interleaved(self, iterator: Any, counts: list[int], done: list[int]) -> Iterator[Any]:
         """The batches of the workers' messages in DataLoader's order: one per worker in turn."""
         finish = None
         if self.dataset.converter.list_format == "nested":
             finish = self.dataset.converter.finish_torch
-        unpack = Unbundler(finish)
+        unpack = Unbundler(finish, self._read_failures)
+        messages = self._watched(iterator)
         queues: list[deque[Any]] = [deque() for _ in counts]
         try:
             for worker in round_robin(counts, done):
@@ -275,9 +353,8 @@ class TabularDataLoader(DataLoader[Any]):
         except Exception:
             # The exception's traceback keeps the iterator alive; without this, its workers
             # would wait for the garbage collector and then 5 s each to be killed.
-            shutdown = getattr(messages, "_shutdown_workers", None)
-            if shutdown is not None and not self.persistent_workers:
-                shutdown()
+            if not self.persistent_workers:
+                shut_down(iterator)
             raise
 
 
@@ -292,6 +369,16 @@ def _gradient_state() -> Any:
 
 def _to_device(value: Any, device: torch.device) -> Any:
     return map_tensors(value, lambda t: t.to(device, non_blocking=True))
+
+
+def _collected(
+    batches: Iterator[Any], log: FailureLog, failures: list[ReadFailure]
+) -> Iterator[Any]:
+    """``batches``, collecting the reads skipped in this process before each is handed out."""
+    for batch in batches:
+        failures.extend(log.drain())
+        yield batch
+    failures.extend(log.drain())
 
 
 def _counted(

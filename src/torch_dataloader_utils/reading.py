@@ -23,6 +23,7 @@ from .formats import Format, ReadOptions
 from .fs import FileSystemSpec
 from .fs.identity import Identity, check_identity
 from .planning import Chunk, Piece
+from .skipping import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
 
 __all__ = ["Reader", "count_rows", "with_partition"]
 
@@ -56,6 +57,9 @@ class Reader:
             (called here, where the file and rows are known, so the error can name them).
         files: the files' identities pinned by the plan: each file is checked (one metadata
             request) before this reader first reads it.
+        on_error: ``"raise"``, or ``"skip"``: rows that cannot be read are replaced (see
+            `skipping`) and each failure added to ``failures``.
+        failures: where skipped reads are recorded.
     """
 
     chunks: Sequence[Chunk]
@@ -65,13 +69,19 @@ class Reader:
     output_columns: tuple[str, ...] | None = None
     check: Callable[[pa.RecordBatch], tuple[type[DataError], str] | None] | None = None
     files: Mapping[str, Identity] = field(default_factory=dict)
+    on_error: OnError = "raise"
+    failures: FailureLog | None = None
     _checked: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    _skip: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def read(
         self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
     ) -> Iterator[pa.RecordBatch]:
         """The rows of ``parts`` in order: each part is pieces, and which of their rows to take
         (``None``: all).
+
+        Under ``on_error="skip"`` as many rows come out as the pieces hold: rows that cannot be
+        read are replaced by copies of rows read before them (see `skipping`).
 
         Raises:
             NullValueError: a column holds nulls the output refuses, naming file and rows.
@@ -89,16 +99,66 @@ class Reader:
                 batches = (
                     b
                     for i, piece in enumerate(pieces)
-                    for b in self._piece(piece, upcoming[i] if i < len(upcoming) else None)
+                    for b in self._guarded(piece, upcoming[i] if i < len(upcoming) else None)
                 )
                 if select is None:
                     yield from batches
                     continue
+                self._settle()  # rows owed from before cannot be put among the ones taken
                 rows = list(batches)
+                self._settle()  # the rows to take from must all be there
                 if rows:
                     yield take(pa.concat_batches(rows), select)
+            self._settle()
         finally:
             self.fmt.close()
+
+    def _guarded(self, piece: Piece, upcoming: Piece | None) -> Iterator[pa.RecordBatch]:
+        """The piece's rows; under ``on_error="skip"``, rows it could not read replaced as
+        soon as a row read before (or, at the stream's start, after) them can stand in."""
+        if self.on_error == "raise":
+            yield from self._piece(piece, upcoming)
+            return
+        got = 0
+        try:
+            for batch in self._piece(piece, upcoming):
+                got += batch.num_rows
+                self._skip["donor"] = batch
+                yield batch
+                yield from self._owed()
+        except SKIPPABLE as exc:
+            chunk = self.chunks[piece.chunk]
+            missing = piece.stop - piece.start - got
+            self._skip["owed"] = self._skip.get("owed", 0) + missing
+            self._skip["error"] = exc
+            if self.failures is not None:
+                self.failures.add(
+                    ReadFailure(
+                        file=self.fs.url(chunk.path),
+                        rows=f"chunk {chunk.start}:{chunk.stop}, rows "
+                        f"{piece.start + got}:{piece.stop}",
+                        skipped=missing,
+                        error=type(exc).__name__,
+                        message=str(exc),
+                    )
+                )
+            yield from self._owed()
+
+    def _owed(self) -> Iterator[pa.RecordBatch]:
+        owed, donor = self._skip.get("owed", 0), self._skip.get("donor")
+        if owed and donor is not None:
+            self._skip["owed"] = 0
+            yield fill_rows(donor, owed)
+
+    def _settle(self) -> None:
+        """Raise when skipped rows could not be replaced: no row of the stream was readable
+        before them (nor, within the part, after them)."""
+        if self._skip.get("owed"):
+            error = self._skip["error"]
+            raise type(error)(
+                f"{error} (on_error='skip' could not replace the {self._skip['owed']} rows "
+                "skipped: no row before them in this stream was readable)"
+            ) from error
 
     def _hint(self, piece: Piece) -> None:
         chunk = self.chunks[piece.chunk]

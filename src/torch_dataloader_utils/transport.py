@@ -30,6 +30,7 @@ import torch
 
 from .convert import Converter, Field, Gather, as_numpy
 from .errors import DataError
+from .skipping import FailureLog, ReadFailure, log_failure
 
 if TYPE_CHECKING:
     from .batching import Segment
@@ -118,12 +119,13 @@ def _pin(value: Any) -> Any:
 class Bundle:
     """Consecutive outputs of one worker sent as one message (non-packed outputs)."""
 
-    __slots__ = ("items", "sealed", "worker")
+    __slots__ = ("failures", "items", "sealed", "worker")
 
     def __init__(self, items: list[Any], worker: int = -1) -> None:
         self.items: list[Any] | None = items
         self.sealed: bytes | None = None  # the items pickled by `seal`
         self.worker = worker  # the DataLoader worker that sent it
+        self.failures: tuple[ReadFailure, ...] = ()  # reads skipped since the last message
 
     def seal(self) -> Bundle:
         """Pickle the items now, in the worker's own thread: DataLoader pickles messages in a
@@ -148,7 +150,9 @@ class Bundle:
 
     def pin_memory(self) -> Bundle:
         """Pin every tensor inside (called by the DataLoader's pin-memory thread)."""
-        return Bundle([_pin(item) for item in self.unpack()], self.worker)
+        pinned = Bundle([_pin(item) for item in self.unpack()], self.worker)
+        pinned.failures = self.failures
+        return pinned
 
     def unpack(self) -> list[Any]:
         """The outputs, in order."""
@@ -223,7 +227,7 @@ class PackedBundle:
     fresh pages for every message, which cost more than the copy (measured).
     """
 
-    __slots__ = ("buffer", "end", "layouts", "tensors_end", "worker")
+    __slots__ = ("buffer", "end", "failures", "layouts", "tensors_end", "worker")
 
     def __init__(
         self,
@@ -238,12 +242,15 @@ class PackedBundle:
         self.tensors_end = tensors_end
         self.end = end
         self.worker = worker  # the DataLoader worker that sent it
+        self.failures: tuple[ReadFailure, ...] = ()  # reads skipped since the last message
 
     def pin_memory(self) -> PackedBundle:
         """Copy into pinned memory and give the shared buffer back (pin-memory thread)."""
         pinned = self.buffer[: self.end].pin_memory()
         _release(self.buffer)
-        return PackedBundle(pinned, self.layouts, self.tensors_end, self.end, self.worker)
+        bundle = PackedBundle(pinned, self.layouts, self.tensors_end, self.end, self.worker)
+        bundle.failures = self.failures
+        return bundle
 
     def unpack(self) -> list[dict[str, Any]]:
         """The batches, as dicts of views into a private copy of the bundle's tensor bytes.
@@ -520,10 +527,16 @@ class Unbundler:
     Args:
         finish: applied to each batch unpacked from a `PackedBundle` (the worker could not
             finish those: nested tensors are built after the hop).
+        failures: where the reads the workers skipped (``on_error="skip"``) are collected.
     """
 
-    def __init__(self, finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None) -> None:
+    def __init__(
+        self,
+        finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        failures: list[ReadFailure] | None = None,
+    ) -> None:
         self.finish = finish
+        self.failures = failures
         # Keeping the last buffers referenced keeps their shared-memory mappings alive: torch
         # then finds a pooled buffer that comes back in its cache instead of mapping (and
         # faulting in) its pages again.
@@ -531,6 +544,10 @@ class Unbundler:
 
     def __call__(self, item: Any) -> list[Any]:
         """The batches of one message (anything but a bundle is one batch)."""
+        if self.failures is not None and isinstance(item, PackedBundle | Bundle):
+            for failure in item.failures:
+                log_failure(failure)
+                self.failures.append(failure)
         if isinstance(item, PackedBundle):
             if _is_shared(item.buffer):  # not a pinned copy: nothing to keep mapped
                 self.recent.append(item.buffer)
@@ -548,9 +565,11 @@ def worker_messages(
     *,
     worker: int,
     batch_size: int,
+    failures: FailureLog | None = None,
 ) -> Iterator[Any]:
     """What a dataset yields for its ``batches``: converted (and collated) batches, or, in a
-    `TabularDataLoader` worker (bundling on), bundles of them marked with ``worker``.
+    `TabularDataLoader` worker (bundling on), bundles of them marked with ``worker`` and
+    carrying the ``failures`` (``on_error="skip"``) logged since the previous bundle.
 
     The loader puts batches back in DataLoader's order (one per worker in turn) from the marks.
     Bundles ramp up 1, 2, 4 ... batches, so the first batch leaves the worker as soon as it is
@@ -571,10 +590,10 @@ def worker_messages(
             group.append(convert.fields(batch, rows))
             nbytes += packed_nbytes(group[-1])
             if len(group) >= size or nbytes >= BUNDLE_BYTES:
-                yield _mark(pack(group), worker)
+                yield _mark(pack(group), worker, failures)
                 group, nbytes, size = [], 0, min(size * 2, per_bundle)
         if group:
-            yield _mark(pack(group), worker)
+            yield _mark(pack(group), worker, failures)
         return
     outputs = (convert(b, rows) for b, rows in batches)
     if collate is not None:
@@ -582,10 +601,14 @@ def worker_messages(
     seal = collate is None  # Arrow batches, dicts of lists, numpy arrays: no shared memory
     while items := list(islice(outputs, size)):
         bundle = Bundle(items)
-        yield _mark(bundle.seal() if seal else bundle, worker)
+        yield _mark(bundle.seal() if seal else bundle, worker, failures)
         size = min(size * 2, per_bundle)
 
 
-def _mark(bundle: PackedBundle | Bundle, worker: int) -> PackedBundle | Bundle:
+def _mark(
+    bundle: PackedBundle | Bundle, worker: int, failures: FailureLog | None
+) -> PackedBundle | Bundle:
     bundle.worker = worker
+    if failures is not None:
+        bundle.failures = failures.drain()
     return bundle

@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 import pyarrow.parquet as pq
 import pytest
 
-from tests.conftest import write_parquet
+from tests.conftest import make_table, write_parquet
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -202,6 +202,35 @@ def csv_dataset_dir(dataset_dir: Path) -> Path:
     for path in sorted(dataset_dir.glob("*.parquet")):
         table = pq.read_table(path, columns=["id", "x", "name"])
         pacsv.write_csv(table, root / f"{path.stem}.csv")
+    return root
+
+
+# The row group of `corrupt_dataset_dir` whose data page has a flipped bit: file 1, rows 100:200.
+CORRUPT_IDS = range(251 + 100, 251 + 200)
+
+
+@pytest.fixture(scope="session")
+def corrupt_dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """``SIZES`` rows as in `dataset_dir`, with page checksums, and one bit flipped in the data
+    page of file 1's second row group (ids `CORRUPT_IDS`)."""
+    root = tmp_path_factory.mktemp("distributed") / "corrupt"
+    start = 0
+    for i, (size, group) in enumerate(zip(SIZES, ROW_GROUPS, strict=True)):
+        root.mkdir(parents=True, exist_ok=True)
+        pq.write_table(
+            make_table(np.arange(start, start + size)),
+            root / f"part-{i:03d}.parquet",
+            row_group_size=group,
+            write_page_checksum=True,
+            compression="none",
+        )
+        start += size
+    bad = root / "part-001.parquet"
+    meta = pq.ParquetFile(bad).metadata
+    column = meta.row_group(1).column(meta.schema.names.index("id"))
+    data = bytearray(bad.read_bytes())
+    data[column.data_page_offset + column.total_compressed_size - 8] ^= 0x10
+    bad.write_bytes(bytes(data))
     return root
 
 

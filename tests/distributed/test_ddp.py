@@ -15,7 +15,14 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
-from tests.distributed.conftest import BATCH, ROWS, assert_exactly_once, ids_of, run_script
+from tests.distributed.conftest import (
+    BATCH,
+    CORRUPT_IDS,
+    ROWS,
+    assert_exactly_once,
+    ids_of,
+    run_script,
+)
 from tests.distributed.scripts.ranks import FILTERS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
@@ -42,7 +49,11 @@ class DdpRun:
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}ranks")
 def ddp_run(
-    request: pytest.FixtureRequest, dataset_dir: Path, csv_dataset_dir: Path, work_dir: Path
+    request: pytest.FixtureRequest,
+    dataset_dir: Path,
+    csv_dataset_dir: Path,
+    corrupt_dataset_dir: Path,
+    work_dir: Path,
 ) -> DdpRun:
     world_size = request.param
     out = work_dir / f"ddp-{world_size}.json"
@@ -51,6 +62,8 @@ def ddp_run(
     csv = {"data": str(csv_dataset_dir), "format": "csv", "format_options": {"block_bytes": 2048}}
     cases = [{"batch_size": BATCH, **case} for case in CASES]
     cases.append({"batch_size": BATCH, "name": "csv", "num_workers": 2, **csv})
+    skip = {"data": str(corrupt_dataset_dir), "on_error": "skip", "epochs": EPOCHS}
+    cases.append({"batch_size": BATCH, "name": "skip", "num_workers": 2, **skip})
     result, _ = run_script(
         "read_epochs.py", world_size, {"data": str(dataset_dir), "out": str(out), "cases": cases}
     )
@@ -94,6 +107,28 @@ def test_epochs_differ_in_order(ddp_run: DdpRun, case: str) -> None:
     assert all(a != b for a, b in zip(first, second, strict=True))
     # The chunk order is shuffled too: rows move between ranks from one epoch to the next.
     assert any(set(a) != set(b) for a, b in zip(first, second, strict=True))
+
+
+def test_a_skipped_chunk_keeps_batches_equal_on_every_rank_and_is_counted(
+    ddp_run: DdpRun,
+) -> None:
+    ranks = ddp_run.cases["skip"]
+    lost = set(CORRUPT_IDS)
+    for epoch in range(EPOCHS):
+        per_rank = _epoch(ranks, epoch)
+        sizes = [[len(b) for b in batches] for batches in per_rank]
+        assert all(s == sizes[0] for s in sizes), sizes
+        assert len(sizes[0]) == ranks[0]["len"]
+        every = ids_of(batch for batches in per_rank for batch in batches)
+        assert not (set(every) & lost)
+        # What is not lost is read once, but for the copies that replace the lost rows.
+        missing = len(set(range(ROWS)) - lost - set(every))
+        assert missing <= ROWS % ddp_run.world_size  # the "drop" remainder
+        assert sum(every.values()) == ROWS - ROWS % ddp_run.world_size
+    # Each epoch, the rank that read the row group skipped its rows once, and counted them.
+    skipped = [n for rank in ranks for n in rank["failures"]]
+    assert sum(skipped) >= EPOCHS * len(lost) - ROWS % ddp_run.world_size * EPOCHS
+    assert sum(skipped) <= EPOCHS * len(lost)
 
 
 def test_a_ranks_share_does_not_depend_on_its_workers(ddp_run: DdpRun) -> None:

@@ -360,8 +360,8 @@ def test_a_corrupt_page_raises_corrupt_file_error_naming_the_file(
     source: Path, num_workers: int
 ) -> None:
     # the footer is intact, so planning cannot see the damage: only the worker reading it can
-    loader = make_loader(source, num_workers=num_workers, shuffle=True)
     corrupt_row_group(source / VICTIM, 5)
+    loader = make_loader(source, num_workers=num_workers, shuffle=True)
     error = first_error(loader)
     assert isinstance(error, tdu.CorruptFileError) and isinstance(error, ValueError), type(error)
     assert f"{source / VICTIM} row group 5" in str(error)

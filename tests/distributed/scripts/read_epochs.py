@@ -1,10 +1,11 @@
 """Read whole epochs on every rank, for several loader configurations in one launch.
 
 Spec: ``data``, ``out``, ``cases``: a list of ``{name, num_workers, epochs, remainder, filter,
-persistent, data, format, format_options}`` (a case's ``data`` overrides the spec's). For each
-case and rank the result holds the ids of every batch of every epoch, ``len(loader)``, the plan
-fingerprint, and how often this rank listed files and counted filtered rows while building the
-loader: planning is meant to happen on rank 0 alone.
+persistent, data, format, format_options, on_error}`` (a case's ``data`` overrides the spec's).
+For each case and rank the result holds the ids of every batch of every epoch, the rows each
+skipped read replaced, ``len(loader)``, the plan fingerprint, and how often this rank listed
+files and counted filtered rows while building the loader: planning is meant to happen on rank
+0 alone.
 """
 
 from __future__ import annotations
@@ -56,6 +57,7 @@ def read_case(data: str, case: dict[str, Any]) -> dict[str, Any]:
         num_workers=workers,
         remainder=case.get("remainder", "drop"),
         filters=FILTERS[case["filter"]] if case.get("filter") else None,
+        on_error=case.get("on_error", "raise"),
         **options,
     )
     planning = {name: CALLS[name] - before[name] for name in ("list_files", "count_rows")}
@@ -65,6 +67,7 @@ def read_case(data: str, case: dict[str, Any]) -> dict[str, Any]:
         epochs.append(ids(loader))
     return {
         "epochs": epochs,
+        "failures": [f.skipped for f in loader.read_failures],
         "len": len(loader),
         "fingerprint": loader.dataset.plan.fingerprint,
         **planning,
