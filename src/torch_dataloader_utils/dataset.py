@@ -659,7 +659,7 @@ class StructuredDataset(IterableDataset[Any]):
         # The thread reads and assembles whole blocks while this one gathers, converts
         # and packs the previous block. A queue of read batches instead let the reader get only
         # a little ahead of a block, and the two alternated (measured: ~25% of a worker idle).
-        # Memory: the block being gathered, one ready, one being assembled.
+        # Memory: the block being gathered and the next one being assembled.
         ahead = Prefetcher(blocks, depth=1 if self.shuffle else 4)
         # Streams are batch-aligned, so drop_last already left only whole batches, except
         # round-robin's streams of whole chunks.

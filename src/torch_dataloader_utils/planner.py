@@ -17,13 +17,22 @@ from .filters import filter_columns
 from .formats import Format, ReadOptions
 from .formats.schemas import check_readable
 from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
-from .planning import Plan
+from .planning import Chunk, Plan
 from .reading import count_rows, with_partition
 
-__all__ = ["Planned", "plan_source"]
+__all__ = ["Planned", "decoded_row_bytes", "plan_source"]
 
-# Rows read at plan time to measure the decoded size of a row.
+# Rows read at plan time to measure the decoded size of a row: at most this many, and about
+# `_SAMPLE_BYTES` of them by the plan's estimate (the footers' encoded sizes).
 _SAMPLE_ROWS = 1024
+_SAMPLE_BYTES = 4 << 20
+# Rows at least this wide by the plan's estimate are not sampled: the estimate stands. Decoding
+# one row decodes its whole page, and pq.write_table puts up to 1,024 values in a page
+# (measured: 300 rows of 2 MB, all in one 600 MB dictionary page, took planning to 3.4 GB). The
+# sample is there for narrow columns, whose dictionary encoding can make the encoded size 100x
+# smaller than the decoded one; writers give up dictionaries over 1 MiB, so wide values are
+# stored plain and their encoded size is their decoded size.
+_WIDE_ROW_BYTES = 64 << 10
 # When a filter does not apply to the first file, how many others to probe for schema drift.
 _DRIFT_PROBE_FILES = 64
 
@@ -132,23 +141,31 @@ def plan_source(
         read_options=read_options,
         plan=plan,
         output_columns=tuple(wanted) if needed or columns is not None else None,
-        decoded_row_bytes=_decoded_row_bytes(plan, read_options, fmt, fs),
+        decoded_row_bytes=decoded_row_bytes(plan.chunks, plan.row_bytes, read_options, fmt, fs),
         format=fmt,
     )
 
 
-def _decoded_row_bytes(
-    plan: Plan, read_options: ReadOptions, fmt: Format, fs: FileSystemSpec
+def decoded_row_bytes(
+    chunks: Sequence[Chunk],
+    row_bytes: float,
+    read_options: ReadOptions,
+    fmt: Format,
+    fs: FileSystemSpec,
 ) -> float:
     """Decoded bytes per row, measured on the first rows of the first non-empty chunk.
 
-    The footers' uncompressed sizes are encoded sizes: dictionary-encoded strings can be
-    100x smaller there than in memory, which would make "64 MiB" blocks gigabytes.
+    The footers' uncompressed sizes (``row_bytes`` per row) are encoded sizes:
+    dictionary-encoded strings can be 100x smaller there than in memory, which would make
+    "64 MiB" blocks gigabytes. The sample is about `_SAMPLE_BYTES` (rows of at least
+    `_WIDE_ROW_BYTES` are not sampled).
     """
-    chunk = next((c for c in plan.chunks if c.num_rows), None)
+    chunk = next((c for c in chunks if c.num_rows), None)
     if chunk is None:
         return 1.0
-    rows = min(chunk.num_rows, _SAMPLE_ROWS)
+    if row_bytes >= _WIDE_ROW_BYTES:
+        return row_bytes
+    rows = min(chunk.num_rows, _SAMPLE_ROWS, max(1, int(_SAMPLE_BYTES // row_bytes)))
     batches = fmt.read(chunk, 0, rows, fs, read_options)
     try:
         sample = [with_partition(b, chunk.partition, read_options) for b in batches]

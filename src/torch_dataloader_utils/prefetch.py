@@ -22,10 +22,18 @@ class Prefetcher(Generic[T]):
     with the consumer's shuffling and conversion. An exception in the thread is re-raised in the
     consumer at the point where the failed item would have arrived. Closing the iterator (or
     dropping it) stops the thread.
+
+    Memory: at most ``depth`` items exist ahead of the one the consumer took last, counting the
+    one being made: the thread starts on an item only once the consumer has taken an earlier
+    one. (A thread that made the next item while ``depth`` waited in the queue held one item
+    more: measured with a slow consumer, 2 MB rows and 64 MiB shuffle blocks, 90-110 MB more
+    per process.)
     """
 
     def __init__(self, source: Iterable[T], depth: int = 2, name: str = "tdu-prefetch") -> None:
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max(1, depth))
+        # A permit per item the thread may make before the consumer takes one.
+        self._room = threading.Semaphore(max(1, depth))
         self._stop = threading.Event()
         # Started by __iter__: a Prefetcher that is never iterated holds no thread.
         self._thread = threading.Thread(target=self._run, args=(source,), name=name, daemon=True)
@@ -39,15 +47,22 @@ class Prefetcher(Generic[T]):
                 continue
         return False
 
+    def _wait_for_room(self) -> bool:
+        while not self._stop.is_set():
+            if self._room.acquire(timeout=_POLL_SECONDS):
+                return True
+        return False
+
     def _run(self, source: Iterable[T]) -> None:
         try:
-            for item in source:
-                if not self._put(item):
+            items = iter(source)
+            while self._wait_for_room():
+                item = next(items, _DONE)
+                if not self._put(item) or item is _DONE:
                     return
+                del item  # the thread holds nothing while it waits for room
         except BaseException as exc:  # re-raised in the consumer, never swallowed
             self._put(_Failure(exc))
-            return
-        self._put(_DONE)
 
     def __iter__(self) -> Iterator[T]:
         if self._thread.ident is None:  # not started yet
@@ -55,11 +70,13 @@ class Prefetcher(Generic[T]):
         try:
             while True:
                 item = self._queue.get()
+                self._room.release()  # the thread may make the next one
                 if item is _DONE:
                     return
                 if isinstance(item, _Failure):
                     raise item.exc
                 yield item  # type: ignore[misc]
+                del item  # not kept alive while the next one is awaited
         finally:
             self.close()
 

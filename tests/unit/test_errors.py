@@ -32,6 +32,8 @@ BUILTIN_BASES: dict[str, type[BaseException]] = {
     "UnsupportedFileError": ValueError,
     "MissingDependencyError": ImportError,
     "MissingComponentError": ValueError,
+    "FileChangedError": ValueError,
+    "WorkerDiedError": RuntimeError,
 }
 
 # Narrower library bases a class must keep (a caller catching the broader one sees it).
@@ -48,6 +50,7 @@ LIBRARY_BASES: dict[str, str] = {
     "UnsupportedTableError": "InvalidSourceError",
     "UnsupportedFileError": "DataError",
     "MissingComponentError": "DataError",
+    "FileChangedError": "DataError",
 }
 
 

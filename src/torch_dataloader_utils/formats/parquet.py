@@ -30,8 +30,12 @@ __all__ = ["ParquetFormat"]
 
 # Footers are read by threads: the work is I/O (one small request per file on object storage).
 _PLAN_THREADS = 32
-# Rows per decoded batch inside a row group: bounds memory per worker and time to first batch.
+# A decoded batch inside a row group holds at most this many rows and, by the footer's
+# uncompressed sizes of the columns read, about this many bytes: a batch is a slice of what
+# pyarrow decoded, and keeps all of it alive until the last slice is gone (16,384 rows of 2 MB
+# values: a whole 600 MB row group in one batch; now 4 rows a batch). See docs/concepts/memory.md.
 _READ_BATCH_ROWS = 16_384
+_READ_BATCH_BYTES = 8 << 20
 # Open files kept per worker. An open ParquetFile keeps its pre-buffered row group alive (measured:
 # 8 cached files held ~360 MB), and shuffled streams rarely revisit a file, so keep one.
 _OPEN_FILES = 1
@@ -44,6 +48,14 @@ _AHEAD = 2
 # instead of fetching whole column chunks: the plan-time sample of a row's decoded size.
 _HEAD_SHARE = 8
 _STREAM_BUFFER = 1 << 20
+# A remote row group whose projected column chunks are larger than this is streamed (read in
+# `_REMOTE_BUFFER` requests as pyarrow decodes) instead of fetched whole ahead of decoding: one
+# row group of 2,000 rows of 2 MB is 4 GB. Local files always stream, in `_STREAM_BUFFER`
+# reads: without a buffer pyarrow reads each column chunk whole (measured, a 600 MB row group
+# of 2 MB values in 2 MB pages: pyarrow's pool peaked at 620 MB without, 23 MB with); reading
+# was as fast (4 M narrow rows: 0.37 s either way).
+_FETCH_BYTES = 64 << 20
+_REMOTE_BUFFER = 8 << 20
 
 
 @dataclass(frozen=True)
@@ -240,7 +252,12 @@ class ParquetFormat(Format):
             source = open_input(path, fs)
             try:
                 with parsing(fs.url(path)):
-                    return pq.ParquetFile(source, page_checksum_verification=self.verify_checksums)
+                    return pq.ParquetFile(
+                        source,
+                        pre_buffer=False,
+                        buffer_size=_STREAM_BUFFER,
+                        page_checksum_verification=self.verify_checksums,
+                    )
             except BaseException:  # corrupt, or the storage failed mid-parse
                 source.close()
                 raise
@@ -267,7 +284,7 @@ class ParquetFormat(Format):
                     # One thread: pyarrow's column threads cost more than they give at these
                     # sizes (measured 2.8 M vs 2.4 M rows/s), and workers are processes anyway.
                     batches = handle.iter_batches(
-                        batch_size=_READ_BATCH_ROWS,
+                        batch_size=_batch_rows(handle.metadata, rg, columns),
                         row_groups=[rg],
                         columns=columns,
                         use_threads=False,
@@ -337,9 +354,12 @@ class ParquetFormat(Format):
         if future is not None or (hint and len(self._ahead) >= _AHEAD):
             return future
         metadata, footer, _ = self._footer(path, fs)
+        ranges = _chunk_ranges(metadata, footer, rg, columns)
+        if hint and sum(n for _, n in ranges) > _FETCH_BYTES:
+            return None  # streamed when it is read, never held whole
         if self._fetcher is None:
             self._fetcher = RangeFetcher(fs.read_range)
-        future = self._fetcher.fetch(path, _chunk_ranges(metadata, footer, rg, columns))
+        future = self._fetcher.fetch(path, ranges)
         if hint:
             self._ahead[key] = future
         return future
@@ -359,7 +379,29 @@ class ParquetFormat(Format):
     ) -> Iterator[pa.RecordBatch]:
         """Rows ``[lo, hi)`` of row group ``rg``; row group ``after`` starts downloading
         once this one's requests are out."""
-        metadata, _, size = self._footer(path, fs)
+        metadata, footer, size = self._footer(path, fs)
+        batch_rows = _batch_rows(metadata, rg, columns)
+        if (path, rg) not in self._ahead and (
+            sum(n for _, n in _chunk_ranges(metadata, footer, rg, columns)) > _FETCH_BYTES
+        ):
+            # Too big to hold whole: pyarrow reads the pages as it decodes them, through the
+            # retried range reads.
+            if after is not None:
+                self._start(path, after, columns, fs, hint=True)
+            source = RangeFile(size, {}, lambda offset, n: fs.read_range(path, offset, n))
+            with parsing(where):
+                handle = pq.ParquetFile(
+                    source.arrow(),
+                    metadata=metadata,
+                    pre_buffer=False,
+                    buffer_size=_REMOTE_BUFFER,
+                    page_checksum_verification=self.verify_checksums,
+                )
+                batches = handle.iter_batches(
+                    batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False
+                )
+                yield from slice_batches(batches, lo, hi, where)
+            return
         if _head_only(lo, hi, rg_rows) and (path, rg) not in self._ahead:
             # A few first rows: stream the first pages rather than fetch whole column chunks.
             def head() -> list[pa.RecordBatch]:
@@ -372,10 +414,7 @@ class ParquetFormat(Format):
                         page_checksum_verification=self.verify_checksums,
                     )
                     batches = handle.iter_batches(
-                        batch_size=_READ_BATCH_ROWS,
-                        row_groups=[rg],
-                        columns=columns,
-                        use_threads=False,
+                        batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False
                     )
                     return list(slice_batches(batches, lo, hi, where))
 
@@ -398,7 +437,7 @@ class ParquetFormat(Format):
                 page_checksum_verification=self.verify_checksums,
             )
             batches = handle.iter_batches(
-                batch_size=_READ_BATCH_ROWS, row_groups=[rg], columns=columns, use_threads=False
+                batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False
             )
             yield from slice_batches(batches, lo, hi, where)
 
@@ -426,6 +465,23 @@ def _row_group_spans(
         first += rg_rows
         if first >= row_stop:
             return
+
+
+def _batch_rows(metadata: pq.FileMetaData, rg: int, columns: Sequence[str] | None) -> int:
+    """Rows per decoded batch of row group ``rg``: about `_READ_BATCH_BYTES` of the columns
+    read (the footer's uncompressed sizes), at most `_READ_BATCH_ROWS`."""
+    row_group = metadata.row_group(rg)
+    rows = int(row_group.num_rows)
+    if row_group.total_byte_size * _READ_BATCH_ROWS <= _READ_BATCH_BYTES * max(rows, 1):
+        return _READ_BATCH_ROWS  # narrow rows, whatever the projection: no column walk
+    owners = _leaf_owners(metadata.schema.to_arrow_schema())
+    wanted = set(columns) if columns is not None else None
+    nbytes = sum(
+        int(row_group.column(j).total_uncompressed_size)
+        for j, owner in enumerate(owners)
+        if wanted is None or owner in wanted
+    )
+    return max(1, min(_READ_BATCH_ROWS, _READ_BATCH_BYTES * rows // max(nbytes, 1)))
 
 
 def _head_only(lo: int, hi: int, rows: int) -> bool:

@@ -23,7 +23,7 @@ from ..errors import ColumnNotFoundError, CorruptFileError, InvalidSourceError
 from ..filters import filter_columns
 from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
-from ..planner import Planned
+from ..planner import Planned, decoded_row_bytes
 from ..planning import Chunk, Plan
 from ..reading import count_rows
 from .catalog import TableName, load_table, table_name
@@ -46,8 +46,6 @@ __all__ = ["plan_table", "valid_split_offsets"]
 logger = logging.getLogger(__name__)
 
 _PLAN_THREADS = 32
-# Rows read at plan time to measure the decoded size of a row.
-_SAMPLE_ROWS = 1024
 # The smallest offset a row group can start at: after the 4-byte "PAR1" magic.
 _FIRST_OFFSET = 4
 
@@ -202,20 +200,6 @@ def _chunks(facts: _Facts, split_rows: int | None, split_bytes: int | None) -> l
     return chunks
 
 
-def _decoded_row_bytes(
-    chunks: Sequence[Chunk], fmt: IcebergFormat, fs: FileSystemSpec, options: IcebergReadOptions
-) -> float:
-    chunk = next((c for c in chunks if c.num_rows), None)
-    if chunk is None:
-        return 1.0
-    try:
-        sample = list(fmt.read(chunk, 0, min(chunk.num_rows, _SAMPLE_ROWS), fs, options))
-    finally:
-        fmt.close()
-    rows = sum(b.num_rows for b in sample)
-    return float(sum(b.nbytes for b in sample) / max(1, rows))
-
-
 def _columns(
     schema_json: str, columns: Sequence[str] | None, arrow_filter: pc.Expression | None, name: str
 ) -> tuple[list[str], tuple[str, ...]]:
@@ -360,5 +344,5 @@ def plan_table(
         read_options=options,
         plan=plan,
         output_columns=tuple(wanted) if needed or columns is not None else None,
-        decoded_row_bytes=_decoded_row_bytes(chunks, fmt, fs, options),
+        decoded_row_bytes=decoded_row_bytes(chunks, plan.row_bytes, options, fmt, fs),
     )

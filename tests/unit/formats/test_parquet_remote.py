@@ -298,6 +298,29 @@ def test_other_reads_of_a_big_row_group_fetch_it(store: Store, start: int, stop:
     assert remote.equals(local_table(store, chunk, start, stop, options))
 
 
+@pytest.mark.parametrize(("start", "stop"), [(0, 20_000), (1, 100), (19_990, 20_000), (0, 5)])
+def test_row_groups_too_big_to_fetch_whole_are_streamed(
+    store: Store, monkeypatch: pytest.MonkeyPatch, start: int, stop: int
+) -> None:
+    # A row group over _FETCH_BYTES is never held whole: pyarrow reads its pages through the
+    # (retried) range reads as it decodes, and no fetch ahead is started for it.
+    monkeypatch.setattr(parquet_module, "_FETCH_BYTES", 1024)
+    options = ReadOptions()
+    chunks, fs = plan_remote(store, options, names=("c.parquet",))
+    (chunk,) = chunks
+    fmt = ParquetFormat()
+    try:
+        fmt.prefetch(chunk, start, stop, fs, options)
+        assert fmt._ahead == {} and fs.calls == []
+        remote = read_table(fmt, chunk, start, stop, fs, options)
+        assert fmt._ahead == {}
+    finally:
+        fmt.close()
+    assert fs.calls and not any(name.startswith("tdu-fetch") for *_, name in fs.calls)
+    assert ids(remote) == list(range(2000 + start, 2000 + stop))
+    assert remote.equals(local_table(store, chunk, start, stop, options))
+
+
 def test_head_only_boundary_is_an_eighth_of_the_row_group() -> None:
     assert parquet_module._HEAD_SHARE == 8
     assert parquet_module._head_only(0, 2500, 20_000)
