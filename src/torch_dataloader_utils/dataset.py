@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 import torch.distributed as dist
 from torch.utils.data import IterableDataset, get_worker_info
 
@@ -25,7 +26,7 @@ from .batching import (
 from .convert import Converter, ListFormat, NullPolicy, OutputFormat
 from .decoding import Decoding
 from .distributed import plan_once
-from .errors import InvalidArgumentError, UnsupportedTypeError
+from .errors import DataError, InvalidArgumentError, UnsupportedTypeError
 from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
 from .planner import Planned, plan_source
@@ -664,7 +665,18 @@ class StructuredDataset(IterableDataset[Any]):
         # Streams are batch-aligned, so drop_last already left only whole batches, except
         # round-robin's streams of whole chunks.
         unaligned = self.split_strategy != "equal"
-        yield from cut_batches(ahead, self.batch_size, drop_short=self.drop_last and unaligned)
+        try:
+            yield from cut_batches(ahead, self.batch_size, drop_short=self.drop_last and unaligned)
+        except pa.ArrowInvalid as exc:
+            if "overflow" not in str(exc):
+                raise
+            # A string, binary or list column's 32-bit offsets cannot hold the block or batch.
+            raise DataError(
+                f"{', '.join(reader.recent_files())}: a shuffle block or batch of these rows "
+                "holds more than 2 GiB in one string, binary or list column, more than its "
+                f"32-bit offsets address ({exc}); read with a smaller batch_size (and "
+                "shuffle_block_bytes), or write the column as large_string/large_binary"
+            ) from exc
 
     def _stream_done(self, topology: Topology, iteration: Iteration) -> int:
         """Batches ``topology``'s stream delivered before ``iteration`` began (a resume)."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pickle
 import threading
+from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -73,6 +74,9 @@ class Reader:
     failures: FailureLog | None = None
     _checked: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
     _skip: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
+    _recent: deque[str] = field(
+        default_factory=lambda: deque(maxlen=3), init=False, repr=False, compare=False
+    )
 
     def read(
         self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
@@ -160,6 +164,11 @@ class Reader:
                 "skipped: no row before them in this stream was readable)"
             ) from error
 
+    def recent_files(self) -> list[str]:
+        """The URLs of the last files read (most recent last): what a batch being assembled
+        now came from."""
+        return [self.fs.url(path) for path in self._recent]
+
     def _hint(self, piece: Piece) -> None:
         chunk = self.chunks[piece.chunk]
         if self.options.filter is None:
@@ -192,6 +201,8 @@ class Reader:
             if pinned is not None:
                 check_identity(chunk.path, pinned, self.fs)
             self._checked.add(chunk.path)
+        if not self._recent or self._recent[-1] != chunk.path:
+            self._recent.append(chunk.path)
         expr = self.options.filter
         if expr is None:
             position = piece.start

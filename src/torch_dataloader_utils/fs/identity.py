@@ -62,8 +62,9 @@ def check_identity(path: str, pinned: Identity, fs: FileSystemSpec) -> None:
     except OSError as exc:
         raise translate_os_error(exc, url) from exc
     size, version = pinned
-    now = int(info.get("size") or 0)
-    if now != size:
+    reported = info.get("size")
+    now = int(reported) if reported is not None else size  # (a store may not say)
+    if size and now != size:  # (0: the listing did not say)
         grown = "rows appended or " if now > size else "truncated or "
         raise FileChangedError(
             f"{url}: changed after planning: {size} bytes then, {now} now ({grown}replaced). "
