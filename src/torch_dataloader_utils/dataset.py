@@ -64,6 +64,7 @@ from .state import (
     decode_stream_state,
     encode_state,
     encode_stream_state,
+    is_complete,
 )
 from .transport import bundle_rows, worker_messages
 
@@ -463,7 +464,7 @@ class StructuredDataset(IterableDataset[Any]):
             allow_changed_data=allow_changed_data,
         )
         self._pending = iteration
-        self._pending_complete = bool(state.get("complete"))
+        self._pending_complete = is_complete(state)
         # A complete epoch: the next pass reads the next epoch (as a StatefulDataLoader's
         # finished state does, which Lightning relies on), unless set_epoch(its epoch) asks
         # for the (empty) rest of it.

@@ -19,7 +19,7 @@ from .formats import Format
 from .fs import Source
 from .planning import round_robin
 from .skipping import FailureLog, ReadFailure
-from .state import Iteration
+from .state import Iteration, read_failures, with_read_failures
 from .transport import Unbundler, init_worker, map_tensors
 from .worker_deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
@@ -167,13 +167,12 @@ class TabularDataLoader(DataLoader[Any]):
         (``"read_failures"``: ``failures`` and ``rows``, over every pass since the state the
         loader was built or loaded with).
         """
-        state = self._position()
         failures, rows = self._failures_before
-        state["read_failures"] = {
-            "failures": failures + len(self._read_failures),
-            "rows": rows + sum(f.skipped for f in self._read_failures),
-        }
-        return state
+        return with_read_failures(
+            self._position(),
+            failures + len(self._read_failures),
+            rows + sum(f.skipped for f in self._read_failures),
+        )
 
     def _position(self) -> dict[str, Any]:
         dataset = self.dataset
@@ -207,11 +206,11 @@ class TabularDataLoader(DataLoader[Any]):
             StateMismatchError: the state is not a loader state of this version, or comes from
                 other data (it says what changed), or cannot resume elastically.
         """
+        counted = read_failures(state_dict)
         self.dataset.load_state(
             state_dict, num_workers=self.num_workers, allow_changed_data=allow_changed_data
         )
-        counted = state_dict.get("read_failures") or {}
-        self._failures_before = (int(counted.get("failures", 0)), int(counted.get("rows", 0)))
+        self._failures_before = counted
         self._read_failures.clear()
         self._progress = None  # persistent workers restart with the next, resumed pass
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import re
 
 import pyarrow as pa
 import pytest
@@ -18,7 +19,14 @@ from torch_dataloader_utils.planning import (
     epoch_sequence,
     sequence_length,
 )
-from torch_dataloader_utils.state import STATE_VERSION, Iteration, decode_state, encode_state
+from torch_dataloader_utils.state import (
+    STATE_VERSION,
+    Iteration,
+    decode_state,
+    encode_state,
+    read_failures,
+    with_read_failures,
+)
 
 SCHEMA = pa.schema([("id", pa.int64()), ("x", pa.float32())])
 LAYOUT = Layout(
@@ -324,3 +332,47 @@ def test_a_state_saved_before_files_were_pinned_resumes():
     state = through_json(encode(Iteration(2, (), 4)))
     del state["plan"]["file_versions"]
     assert decode(state, plan=_versioned(PLAN, "mtime=2.0")).batches == 4
+
+
+@pytest.mark.parametrize(
+    ("change", "said"),
+    [
+        (lambda s: s.pop("legs"), "missing ['legs']"),
+        (lambda s: s.pop("topology"), "missing ['topology']"),
+        (lambda s: s["plan"].pop("fingerprint"), "plan has keys missing ['fingerprint']"),
+        (lambda s: s.update(extra=1), "unknown ['extra']"),
+        (lambda s: s["layout"].update(colour="red"), "layout has keys unknown ['colour']"),
+        (lambda s: s["topology"].update(ranks=2), "topology has keys unknown ['ranks']"),
+        (lambda s: s.update(layout=[1, 2]), "layout is a list, not a mapping"),
+        (lambda s: s.update(read_failures={"failures": 1}), "read_failures has keys missing"),
+    ],
+    ids=[
+        "no-legs",
+        "no-topology",
+        "no-fingerprint",
+        "extra",
+        "layout-key",
+        "topology-key",
+        "layout-list",
+        "read-failures",
+    ],
+)
+def test_a_malformed_state_is_refused_saying_which_key(change, said):
+    state = through_json(encode(Iteration(2, (), 4)))
+    if "read_failures" in said:
+        change(state)
+        with pytest.raises(StateMismatchError, match=re.escape(said)):
+            read_failures(state)
+        return
+    change(state)
+    with pytest.raises(StateMismatchError, match=re.escape(said)):
+        decode(state)
+    with pytest.raises(StateMismatchError):  # whatever the data, a malformed state is refused
+        decode(state, allow_changed_data=True)
+
+
+def test_the_read_failure_count_travels_in_the_state():
+    state = through_json(with_read_failures(encode(Iteration(2, (), 4)), 3, 150))
+    assert read_failures(state) == (3, 150)
+    assert decode(state).batches == 4
+    assert read_failures(through_json(encode(Iteration(2, (), 4)))) == (0, 0)

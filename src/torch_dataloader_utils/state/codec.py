@@ -10,41 +10,31 @@ the same for each earlier leg. Everything else follows from the plan (pure funct
 from __future__ import annotations
 
 import dataclasses
-import multiprocessing
-import os
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-import torch
-from torch.utils.data import get_worker_info
-
-from .errors import StateMismatchError
-from .planning import Layout, Leg, Plan
+from ..errors import StateMismatchError
+from ..planning import Layout, Leg, Plan
+from . import keys as k
 
 __all__ = [
     "STATE_VERSION",
     "STREAM_STATE_KIND",
     "Iteration",
-    "PassControl",
     "decode_state",
     "decode_stream_state",
     "encode_state",
     "encode_stream_state",
+    "is_complete",
+    "read_failures",
+    "with_read_failures",
 ]
 
 STATE_VERSION = 1
 _KIND = "torch_dataloader_utils.loader_state"
 # The state of one DataLoader worker's stream (torchdata's StatefulDataLoader keeps one per worker).
 STREAM_STATE_KIND = "torch_dataloader_utils.stream_state"
-
-# Slots of the shared control tensor.
-_EPOCH = 0  # the epoch set, or of the pass begun last
-_GENERATION = 1  # passes begun by the main process
-_ADVANCE = 2  # 1: the next pass reads _EPOCH + 1 (a pass delivered a batch since set_epoch)
-_FOR_WORKERS = 3  # passes the main process began for its DataLoader workers to follow
-WORKER_SLOTS = 256
-_NEXT = 4  # per worker: 1 + the epoch its next pass of its own reads (0: unset)
-_FOLLOWED = _NEXT + WORKER_SLOTS  # per worker: the last _FOR_WORKERS pass it followed
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,12 +74,19 @@ def _plan_facts(plan: Plan) -> dict[str, Any]:
     return facts
 
 
-def _leg(data: dict[str, Any]) -> Leg:
+def _layout(data: Any, where: str) -> Layout:
+    fields = {f.name for f in dataclasses.fields(Layout)}
+    optional = {f.name for f in dataclasses.fields(Layout) if f.default is not dataclasses.MISSING}
+    return Layout(**k.checked(data, fields - optional, where, optional))
+
+
+def _leg(data: Any) -> Leg:
+    leg = k.checked(data, k.LEG_KEYS, "a leg")
     return Leg(
-        world_size=int(data["world_size"]),
-        num_workers=int(data["num_workers"]),
-        layout=Layout(**data["layout"]),
-        batches=int(data["batches"]),
+        world_size=int(leg[k.WORLD_SIZE]),
+        num_workers=int(leg[k.NUM_WORKERS]),
+        layout=_layout(leg[k.LAYOUT], "a leg's layout"),
+        batches=int(leg[k.BATCHES]),
     )
 
 
@@ -109,24 +106,51 @@ def encode_state(
     same bytes.
     """
     return {
-        "kind": _KIND,
-        "version": STATE_VERSION,
-        "epoch": iteration.epoch,
-        "batches": iteration.batches,
-        "complete": complete,
-        "topology": {"world_size": world_size, "num_workers": num_workers},
-        "layout": dataclasses.asdict(layout),
-        "legs": [
+        k.KIND: _KIND,
+        k.VERSION: STATE_VERSION,
+        k.EPOCH: iteration.epoch,
+        k.BATCHES: iteration.batches,
+        k.COMPLETE: complete,
+        k.TOPOLOGY: {k.WORLD_SIZE: world_size, k.NUM_WORKERS: num_workers},
+        k.LAYOUT: dataclasses.asdict(layout),
+        k.LEGS: [
             {
-                "world_size": leg.world_size,
-                "num_workers": leg.num_workers,
-                "layout": dataclasses.asdict(leg.layout),
-                "batches": leg.batches,
+                k.WORLD_SIZE: leg.world_size,
+                k.NUM_WORKERS: leg.num_workers,
+                k.LAYOUT: dataclasses.asdict(leg.layout),
+                k.BATCHES: leg.batches,
             }
             for leg in iteration.legs
         ],
-        "plan": _plan_facts(plan),
+        k.PLAN: _plan_facts(plan),
     }
+
+
+def with_read_failures(state: dict[str, Any], failures: int, rows: int) -> dict[str, Any]:
+    """``state`` counting the reads skipped under ``on_error="skip"`` (``failures`` of them,
+    ``rows`` rows replaced): this rank's, since the loader was built or loaded."""
+    state[k.READ_FAILURES] = {"failures": failures, "rows": rows}
+    return state
+
+
+def is_complete(state: Mapping[str, Any]) -> bool:
+    """Whether ``state`` was taken after its epoch's last batch."""
+    return bool(state.get(k.COMPLETE))
+
+
+def read_failures(state: Mapping[str, Any]) -> tuple[int, int]:
+    """The ``(failures, rows)`` a state counts (zeros for a state without the count).
+
+    Raises:
+        StateMismatchError: the count is malformed.
+    """
+    if k.READ_FAILURES not in state:
+        return 0, 0
+    counted = k.checked(state[k.READ_FAILURES], k.READ_FAILURE_KEYS, "read_failures")
+    try:
+        return int(counted["failures"]), int(counted["rows"])
+    except (TypeError, ValueError) as exc:
+        raise StateMismatchError(f"malformed loader state: read_failures {exc}") from exc
 
 
 def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
@@ -210,26 +234,32 @@ def _decode(
     layout: Layout,
     allow_changed_data: bool,
 ) -> Iteration:
-    if not isinstance(state, dict) or state.get("kind") != _KIND:
+    if not isinstance(state, dict) or state.get(k.KIND) != _KIND:
         raise StateMismatchError(
             "not a torch_dataloader_utils loader state (expected the dict that "
             "loader.state_dict() returns)"
         )
-    version = state.get("version")
+    version = state.get(k.VERSION)
     if version != STATE_VERSION:
         raise StateMismatchError(
             f"loader state version {version} is not {STATE_VERSION}, the version this library reads"
         )
+    allowed = k.STREAM_KEYS if state.get(k.WORKER) is not None else k.LOADER_KEYS
+    k.checked(state, allowed, "the state", k.LOADER_OPTIONAL)
+    facts = k.checked(state[k.PLAN], k.PLAN_KEYS, "plan", k.PLAN_OPTIONAL)
     if not allow_changed_data:
-        _check_plan(state["plan"], plan)
-    legs = tuple(_leg(leg) for leg in state["legs"])
+        _check_plan(dict(facts), plan)
+    if not isinstance(state[k.LEGS], list | tuple):
+        raise StateMismatchError("malformed loader state: legs is not a list")
+    legs = tuple(_leg(leg) for leg in state[k.LEGS])
+    topology = k.checked(state[k.TOPOLOGY], k.TOPOLOGY_KEYS, "topology")
     saved = Leg(
-        world_size=int(state["topology"]["world_size"]),
-        num_workers=int(state["topology"]["num_workers"]),
-        layout=Layout(**state["layout"]),
-        batches=int(state["batches"]),
+        world_size=int(topology[k.WORLD_SIZE]),
+        num_workers=int(topology[k.NUM_WORKERS]),
+        layout=_layout(state[k.LAYOUT], "layout"),
+        batches=int(state[k.BATCHES]),
     )
-    epoch = int(state["epoch"])
+    epoch = int(state[k.EPOCH])
     # A complete epoch resumes at its end (its pass yields nothing): set_epoch(epoch) in a
     # training loop's first turn must not read it again, set_epoch(epoch + 1) goes on.
     if (saved.world_size, saved.num_workers, saved.layout) == (world_size, num_workers, layout):
@@ -271,7 +301,7 @@ def encode_stream_state(
         layout=layout,
         complete=complete,
     )
-    state.update(kind=STREAM_STATE_KIND, worker=worker, stream_batches=batches)
+    state.update({k.KIND: STREAM_STATE_KIND, k.WORKER: worker, k.STREAM_BATCHES: batches})
     return state
 
 
@@ -290,14 +320,15 @@ def decode_stream_state(
         StateMismatchError: not a stream state of this version, other data, or another
             topology (a worker's state describes one stream of one topology).
     """
-    if not isinstance(state, dict) or state.get("kind") != STREAM_STATE_KIND:
+    if not isinstance(state, dict) or state.get(k.KIND) != STREAM_STATE_KIND:
         raise StateMismatchError(
             "not a torch_dataloader_utils stream state (what the dataset's state_dict returns "
             "in a DataLoader worker)"
         )
     try:
-        saved = (int(state["topology"]["world_size"]), int(state["topology"]["num_workers"]))
-        saved_worker, batches = int(state["worker"]), int(state["stream_batches"])
+        topology = k.checked(state[k.TOPOLOGY], k.TOPOLOGY_KEYS, "topology")
+        saved = (int(topology[k.WORLD_SIZE]), int(topology[k.NUM_WORKERS]))
+        saved_worker, batches = int(state[k.WORKER]), int(state[k.STREAM_BATCHES])
     except (KeyError, TypeError, ValueError) as exc:  # no StateMismatchError can come here
         raise StateMismatchError(f"malformed stream state: {exc!r} is missing or invalid") from exc
     if saved != (world_size, num_workers):
@@ -313,115 +344,13 @@ def decode_stream_state(
             f"worker {worker} was given the state of worker {saved_worker}: each worker "
             "resumes its own stream"
         )
-    as_loader_state = {**state, "kind": _KIND}
+    as_loader_state = {**state, k.KIND: _KIND}
     iteration = decode_state(
         as_loader_state, plan, world_size=world_size, num_workers=num_workers, layout=layout
     )
-    if iteration.batches != int(state["batches"]):
+    if iteration.batches != int(state[k.BATCHES]):
         raise StateMismatchError(
             "this worker state was saved with other options (batch size, shuffle, seed, "
             "drop_last or remainder): a worker's state resumes only the same stream"
         )
     return iteration, batches
-
-
-class PassControl:
-    """The epoch and the pass counters that one rank's copies of a dataset share.
-
-    The main process and its DataLoader workers (fork, spawn or forkserver, persistent or not)
-    see one tensor in shared memory, so ``set_epoch`` reaches persistent workers and workers
-    of a plain ``DataLoader`` learn which epoch their pass reads. The rule (ADR 0009):
-
-    - ``set_epoch(e)``: the next pass reads epoch ``e``; an explicit epoch always wins.
-    - A pass that begins without ``set_epoch`` since a pass that delivered a batch reads the
-      next epoch (as MosaicML Streaming does): a trainer that never calls ``set_epoch``
-      (Lightning, a plain loop) still gets a new order each epoch.
-
-    The tensor belongs to one process (its owner). A copy that lands in another process's main
-    role (a loader pickled or forked into a rank by ``mp.spawn``, Lightning's ``ddp_spawn`` or Ray)
-    takes counters of its own at first use; a DataLoader worker uses its parent's, and private
-    ones when its parent never claimed them, so two ranks never share pass counters.
-    """
-
-    def __init__(self) -> None:
-        self._tensor = self._new(torch.zeros(_NEXT + 2 * WORKER_SLOTS, dtype=torch.int64))
-        self._owner = os.getpid()
-
-    @staticmethod
-    def _new(values: torch.Tensor) -> torch.Tensor:
-        shared: torch.Tensor = values.share_memory_()  # type: ignore[no-untyped-call]
-        return shared
-
-    def _values(self) -> torch.Tensor:
-        pid = os.getpid()
-        if self._owner == pid:
-            return self._tensor
-        if get_worker_info() is None:
-            # Main role in a process that did not create these counters: take our own.
-            self._tensor, self._owner = self._new(self._tensor.clone()), pid
-            return self._tensor
-        parent = multiprocessing.parent_process()
-        if parent is None or parent.pid != self._owner:
-            # A worker whose rank never touched the counters it received (a dataset pickled
-            # into a rank and wrapped in a plain DataLoader): private, not a sibling rank's.
-            self._tensor, self._owner = self._tensor.clone(), pid
-        return self._tensor
-
-    @property
-    def epoch(self) -> int:
-        """The epoch set, or of the pass begun last."""
-        return int(self._values()[_EPOCH])
-
-    @property
-    def generation(self) -> int:
-        """Passes the main process has begun."""
-        return int(self._values()[_GENERATION])
-
-    def set_epoch(self, epoch: int, *, advance: bool = False) -> None:
-        """The next pass reads ``epoch`` (``epoch + 1`` with ``advance``)."""
-        values = self._values()
-        values[_EPOCH] = epoch
-        values[_ADVANCE] = int(advance)
-        values[_NEXT:_FOLLOWED] = 0
-
-    def begin(self, *, for_workers: bool) -> tuple[int, int]:
-        """Begin a pass in the main process: its epoch and generation.
-
-        ``for_workers``: its DataLoader workers follow this pass (a `TabularDataLoader`'s).
-        """
-        values = self._values()
-        if int(values[_ADVANCE]):
-            values[_EPOCH] += 1
-            values[_ADVANCE] = 0
-            values[_NEXT:_FOLLOWED] = 0
-        values[_GENERATION] += 1
-        if for_workers:
-            values[_FOR_WORKERS] += 1
-        return int(values[_EPOCH]), int(values[_GENERATION])
-
-    def delivered(self) -> None:
-        """A pass delivered a batch: the next pass reads the next epoch unless set_epoch."""
-        self._values()[_ADVANCE] = 1
-
-    def begin_worker(self, worker: int, epoch: int | None = None) -> int | None:
-        """Begin a pass in DataLoader worker ``worker``: its epoch, or None to follow the pass
-        the main process began for its workers.
-
-        ``epoch`` (a loaded worker state) wins. A worker of a plain ``DataLoader`` (no main
-        process begins its passes) reads the epoch after its own last pass, else the main
-        process's next one. Each worker writes only its own slots.
-        """
-        values = self._values()
-        if not 0 <= worker < WORKER_SLOTS:
-            if epoch is None and int(values[_FOR_WORKERS]):
-                return None
-            return int(values[_EPOCH]) + int(values[_ADVANCE]) if epoch is None else epoch
-        passes = int(values[_FOR_WORKERS])
-        if epoch is None and passes != int(values[_FOLLOWED + worker]):
-            values[_FOLLOWED + worker] = passes
-            return None
-        if epoch is None:
-            following = int(values[_NEXT + worker])
-            epoch = following - 1 if following else int(values[_EPOCH]) + int(values[_ADVANCE])
-        values[_NEXT + worker] = epoch + 2
-        return epoch

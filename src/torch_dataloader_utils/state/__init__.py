@@ -1,0 +1,38 @@
+"""Where an epoch stands: the loader state (small, versioned, read strictly) and the pass
+control one rank's copies of a dataset share.
+
+- `keys`: every key a state holds, and the strict reading of them;
+- `codec`: a pass ↔ the state dict (`encode_state`, `decode_state`, a worker's stream state);
+- `passes`: the epoch and pass counters in shared memory (`PassControl`, ADR 0009).
+
+See docs/concepts/checkpointing.md.
+"""
+
+from .codec import (
+    STATE_VERSION,
+    STREAM_STATE_KIND,
+    Iteration,
+    decode_state,
+    decode_stream_state,
+    encode_state,
+    encode_stream_state,
+    is_complete,
+    read_failures,
+    with_read_failures,
+)
+from .passes import WORKER_SLOTS, PassControl
+
+__all__ = [
+    "STATE_VERSION",
+    "STREAM_STATE_KIND",
+    "WORKER_SLOTS",
+    "Iteration",
+    "PassControl",
+    "decode_state",
+    "decode_stream_state",
+    "encode_state",
+    "encode_stream_state",
+    "is_complete",
+    "read_failures",
+    "with_read_failures",
+]
