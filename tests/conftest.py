@@ -1,4 +1,8 @@
-"""Shared data factories: every test makes the small files it reads (no committed binaries)."""
+"""Shared data factories: every test makes the small files it reads (no committed binaries).
+
+Also the tiers: each test is marked with the tier of its folder (`TIERS`), so
+``pytest -m <tier>`` runs one tier alone.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,36 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+
+# The folder under tests/ -> the marker of its tests (declared in pyproject.toml; the README
+# lists one line per tier). tests/services/ holds the storage servers' code, no tests.
+TIERS = {
+    "unit": "unit",
+    "conformance": "conformance",
+    "multiproc": "multiproc",
+    "distributed": "distributed",
+    "iceberg": "iceberg",
+    "remote": "remote",
+    "corpus": "corpus",
+    "trainers": "trainers",
+}
+TESTS = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark every test under tests/ with its folder's tier; a folder with no tier is an error,
+    so that the tiers always add up to the whole suite."""
+    for item in items:
+        try:
+            folder = item.path.resolve().relative_to(TESTS).parts[0]
+        except ValueError:  # collected from outside tests/ (a doctest, say): no tier
+            continue
+        if folder not in TIERS:
+            raise pytest.UsageError(
+                f"{item.nodeid}: tests/{folder} has no tier; add it to TIERS in "
+                "tests/conftest.py and to the markers in pyproject.toml"
+            )
+        item.add_marker(TIERS[folder])
 
 
 def make_table(ids: np.ndarray, *, seed: int = 0, emb_dim: int = 4) -> pa.Table:
