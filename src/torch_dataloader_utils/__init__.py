@@ -40,7 +40,14 @@ from .errors import (
     UnsupportedTypeError,
     WorkerDiedError,
 )
-from .formats import Format, FormatPlan, ReadOptions, available_formats, get_format
+from .formats import (
+    Format,
+    FormatPlan,
+    ReadOptions,
+    available_formats,
+    get_format,
+    register_format,
+)
 from .formats.ipc import IpcFormat
 from .formats.orc import OrcFormat
 from .formats.parquet import ParquetFormat
@@ -100,6 +107,7 @@ __all__ = [
     "available_formats",
     "create_dataloader",
     "get_format",
+    "register_format",
 ]
 
 if __all__ != sorted(__all__):  # keep the public list curated and sorted

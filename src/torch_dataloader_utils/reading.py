@@ -23,14 +23,11 @@ from .errors import CorruptFileError, DataError, TorchDataloaderUtilsError
 from .formats import Format, ReadOptions
 from .fs import FileSystemSpec
 from .fs.identity import Identity, check_identity
+from .fs.threads import COUNT_THREADS
 from .planning import Chunk, Piece
 from .skipping import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
 
 __all__ = ["Reader", "count_rows", "with_partition"]
-
-# Threads that count rows passing a filter at plan time (reads are I/O bound when remote;
-# pyarrow decodes without the GIL).
-_COUNT_THREADS = 8
 
 
 def with_partition(
@@ -266,7 +263,7 @@ def count_rows(
     try:
         if len(chunks) <= 1:
             return [count(c) for c in chunks]
-        with ThreadPoolExecutor(_COUNT_THREADS) as pool:
+        with ThreadPoolExecutor(COUNT_THREADS) as pool:
             return list(pool.map(count, chunks))
     finally:
         for copy in copies:

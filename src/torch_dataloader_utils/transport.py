@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import ctypes
 import math
-import os
 import pickle
 import sys
 import threading
@@ -30,6 +29,7 @@ import torch
 
 from .convert import Converter, Field, Gather, as_numpy
 from .errors import DataError
+from .fs.forks import ProcessLocal
 from .skipping import FailureLog, ReadFailure, log_failure
 
 if TYPE_CHECKING:
@@ -324,26 +324,24 @@ class BufferPool:
 
     def __init__(self, size: int = 4) -> None:
         self.size = size
-        self._buffers: list[torch.Tensor] = []
-        self._pid = os.getpid()
+        # Per process: a forked process inherits the pool, whose pages it shares with its
+        # parent and siblings: it must never write to them, so it starts afresh.
+        self._buffers: ProcessLocal[list[torch.Tensor]] = ProcessLocal(list)
 
     def take(self, nbytes: int) -> torch.Tensor:
         """A buffer of at least ``_HEADER + nbytes`` bytes, marked in use."""
-        if os.getpid() != self._pid:
-            # A forked process inherits the pool, whose pages it shares with its parent and
-            # siblings: it must never write to them. Start afresh.
-            self._buffers, self._pid = [], os.getpid()
-        for i, buffer in enumerate(self._buffers):
+        buffers = self._buffers.get()
+        for i, buffer in enumerate(buffers):
             if int(buffer[0]) == _FREE and buffer.numel() >= _HEADER + nbytes:
-                self._buffers.append(self._buffers.pop(i))  # most recently used last
+                buffers.append(buffers.pop(i))  # most recently used last
                 buffer[0] = _IN_USE
                 return buffer
         # Round up so that a slightly larger next message still fits.
         buffer = _new_shared(_round_up(_HEADER + nbytes, _POOL_GRAIN))
         buffer[0] = _IN_USE
-        self._buffers.append(buffer)
-        if len(self._buffers) > self.size:
-            self._buffers.pop(0)
+        buffers.append(buffer)
+        if len(buffers) > self.size:
+            buffers.pop(0)
         return buffer
 
 

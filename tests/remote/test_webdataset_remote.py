@@ -117,16 +117,16 @@ def test_reads_started_ahead_are_used(seaweedfs: SeaweedFS, s3_shards: str, tmp_
         keys: list[str] = []
         for chunk in dataset.plan.chunks:
             fmt.prefetch(chunk, 0, chunk.num_rows, fs, options)
-            pending = set(fmt._ahead._pending)
+            pending = set(fmt._ahead)
             assert len(pending) == 1 and next(iter(pending))[0] == chunk.path
             batches = fmt.read(chunk, 0, chunk.num_rows, fs, options)
             first = next(batches)
-            assert not pending & set(fmt._ahead._pending)  # the prefetched bytes were taken
+            assert not pending & set(fmt._ahead)  # the prefetched bytes were taken
             for batch in [first, *batches]:
                 keys += batch.column("__key__").to_pylist()
                 i = [int(k[1:]) for k in batch.column("__key__").to_pylist()]
                 assert batch.column("bin").to_pylist() == [payload(j) for j in i]
-        assert not fmt._ahead._pending
+        assert not fmt._ahead
         fmt.close()
     finally:
         slicing.READ_BYTES = old
@@ -154,7 +154,7 @@ def test_two_workers_with_reads_ahead(
     dataset = loader.dataset
     chunk = dataset.plan.chunks[0]
     dataset.format.prefetch(chunk, 0, chunk.num_rows, dataset.fs, dataset.read_options)
-    (started,) = dataset.format._ahead._pending.values()
+    (started,) = dataset.format._ahead.values()
     started.result()  # (a fork during a request would copy the storage client's locks held)
     for _ in range(2):
         assert Counter(read(loader)) == Counter(f"k{i:05d}" for i in range(SAMPLES))

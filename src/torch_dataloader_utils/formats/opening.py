@@ -12,6 +12,7 @@ import pyarrow as pa
 from ..errors import CorruptFileError, StorageError
 from ..fs import FileSystemSpec, translate_os_error
 from ..fs.retry import is_missing, is_refused, is_transient
+from ..fs.threads import PLAN_THREADS
 
 __all__ = ["PLAN_THREADS", "each_file", "open_input", "parsing", "read_range", "slice_batches"]
 
@@ -19,15 +20,12 @@ __all__ = ["PLAN_THREADS", "each_file", "open_input", "parsing", "read_range", "
 T = TypeVar("T")
 U = TypeVar("U")
 
-# Planning reads metadata (footers, tails, headers, indexes) in threads: on object storage the
-# work is waiting for small requests; locally pyarrow and numpy release the GIL.
-PLAN_THREADS = 32
-
 
 def each_file(
     read: Callable[[T], U], files: Sequence[T], *, threads: int = PLAN_THREADS
 ) -> list[U]:
-    """``read`` of each of ``files`` (in order), run in up to ``threads`` planning threads."""
+    """``read`` of each of ``files`` (in order), run in up to ``threads`` planning threads
+    (`fs.threads.PLAN_THREADS` by default)."""
     with ThreadPoolExecutor(
         max(1, min(threads, len(files))), thread_name_prefix="tdu-plan"
     ) as pool:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import functools
-import os
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -17,19 +16,18 @@ import pyarrow.parquet as pq
 
 from ..errors import CorruptFileError, SchemaMismatchError
 from ..fs import FileSystemSpec, SourceFile, translate_os_error
-from ..fs.ranges import RangeFetcher, RangeFile
+from ..fs.ranges import RangeFetcher, RangeFile, ReadsAhead
+from ..fs.threads import PLAN_THREADS
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
-from .handles import HandleCache, keep_inherited
+from .handles import HandleCache
 from .opening import open_input, parsing, slice_batches
 from .parquet_footer import Footer, footer_file, read_footer
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["ParquetFormat"]
 
-# Footers are read by threads: the work is I/O (one small request per file on object storage).
-_PLAN_THREADS = 32
 # A decoded batch inside a row group holds at most this many rows and, by the footer's
 # uncompressed sizes of the columns read, about this many bytes: a batch is a slice of what
 # pyarrow decoded, and keeps all of it alive until the last slice is gone (16,384 rows of 2 MB
@@ -185,23 +183,12 @@ class ParquetFormat(Format):
         self._open: HandleCache[str, pq.ParquetFile] = HandleCache(
             _OPEN_FILES, pq.ParquetFile.close
         )
-        # Remote reads: footers and file sizes, row groups being fetched, the fetch threads.
+        # Remote reads: footers and file sizes, row groups fetched ahead (by row group), the
+        # fetch threads. Open files, reads ahead and fetch threads are per process (a forked
+        # child starts its own: `fs.forks`); footers are facts, a child may use its parent's.
         self._footers: OrderedDict[str, tuple[pq.FileMetaData, Footer, int]] = OrderedDict()
-        self._ahead: OrderedDict[tuple[str, int], Future[dict[int, bytes | bytearray]]] = (
-            OrderedDict()
-        )
+        self._ahead: ReadsAhead[tuple[str, int], dict[int, bytes | bytearray]] = ReadsAhead(_AHEAD)
         self._fetcher: RangeFetcher | None = None
-        self._pid = os.getpid()
-
-    def _check_process(self) -> None:
-        """A forked child drops what it inherited: the parent's fetch threads do not exist in
-        it (a submitted fetch would never run) and its pending fetches never complete. The
-        parent's objects stay referenced, never closed here (they are the parent's); open
-        files are `HandleCache`'s to drop."""
-        if self._pid != os.getpid():
-            keep_inherited(self._ahead, self._fetcher)
-            self._ahead, self._fetcher = OrderedDict(), None
-            self._pid = os.getpid()
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         # Open files stay behind: each process opens its own.
@@ -226,7 +213,7 @@ class ParquetFormat(Format):
         options: ReadOptions,
     ) -> FormatPlan:
         pairs = list(zip(files, partitions, strict=True))
-        threads = max(1, min(_PLAN_THREADS, len(pairs)))
+        threads = max(1, min(PLAN_THREADS, len(pairs)))
         # Tasks of several files each: one task per file spent more time handing out tasks
         # than reading local footers (measured: 10k files, 0.97 s vs 0.31 s for the reads).
         per_task = max(1, len(pairs) // (threads * 4))
@@ -272,7 +259,6 @@ class ParquetFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> Iterator[pa.RecordBatch]:
-        self._check_process()
         url = fs.url(chunk.path)
         columns = list(options.columns) if options.columns is not None else None
         spans = list(_row_group_spans(chunk, row_start, row_stop))
@@ -314,11 +300,10 @@ class ParquetFormat(Format):
         """Start fetching the first row group of rows ``[row_start, row_stop)`` (remote)."""
         if fs.is_local:
             return
-        self._check_process()
         columns = list(options.columns) if options.columns is not None else None
         for rg, lo, hi, rg_rows in _row_group_spans(chunk, row_start, row_stop):
             if not _head_only(lo, hi, rg_rows):
-                self._start(chunk.path, rg, columns, fs, hint=True)
+                self._fetch_ahead(chunk.path, rg, columns, fs)
             return
 
     # --- remote reading: whole column chunks fetched in parallel, ahead of decoding ---------
@@ -343,26 +328,36 @@ class ParquetFormat(Format):
             self._footers.popitem(last=False)
         return found
 
-    def _start(
-        self, path: str, rg: int, columns: list[str] | None, fs: FileSystemSpec, *, hint: bool
-    ) -> Future[dict[int, bytes | bytearray]] | None:
-        """Row group ``rg``'s bytes: already fetched or in flight, or a new fetch. A hint
-        (a fetch ahead of need) is kept for its read; with `_AHEAD` hints pending it is
-        dropped, never one of those (a cancelled fetch would be fetched twice)."""
-        key = (path, rg)
-        future = self._ahead.pop(key, None) if not hint else self._ahead.get(key)
-        if future is not None or (hint and len(self._ahead) >= _AHEAD):
-            return future
+    def _fetch(
+        self, path: str, rg: int, columns: list[str] | None, fs: FileSystemSpec
+    ) -> Future[dict[int, bytes | bytearray]]:
+        """Row group ``rg``'s bytes: fetched ahead (handed over), or a new fetch."""
+        started = self._ahead.take((path, rg))
+        if started is not None:
+            return started
         metadata, footer, _ = self._footer(path, fs)
-        ranges = _chunk_ranges(metadata, footer, rg, columns)
-        if hint and sum(n for _, n in ranges) > _FETCH_BYTES:
-            return None  # streamed when it is read, never held whole
+        return self._fetcher_of(fs).fetch(path, _chunk_ranges(metadata, footer, rg, columns))
+
+    def _fetch_ahead(
+        self, path: str, rg: int, columns: list[str] | None, fs: FileSystemSpec
+    ) -> None:
+        """Start fetching row group ``rg`` ahead of its read, unless `_AHEAD` fetches are
+        pending (this one is dropped, never one of those: a cancelled fetch would be fetched
+        twice) or it is too big to hold whole (streamed when it is read)."""
+
+        def begin() -> Future[dict[int, bytes | bytearray]] | None:
+            metadata, footer, _ = self._footer(path, fs)
+            ranges = _chunk_ranges(metadata, footer, rg, columns)
+            if sum(n for _, n in ranges) > _FETCH_BYTES:
+                return None
+            return self._fetcher_of(fs).fetch(path, ranges)
+
+        self._ahead.start((path, rg), begin)
+
+    def _fetcher_of(self, fs: FileSystemSpec) -> RangeFetcher:
         if self._fetcher is None:
             self._fetcher = RangeFetcher(fs.read_range)
-        future = self._fetcher.fetch(path, ranges)
-        if hint:
-            self._ahead[key] = future
-        return future
+        return self._fetcher
 
     def _read_remote(
         self,
@@ -387,7 +382,7 @@ class ParquetFormat(Format):
             # Too big to hold whole: pyarrow reads the pages as it decodes them, through the
             # retried range reads.
             if after is not None:
-                self._start(path, after, columns, fs, hint=True)
+                self._fetch_ahead(path, after, columns, fs)
             source = RangeFile(size, {}, lambda offset, n: fs.read_range(path, offset, n))
             with parsing(where):
                 handle = pq.ParquetFile(
@@ -420,10 +415,9 @@ class ParquetFormat(Format):
 
             yield from fs.request(head, what=where)
             return
-        future = self._start(path, rg, columns, fs, hint=False)
-        assert future is not None  # a fetch that is needed is never dropped
+        future = self._fetch(path, rg, columns, fs)
         if after is not None:
-            self._start(path, after, columns, fs, hint=True)
+            self._fetch_ahead(path, after, columns, fs)
         try:
             buffers = future.result()
         except OSError as exc:
@@ -442,11 +436,8 @@ class ParquetFormat(Format):
             yield from slice_batches(batches, lo, hi, where)
 
     def close(self) -> None:
-        self._check_process()
         self._open.clear()
-        for future in self._ahead.values():
-            future.cancel()
-        self._ahead.clear()
+        self._ahead.close()
         if self._fetcher is not None:
             self._fetcher.close()
             self._fetcher = None

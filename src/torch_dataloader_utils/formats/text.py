@@ -28,6 +28,7 @@ import pyarrow.compute as pc
 
 from ..errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError
 from ..fs import FileSystemSpec, SourceFile
+from ..fs.threads import SCAN_THREADS
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .opening import each_file, parsing, read_range
@@ -36,7 +37,6 @@ from .schemas import FileSchema, check_schemas
 
 __all__ = ["SCAN_PIECE", "TextFormat", "TextLayout"]
 
-_PLAN_THREADS = 16
 SCAN_PIECE = 8 << 20  # bytes per plan-time range read
 _READ_PIECE = 32 << 20  # a chunk up to this size is fetched in one request
 
@@ -233,7 +233,7 @@ class TextFormat(Format):
         options: ReadOptions,
     ) -> FormatPlan:
         nonempty = [f for f in files if f.size]
-        scans = each_file(lambda f: self._scan(f, fs, options), nonempty, threads=_PLAN_THREADS)
+        scans = each_file(lambda f: self._scan(f, fs, options), nonempty, threads=SCAN_THREADS)
         scanned = dict(zip([f.path for f in nonempty], scans, strict=True))
         reference = next((f for f in nonempty if scanned[f.path].chunks), None)
         if reference is None:  # no rows anywhere: the schema of the first file with bytes

@@ -10,10 +10,8 @@ slices the members out.
 
 from __future__ import annotations
 
-import os
-from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
-from typing import Any, Literal
+from typing import Literal
 
 import numpy as np
 import pyarrow as pa
@@ -27,9 +25,10 @@ from ..errors import (
     StorageError,
 )
 from ..fs import FileSystemSpec, SourceFile
+from ..fs.ranges import ReadsAhead
+from ..fs.threads import AHEAD_THREADS
 from ..planning import Chunk
 from ..webdataset import slicing
-from ..webdataset.ahead import ReadsAhead
 from ..webdataset.decoders import (
     Column,
     DecodeOptions,
@@ -44,6 +43,7 @@ from ..webdataset.headers import check_headers, check_span
 from ..webdataset.loading import load_index
 from ..webdataset.slicing import ShardTable
 from .base import Format, FormatPlan, ReadOptions
+from .handles import HandleCache
 from .opening import each_file
 
 __all__ = ["MISSING_COMPONENT_POLICIES", "WebDatasetFormat"]
@@ -54,9 +54,6 @@ MISSING_COMPONENT_POLICIES: tuple[str, ...] = ("error", "empty", "skip")
 KEY, URL = "__key__", "__url__"
 # Shard indexes kept per worker (a 10k-sample index takes ~1 MB as arrays).
 _SHARDS = 16
-# Remote shards: range requests started ahead of the one being sliced (each at most about
-# slicing.READ_BYTES), by this many threads of the format's own.
-_AHEAD = 2
 
 
 class WebDatasetFormat(Format):
@@ -82,7 +79,7 @@ class WebDatasetFormat(Format):
 
     On object storage, the first range request of the rows to be read next starts in a
     background thread (`prefetch`, and the next request of a read while one is sliced): at
-    most `_AHEAD` requests ahead, in two threads of the format's own.
+    most two requests ahead (`fs.threads.AHEAD_THREADS`), in threads of the format's own.
     """
 
     name = "webdataset"
@@ -118,17 +115,12 @@ class WebDatasetFormat(Format):
         # The columns whose absence skips a sample, set by `plan`: a chunk's rows are the
         # plan's, whatever columns a read asks for (counting a filter reads fewer).
         self._skipping: tuple[tuple[str, ...], ...] | None = None
-        self._shards: OrderedDict[str, ShardTable] = OrderedDict()
-        self._ahead = ReadsAhead(_AHEAD)  # remote reads started ahead
-        self._pid = os.getpid()
-
-    def __getstate__(self) -> dict[str, Any]:
-        # Each process loads its own indexes and starts its own reads.
-        return {k: v for k, v in self.__dict__.items() if k not in ("_shards", "_ahead")}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-        self._shards, self._ahead, self._pid = OrderedDict(), ReadsAhead(_AHEAD), os.getpid()
+        # Per process (a forked child or an unpickled copy starts its own: `fs.forks`): the
+        # shard indexes loaded, and the remote reads started ahead.
+        self._shards: HandleCache[str, ShardTable] = HandleCache(_SHARDS)
+        self._ahead: ReadsAhead[tuple[str, int, int], bytes] = ReadsAhead(
+            AHEAD_THREADS, name="tdu-wds-fetch"
+        )
 
     # --- indexes -----------------------------------------------------------------------------
 
@@ -143,17 +135,11 @@ class WebDatasetFormat(Format):
         return ShardTable(path, fs.url(path), size, index.arrays())
 
     def _shard(self, path: str, fs: FileSystemSpec) -> ShardTable:
-        if self._pid != os.getpid():  # a forked child: its own indexes, in its own LRU
-            self._shards, self._pid = OrderedDict(), os.getpid()
-        found = self._shards.get(path)
-        if found is not None:
-            self._shards.move_to_end(path)
-            return found
-        info = fs.request(lambda: fs.arrow().get_file_info(path), what=fs.url(path))
-        found = self._shards[path] = self._load(path, int(info.size or 0), fs)
-        while len(self._shards) > _SHARDS:
-            self._shards.popitem(last=False)
-        return found
+        def load() -> ShardTable:
+            info = fs.request(lambda: fs.arrow().get_file_info(path), what=fs.url(path))
+            return self._load(path, int(info.size or 0), fs)
+
+        return self._shards.get(path, load)
 
     # --- columns -----------------------------------------------------------------------------
 
@@ -320,11 +306,13 @@ class WebDatasetFormat(Format):
     def _start(
         self, shard: ShardTable, span: tuple[int, int], fs: FileSystemSpec
     ) -> tuple[str, int, int] | None:
-        """Start reading ``span`` of ``shard`` (`_AHEAD` at most pending); its key if so."""
-        key = (shard.path, *span)
-        if span[0] < 0 or span[1] > shard.size:
+        """Start reading ``span`` of ``shard`` (a few at most pending); its key if so."""
+        first, end = span
+        if first < 0 or end > shard.size:
             return None  # _batch says what is wrong
-        return key if self._ahead.start(key, fs.read_range) else None
+        key = (shard.path, first, end)
+        started = self._ahead.submit(key, fs.read_range, shard.path, first, end - first)
+        return key if started else None
 
     def _batch(
         self,
@@ -402,7 +390,7 @@ class WebDatasetFormat(Format):
             # across epochs). Ask its size now rather than guess from the message.
             info = fs.request(lambda: fs.arrow().get_file_info(shard.path), what=shard.url)
             if info.size is not None and info.size < end:
-                self._shards.pop(shard.path, None)
+                self._shards.forget(shard.path)
                 raise CorruptFileError(
                     f"{shard.url}: bytes {base}-{end} are past its end ({info.size} bytes "
                     "now): the shard changed since planning"

@@ -1,6 +1,7 @@
 """Filesystem layer: a picklable filesystem spec, deterministic listing, hive partitions."""
 
 from .errors import translate_os_error
+from .forks import ProcessLocal
 from .hive import hive_partitions
 from .listing import Source, SourceFile, list_files
 from .retry import RetryCounter, RetryPolicy, is_transient, retrying
@@ -9,6 +10,7 @@ from .spec import STORAGE_BACKENDS, FileSystemSpec, StorageBackend, StorageOptio
 __all__ = [
     "STORAGE_BACKENDS",
     "FileSystemSpec",
+    "ProcessLocal",
     "RetryCounter",
     "RetryPolicy",
     "Source",

@@ -1,33 +1,44 @@
-"""Concurrent byte-range fetching of remote objects, and a file made of the fetched ranges.
+"""Byte ranges of remote objects: fetched in parallel parts, started ahead of need, and read
+back as a file.
 
 A Parquet reader asks for one column chunk at a time; on object storage each ask is a request
 with tens of milliseconds of latency, and through an fsspec file object the asks are serialised
 (FACTS.md). Formats that know their byte ranges in advance (from a footer or an index) fetch
 them here instead: close ranges are coalesced, large ones split into parts, and the parts
-requested in parallel threads, ahead of decoding. Decoding then reads from memory through a
-`RangeFile`.
+requested in parallel threads (`RangeFetcher`), ahead of decoding (`ReadsAhead`). Decoding then
+reads from memory through a `RangeFile`.
+
+Both keep their threads and pending reads per process (`fs.forks`): a forked DataLoader worker
+starts its own, and never waits on its parent's.
 """
 
 from __future__ import annotations
 
 import bisect
+import functools
 import io
 import threading
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterator, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
-__all__ = ["RangeFile", "RangeFetcher", "coalesce"]
+from . import threads
+from .forks import ProcessLocal
+
+__all__ = ["RangeFetcher", "RangeFile", "ReadsAhead", "coalesce"]
+
+K = TypeVar("K", bound=Hashable)
+V = TypeVar("V")
 
 # Ranges closer than this are fetched as one (the gap is read and discarded): a request costs
 # more than reading a megabyte on any object store.
 HOLE_BYTES = 1 << 20
-# Parts of a large range are fetched in parallel; per-request throughput on object stores is
-# limited, concurrency is not.
+# Parts of a large range are fetched in parallel (`threads.FETCH_THREADS` at once);
+# per-request throughput on object stores is limited, concurrency is not.
 PART_BYTES = 8 << 20
-# Requests in flight per process.
-THREADS = 8
 
 
 def coalesce(ranges: Sequence[tuple[int, int]], hole: int = HOLE_BYTES) -> list[tuple[int, int]]:
@@ -99,8 +110,12 @@ class RangeFile(io.RawIOBase):
         return pa.PythonFile(self, mode="r")
 
 
+def _fetch_pool() -> ThreadPoolExecutor:
+    return ThreadPoolExecutor(threads.FETCH_THREADS, thread_name_prefix="tdu-fetch")
+
+
 class RangeFetcher:
-    """Fetches byte ranges with a pool of threads; one per process, built lazily.
+    """Fetches byte ranges with a pool of threads, built lazily in each process.
 
     Args:
         read: ``read(path, offset, size) -> bytes``, one request (retried by the caller's
@@ -109,12 +124,7 @@ class RangeFetcher:
 
     def __init__(self, read: Callable[[str, int, int], bytes]) -> None:
         self._read = read
-        self._pool: ThreadPoolExecutor | None = None
-
-    def _executor(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(THREADS, thread_name_prefix="tdu-fetch")
-        return self._pool
+        self._pool: ProcessLocal[ThreadPoolExecutor] = ProcessLocal(_fetch_pool)
 
     def fetch(
         self, path: str, ranges: Sequence[tuple[int, int]]
@@ -125,7 +135,7 @@ class RangeFetcher:
             A future of ``{offset: bytes}`` per coalesced range; it raises what a part's
             request raised.
         """
-        pool = self._executor()
+        pool = self._pool.get()
         merged = coalesce(ranges)
         parts: list[tuple[int, int, int, Future[bytes]]] = []
         for index, (offset, size) in enumerate(merged):
@@ -175,7 +185,90 @@ class RangeFetcher:
         return result
 
     def close(self) -> None:
-        """Stop the threads (pending fetches are cancelled)."""
-        if self._pool is not None:
-            self._pool.shutdown(wait=False, cancel_futures=True)
-            self._pool = None
+        """Stop this process's threads (pending fetches are cancelled)."""
+        pool = self._pool.pop()
+        if pool is not None:
+            pool.shutdown(wait=False, cancel_futures=True)
+
+
+class ReadsAhead(Mapping[K, "Future[V]"]):
+    """Reads started ahead of need, by key, until their reader takes them.
+
+    On object storage every read waits on the network; starting the next one while the current
+    one is decoded hides that wait. A read is begun by `start` (with whatever makes a future:
+    a `RangeFetcher`'s parallel parts) or `submit` (on threads of its own, `limit` of them,
+    made on first use). At most `limit` reads are pending: one more is not started, and none
+    pending is dropped to make room (a cancelled read would be made twice).
+
+    As a mapping: the reads pending in this process, by key. Pending reads and threads are
+    this process's (`fs.forks`): a forked child sees none of its parent's, whose threads do
+    not exist in it, and never cancels or joins them. Pickles through its arguments.
+
+    Args:
+        limit: reads pending at most (and the threads of `submit`).
+        name: the names of `submit`'s threads.
+    """
+
+    def __init__(self, limit: int = threads.AHEAD_THREADS, *, name: str = "tdu-ahead") -> None:
+        self.limit = limit
+        self.name = name
+        self._pending: ProcessLocal[OrderedDict[K, Future[V]]] = ProcessLocal(OrderedDict)
+        self._pool: ProcessLocal[ThreadPoolExecutor] = ProcessLocal(
+            functools.partial(ThreadPoolExecutor, limit, thread_name_prefix=name)
+        )
+
+    def start(self, key: K, begin: Callable[[], Future[V] | None]) -> bool:
+        """Begin the read of ``key`` with ``begin()`` unless it is pending or `limit` reads
+        are; ``begin`` may return ``None`` (not worth reading ahead). Whether it is pending."""
+        pending = self._pending.get()
+        if key in pending:
+            return True
+        if len(pending) >= self.limit:
+            return False
+        future = begin()
+        if future is None:
+            return False
+        pending[key] = future
+        return True
+
+    def submit(self, key: K, read: Callable[..., V], *args: Any) -> bool:
+        """`start` ``read(*args)`` on this object's own threads."""
+        return self.start(key, lambda: self._pool.get().submit(read, *args))
+
+    def take(self, key: K) -> Future[V] | None:
+        """The read of ``key`` if pending (handed over: no longer pending here), else None."""
+        return self._pending.get().pop(key, None)
+
+    def drop(self, key: K) -> None:
+        """Forget the read of ``key`` (not needed after all)."""
+        future = self.take(key)
+        if future is not None:
+            future.cancel()
+
+    def close(self) -> None:
+        """Drop every pending read, and stop the own threads, waiting for a request in flight
+        (at most one read's time): a process forked while a thread is inside a storage
+        client's request inherits the client's locks held (measured: a forked DataLoader
+        worker hung)."""
+        pending = self._pending.get()
+        for future in pending.values():
+            future.cancel()
+        pending.clear()
+        pool = self._pool.pop()
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
+    def __getitem__(self, key: K) -> Future[V]:
+        return self._pending.get()[key]
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._pending.get()
+
+    def __iter__(self) -> Iterator[K]:
+        return iter(self._pending.get())
+
+    def __len__(self) -> int:
+        return len(self._pending.get())
+
+    def __reduce__(self) -> tuple[Callable[[], ReadsAhead[K, V]], tuple[()]]:
+        return (functools.partial(type(self), self.limit, name=self.name), ())

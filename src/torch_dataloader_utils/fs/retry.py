@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import errno
 import logging
-import os
 import random
 import re
 import threading
@@ -28,6 +27,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..errors import InvalidArgumentError, StorageError
+from .forks import ProcessLocal
 
 __all__ = [
     "RetryCounter",
@@ -110,16 +110,14 @@ class RetryCounter:
 
     def __init__(self) -> None:
         self._counts = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        # Per process (`fs.forks`): a fork may have copied the lock held.
+        self._lock: ProcessLocal[threading.Lock] = ProcessLocal(threading.Lock)
 
     def add(self, n: int = 1) -> None:
         """Count ``n`` retries made by this process."""
         info = get_worker_info()
         slot = 0 if info is None else (info.id + 1) % _SLOTS
-        if self._pid != os.getpid():  # a fork may have copied the lock held
-            self._lock, self._pid = threading.Lock(), os.getpid()
-        with self._lock:
+        with self._lock.get():
             self._counts[slot] += n
 
     @property
@@ -134,8 +132,7 @@ class RetryCounter:
         counts = state["counts"]
         assert isinstance(counts, torch.Tensor)
         self._counts = counts
-        self._lock = threading.Lock()
-        self._pid = os.getpid()
+        self._lock = ProcessLocal(threading.Lock)
 
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")

@@ -15,6 +15,7 @@ from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol
 
 from ..errors import InvalidArgumentError
+from .forks import ProcessLocal
 from .native import NATIVE_PROTOCOLS, native_filesystem, untranslatable
 from .retry import RetryCounter, RetryPolicy, is_refused, retrying
 
@@ -39,11 +40,29 @@ _OPEN_FILES = 8
 # measured, two forked workers that each built a new AzureFileSystem after the parent had used
 # one received each other's responses (wrong bytes, "Parquet magic bytes not found", crashes).
 # So "auto" reads Azure through adlfs, and "arrow" refuses to build one in a forked child of a
-# process that already had one. This holds the pid of the process that built one.
-_native_azure_pid: int | None = None
+# process that already had one: built in a process that built one, inherited in its children.
+_native_azure: ProcessLocal[bool] = ProcessLocal(lambda: True)
 
-# Clients a forked child inherited from its parent (see `FileSystemSpec._check_process`).
-_inherited: list[object] = []
+
+class _Clients:
+    """What one process builds from a spec: its options, filesystems and open files.
+
+    Kept per process (`fs.forks`): connections and client state taken over from a parent are
+    unusable (measured: a native S3 client's pooled connection gave "Weird server reply" in a
+    forked DataLoader worker), and a parent's clients are never closed from a child (finalizing
+    an s3fs client in the child closes its aiohttp session on a loop that is not this
+    process's: "attached to a different loop" tracebacks in every worker). An options function
+    is called again in each process.
+    """
+
+    def __init__(self) -> None:
+        self.options: dict[str, Any] | None = None
+        self.fsspec: fsspec.AbstractFileSystem | None = None
+        self.arrow: pafs.FileSystem | None = None
+        self.files: OrderedDict[str, pa.NativeFile] = OrderedDict()
+        self.lock = threading.Lock()  # files, and a refresh
+        self.refresh_lock = threading.Lock()  # one refresh for all threads refused at once
+        self.options_lock = threading.Lock()  # fetch threads share one options call
 
 
 class FileSystemSpec:
@@ -91,33 +110,8 @@ class FileSystemSpec:
         self.backend: StorageBackend = backend
         self.retry = retry or RetryPolicy()
         self.retries = retries or RetryCounter()
-        self._options: dict[str, Any] | None = None
-        self._fsspec: fsspec.AbstractFileSystem | None = None
-        self._arrow: pafs.FileSystem | None = None
-        self._files: OrderedDict[str, pa.NativeFile] = OrderedDict()
-        self._lock = threading.Lock()
-        self._refresh_lock = threading.Lock()
-        self._options_lock = threading.Lock()
+        self._local: ProcessLocal[_Clients] = ProcessLocal(_Clients)
         self._generation = 0  # refreshes so far
-        self._pid = os.getpid()
-
-    def _check_process(self) -> None:
-        """A forked child rebuilds its filesystems: connections and client state taken over
-        from the parent are unusable (measured: a native S3 client's pooled connection gave
-        "Weird server reply" in a forked DataLoader worker)."""
-        if self._pid != os.getpid():
-            # The parent's clients stay referenced, never closed here: finalizing an s3fs
-            # client in the child closes its aiohttp session on a loop that is not this
-            # process's ("attached to a different loop" tracebacks in every worker).
-            _inherited.append((self._fsspec, self._arrow, self._files))
-            self._pid = os.getpid()
-            self._lock = threading.Lock()
-            self._refresh_lock = threading.Lock()
-            self._options_lock = threading.Lock()
-            self._options = None  # an options function is called again in each process
-            self._fsspec = None
-            self._arrow = None
-            self._files = OrderedDict()
 
     @classmethod
     def for_path(
@@ -140,12 +134,12 @@ class FileSystemSpec:
     @property
     def storage_options(self) -> dict[str, Any]:
         """The options (a callable is called once per process, and again on `refresh`)."""
-        self._check_process()
-        found = self._options
+        clients = self._local.get()
+        found = clients.options
         if found is not None:
             return found
-        with self._options_lock:  # fetch threads share one call of the options function
-            if self._options is None:
+        with clients.options_lock:  # fetch threads share one call of the options function
+            if clients.options is None:
                 source = self._source
                 options = source() if callable(source) else source
                 if not isinstance(options, Mapping):
@@ -153,8 +147,8 @@ class FileSystemSpec:
                         "the storage_options function must return a mapping, got "
                         f"{type(options).__name__}"
                     )
-                self._options = dict(options)
-            return self._options
+                clients.options = dict(options)
+            return clients.options
 
     @property
     def refreshable(self) -> bool:
@@ -163,12 +157,13 @@ class FileSystemSpec:
 
     def refresh(self) -> None:
         """Forget the options and filesystems: the next use calls the options function again."""
-        with self._lock:
+        clients = self._local.get()
+        with clients.lock:
             self._generation += 1
-            self._options = None
-            self._fsspec = None
-            self._arrow = None
-            self._files.clear()
+            clients.options = None
+            clients.fsspec = None
+            clients.arrow = None
+            clients.files.clear()
 
     @property
     def native(self) -> bool:
@@ -178,32 +173,32 @@ class FileSystemSpec:
         if self.backend == "fsspec" or self.protocol not in NATIVE_PROTOCOLS:
             return False
         if NATIVE_PROTOCOLS[self.protocol] == "azure":
-            return False  # not fork-safe (see _native_azure_pid): opt in with "arrow"
+            return False  # not fork-safe (see _native_azure): opt in with "arrow"
         return not untranslatable(self.protocol, self.storage_options)
 
     def fsspec(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem, built once per process."""
-        self._check_process()
-        if self._fsspec is None:
-            self._fsspec = fsspec.filesystem(self.protocol, **self.storage_options)
-        return self._fsspec
+        clients = self._local.get()
+        if clients.fsspec is None:
+            clients.fsspec = fsspec.filesystem(self.protocol, **self.storage_options)
+        return clients.fsspec
 
     def arrow(self) -> pafs.FileSystem:
         """A pyarrow filesystem over the same storage: native (local, or S3/GCS/Azure as
         `native` says), else fsspec bridged into pyarrow."""
-        self._check_process()
-        if self._arrow is None:
+        clients = self._local.get()
+        if clients.arrow is None:
             if self.is_local:
-                self._arrow = pafs.LocalFileSystem()
+                clients.arrow = pafs.LocalFileSystem()
             elif self.native:
                 if NATIVE_PROTOCOLS.get(self.protocol) == "azure":
                     _claim_native_azure()
-                self._arrow = native_filesystem(
+                clients.arrow = native_filesystem(
                     self.protocol, self.storage_options, timeout=self.retry.request_timeout
                 )
             else:
-                self._arrow = pafs.PyFileSystem(pafs.FSSpecHandler(self.fsspec()))
-        return self._arrow
+                clients.arrow = pafs.PyFileSystem(pafs.FSSpecHandler(self.fsspec()))
+        return clients.arrow
 
     def request(self, call: Callable[[], T], *, what: str) -> T:
         """``call()`` (one storage request), retried as `retry` says. When the options come
@@ -221,7 +216,7 @@ class FileSystemSpec:
         except OSError as exc:
             if not (self.refreshable and is_refused(exc)):
                 raise
-            with self._refresh_lock:
+            with self._local.get().refresh_lock:
                 if self._generation == generation:
                     self.refresh()
             return retrying(call, what=what, policy=self.retry, counter=self.retries)
@@ -245,19 +240,19 @@ class FileSystemSpec:
         return data
 
     def _native_file(self, path: str) -> pa.NativeFile:
-        self._check_process()
-        with self._lock:
-            handle = self._files.get(path)
+        clients = self._local.get()
+        with clients.lock:
+            handle = clients.files.get(path)
             if handle is not None:
-                self._files.move_to_end(path)
+                clients.files.move_to_end(path)
                 return handle
         # (pyarrow's Python open_input_file takes a path only, so a native open costs a HEAD
         # request: once per file and process, the handle is kept.)
         handle = self.arrow().open_input_file(path)
-        with self._lock:
-            self._files[path] = handle
-            while len(self._files) > _OPEN_FILES:
-                _, old = self._files.popitem(last=False)
+        with clients.lock:
+            clients.files[path] = handle
+            while len(clients.files) > _OPEN_FILES:
+                _, old = clients.files.popitem(last=False)
                 old.close()
         return handle
 
@@ -318,12 +313,11 @@ class FileSystemSpec:
 
 
 def _claim_native_azure() -> None:
-    global _native_azure_pid
-    if _native_azure_pid is not None and _native_azure_pid != os.getpid():
+    if _native_azure.inherited:
         raise InvalidArgumentError(
             'storage_backend="arrow" with Azure in a forked process whose parent already used '
             "pyarrow's Azure filesystem: its connection pool is shared with the parent, and "
             'responses get mixed up between processes. Use multiprocessing_context="spawn", '
             'or storage_backend="fsspec" (the default for Azure)'
         )
-    _native_azure_pid = os.getpid()
+    _native_azure.get()

@@ -23,6 +23,7 @@ from ..errors import ColumnNotFoundError, CorruptFileError, InvalidSourceError
 from ..filters import filter_columns
 from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
+from ..fs.threads import PLAN_THREADS
 from ..planner import Planned, decoded_row_bytes
 from ..planning import Chunk, Plan
 from ..reading import count_rows
@@ -45,7 +46,6 @@ __all__ = ["plan_table", "valid_split_offsets"]
 
 logger = logging.getLogger(__name__)
 
-_PLAN_THREADS = 32
 # The smallest offset a row group can start at: after the 4-byte "PAR1" magic.
 _FIRST_OFFSET = 4
 
@@ -229,7 +229,7 @@ def _read_metadata(
     (the reads are small requests on object storage). Returns the facts and the number of
     delete files."""
     delete_paths = sorted({fs.strip(d.file_path) for t in tasks for d in t.delete_files})
-    threads = max(1, min(_PLAN_THREADS, len(tasks) + len(delete_paths)))
+    threads = max(1, min(PLAN_THREADS, len(tasks) + len(delete_paths)))
     with ThreadPoolExecutor(threads, thread_name_prefix="tdu-iceberg-plan") as pool:
         parsed = pool.map(lambda path: read_position_deletes(path, fs), delete_paths)
         deletes = dict(zip(delete_paths, parsed, strict=True))

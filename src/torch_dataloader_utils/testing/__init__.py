@@ -14,7 +14,8 @@ column identifying each row, then::
 
 ``expected`` may be left out for formats ``pyarrow.dataset`` reads itself (``fmt.name`` one of
 parquet, orc, ipc, arrow, feather, csv, json, jsonl). The smaller ``check_*`` functions check one
-duty each, for a test that wants to point at one.
+duty each, for a test that wants to point at one; `check_fork` (run by `check_format`) reads in a
+child process forked after a read, as DataLoader workers are.
 
 The resume contract of a loader is checked the same way: `check_resume` (exact resume on the
 same topology) and `check_elastic_resume` (another number of ranks or workers) take a function
@@ -38,10 +39,12 @@ from .conformance import (
     check_schema,
     read_rows,
 )
+from .forks import check_fork
 from .resume import check_elastic_resume, check_resume
 
 __all__ = [
     "check_elastic_resume",
+    "check_fork",
     "check_format",
     "check_no_columns",
     "check_pickle",

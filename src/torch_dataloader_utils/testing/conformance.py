@@ -19,6 +19,7 @@ import pyarrow.dataset as ds
 from ..formats import Format, FormatPlan, ReadOptions
 from ..fs import FileSystemSpec, Source, SourceFile, list_files
 from ..planning import Chunk
+from .forks import check_fork
 
 __all__ = [
     "check_format",
@@ -246,7 +247,8 @@ def check_format(
     expected: pa.Table | None = None,
     columns: Sequence[str] | None = None,
 ) -> None:
-    """Check every duty of the `Format` contract on ``source`` (no hive partitions).
+    """Check every duty of the `Format` contract on ``source`` (no hive partitions), fork
+    safety included (`check_fork`).
 
     Args:
         fmt: the format under test.
@@ -286,6 +288,7 @@ def check_format(
     if plan.chunks:  # one with rows, if any, so that the reads compare something
         chunk = next((c for c in plan.chunks if c.num_rows), plan.chunks[0])
         check_pickle(fmt, chunk, fs=fs, options=ReadOptions(), schema=plan.schema)
+        check_fork(fmt, chunk, fs=fs, options=ReadOptions(), schema=plan.schema)
     size = sum(c.num_bytes for c in plan.chunks)
     for options in (
         ReadOptions(split_rows=1),

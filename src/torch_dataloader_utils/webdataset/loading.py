@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from ..errors import CorruptFileError, InvalidArgumentError
 from ..fs.errors import translate_os_error
+from ..fs.forks import ProcessLocal
 from .index import VERSION, ShardIndex, build_index, format_index, index_path, parse_index
 
 if TYPE_CHECKING:
@@ -29,7 +30,8 @@ logger = logging.getLogger(__name__)
 
 # Changes whenever the way an index is built changes, so old cache entries are not reused.
 _CACHE_SCHEMA = "1"
-_warned_pid: int | None = None  # the process that warned about uncached indexes
+# The shards this process warned about (the first only): each worker warns once, forked or not.
+_warned: ProcessLocal[list[str]] = ProcessLocal(list)
 
 
 def default_cache_dir() -> str:
@@ -110,10 +112,10 @@ def load_index(
 
 def _uncached(url: str, why: str) -> None:
     """Warn, once per process, that an index built by scanning is not cached."""
-    global _warned_pid
-    if _warned_pid == os.getpid():
+    warned = _warned.get()
+    if warned:
         return
-    _warned_pid = os.getpid()
+    warned.append(url)
     logger.warning(
         "%s: its index was built by scanning the shard's headers and cannot be cached (%s): "
         "every process that reads it (each DataLoader worker, each epoch's new workers) scans "

@@ -29,7 +29,7 @@ from torch_dataloader_utils.errors import StorageNotFoundError
 from torch_dataloader_utils.formats import ReadOptions
 from torch_dataloader_utils.formats import parquet as parquet_module
 from torch_dataloader_utils.formats.parquet import ParquetFormat
-from torch_dataloader_utils.fs import FileSystemSpec, list_files, ranges
+from torch_dataloader_utils.fs import FileSystemSpec, list_files, ranges, threads
 from torch_dataloader_utils.planning import Chunk
 
 # file name -> (first id, rows, row group size)
@@ -439,7 +439,7 @@ def test_hinted_row_group_is_not_fetched_twice(store: Store) -> None:
 def test_current_row_group_is_requested_first(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(ranges, "THREADS", 1)  # one fetch thread: requests run in order
+    monkeypatch.setattr(threads, "FETCH_THREADS", 1)  # one fetch thread: requests run in order
     options = ReadOptions(split_rows=1000)
     chunks, fs = plan_remote(store, options, names=("a.parquet",))
     fmt = ParquetFormat()

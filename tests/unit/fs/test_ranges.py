@@ -5,11 +5,14 @@ from __future__ import annotations
 
 import io
 import logging
+import multiprocessing
 import os
+import pickle
 import threading
 from collections.abc import Iterator
 from concurrent.futures import CancelledError
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -17,8 +20,8 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import make_table
-from torch_dataloader_utils.fs import ranges
-from torch_dataloader_utils.fs.ranges import RangeFetcher, RangeFile, coalesce
+from torch_dataloader_utils.fs import ranges, threads
+from torch_dataloader_utils.fs.ranges import RangeFetcher, RangeFile, ReadsAhead, coalesce
 
 # --- coalesce ----------------------------------------------------------------------------------
 
@@ -357,13 +360,13 @@ def test_close_is_safe_and_cancels_pending_parts(
 
     fetcher = RangeFetcher(blocking)
     future = fetcher.fetch(path, [(0, 10 * 50)])  # 50 parts, 8 threads
-    for _ in range(ranges.THREADS):
+    for _ in range(threads.FETCH_THREADS):
         assert started.acquire(timeout=5)
     fetcher.close()  # pending parts cancelled; running ones finish
     release.set()
     with pytest.raises(CancelledError):
         future.result(timeout=10)
-    assert len(read.calls) == ranges.THREADS  # the cancelled parts were never requested
+    assert len(read.calls) == threads.FETCH_THREADS  # the cancelled parts were never requested
     # A closed fetcher builds a new pool on the next fetch.
     got = fetcher.fetch(path, [(0, 25)]).result(timeout=10)
     assert bytes(got[0]) == data[:25]
@@ -390,9 +393,78 @@ def test_cancelling_the_result_leaves_no_error_behind(
         release.set()
         # Doubtful but documented: cancelling the result does not cancel its parts; their
         # requests still go out, and their bytes are dropped.
-        fetcher._pool.shutdown(wait=True)  # type: ignore[union-attr]
+        fetcher._pool.get().shutdown(wait=True)
         assert len(read.calls) == 3
         assert future.cancelled()
     finally:
         fetcher.close()
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+
+
+# --- ReadsAhead --------------------------------------------------------------------------------
+
+
+def test_reads_ahead_are_bounded_and_handed_over(blob: tuple[str, bytes]) -> None:
+    path, data = blob
+    read = Reader()
+    ahead: ReadsAhead[tuple[str, int], bytes] = ReadsAhead(2, name="tdu-test-ahead")
+    try:
+        assert ahead.submit((path, 0), read, path, 0, 10)
+        assert ahead.submit((path, 0), read, path, 0, 10)  # pending already: not read twice
+        assert ahead.submit((path, 10), read, path, 10, 10)
+        assert not ahead.submit((path, 20), read, path, 20, 10)  # two pending: not started
+        assert len(ahead) == 2 and (path, 0) in ahead and set(ahead) == {(path, 0), (path, 10)}
+        first = ahead.take((path, 0))
+        assert first is not None and first.result(timeout=10) == data[:10]
+        assert ahead.take((path, 0)) is None  # handed over, no longer pending
+        ahead.drop((path, 10))
+        assert not ahead
+        assert ahead.start((path, 30), lambda: None) is False  # not worth reading ahead
+        assert not ahead
+    finally:
+        ahead.close()
+        ahead.close()
+    assert sorted(c[1] for c in read.calls) in ([0], [0, 10])  # (the dropped one may have run)
+    assert {c[3].rsplit("_", 1)[0] for c in read.calls} == {"tdu-test-ahead"}
+    # Pickles through its arguments: no pending read, no thread.
+    clone = pickle.loads(pickle.dumps(ahead))
+    assert (clone.limit, clone.name, len(clone)) == (2, "tdu-test-ahead", 0)
+
+
+def _child_reads_ahead(
+    ahead: ReadsAhead[tuple[str, int], bytes], path: str, data: bytes, queue: Any
+) -> None:
+    mine = (len(ahead), ahead.take((path, 0)) is None)  # the parent's read is not here
+    assert ahead.submit((path, 0), Reader(), path, 0, 100)  # on the child's own threads
+    future = ahead.take((path, 0))
+    assert future is not None
+    queue.put((*mine, future.result(timeout=10) == data[:100]))
+    ahead.close()
+
+
+def test_a_forked_child_starts_its_own_reads_ahead(blob: tuple[str, bytes]) -> None:
+    path, data = blob
+    release = threading.Event()
+    read = Reader()
+
+    def blocked(p: str, offset: int, size: int) -> bytes:
+        release.wait(30)
+        return read(p, offset, size)
+
+    ahead: ReadsAhead[tuple[str, int], bytes] = ReadsAhead(2)
+    assert ahead.submit((path, 0), blocked, path, 0, 100)  # in flight in this process
+    context = multiprocessing.get_context("fork")
+    queue = context.Queue()
+    child = context.Process(target=_child_reads_ahead, args=(ahead, path, data, queue))
+    child.start()
+    try:
+        # The child saw none of the parent's reads, read on threads of its own, and did not
+        # wait on the parent's read, which is still blocked.
+        assert queue.get(timeout=30) == (0, True, True)
+    finally:
+        release.set()
+        child.join(30)
+    assert child.exitcode == 0
+    mine = ahead.take((path, 0))
+    assert mine is not None and mine.result(timeout=10) == data[:100]
+    ahead.close()

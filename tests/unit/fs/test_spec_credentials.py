@@ -261,19 +261,19 @@ def test_forked_worker_rebuilds_cached_files(tmp_path: Path) -> None:
     spec = FileSystemSpec("file")
     for path in paths:
         assert spec.read_range(path, 0, 4) == bytes([paths.index(path)]) * 4
-    assert len(spec._files) == 3
+    assert len(spec._local.get().files) == 3
 
     class Probe(IterableDataset[tuple[int, bytes]]):
         def __iter__(self) -> Iterator[tuple[int, bytes]]:
             data = spec.read_range(paths[2], 8, 4)
-            yield len(spec._files), data
+            yield len(spec._local.get().files), data
 
     ((open_files, data),) = list(
         DataLoader(Probe(), batch_size=None, num_workers=1, multiprocessing_context="fork")
     )
     # The worker dropped the three files opened in the main process and opened its own one.
     assert (open_files, data) == (1, b"\x02" * 4)
-    assert len(spec._files) == 3  # the main process's cache is untouched
+    assert len(spec._local.get().files) == 3  # the main process's cache is untouched
 
 
 # --- read_range: retries and refused credentials -----------------------------------------------
@@ -354,6 +354,6 @@ def test_native_local_read_range_caches_a_few_open_files(tmp_path: Path) -> None
         paths.append(str(path))
     for i, path in enumerate(paths):
         assert spec.read_range(path, 10, 3) == bytes([i]) * 3
-    assert list(spec._files) == paths[-8:]  # at most 8, least recently used dropped
+    assert list(spec._local.get().files) == paths[-8:]  # at most 8, least recently used dropped
     with pytest.raises(FileNotFoundError):
         spec.read_range(str(tmp_path / "missing.bin"), 0, 1)

@@ -31,6 +31,7 @@ from torch_dataloader_utils.errors import (
 from torch_dataloader_utils.formats import ReadOptions
 from torch_dataloader_utils.formats.webdataset import WebDatasetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
+from torch_dataloader_utils.fs.forks import ProcessLocal
 from torch_dataloader_utils.webdataset import loading, slicing
 from torch_dataloader_utils.webdataset.index import build_index, format_index, index_path
 
@@ -229,7 +230,7 @@ def test_compressed_shards_are_refused(tmp_path: Path, compress: Any) -> None:
 def test_an_uncached_index_warns_once_per_process(
     tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(loading, "_warned_pid", None)
+    monkeypatch.setattr(loading, "_warned", ProcessLocal(list))
     for s in range(3):
         (tmp_path / f"s{s}.tar").write_bytes(tar_bytes(members(10 * s, 10 * s + 4)))
     with caplog.at_level(logging.WARNING, logger=loading.__name__):
@@ -242,7 +243,7 @@ def test_an_uncached_index_warns_once_per_process(
     assert "cannot be cached" in warned[0] and "tdu index" in warned[0]
     assert "index_cache_dir" in warned[0]
     # A writable cache: no warning.
-    monkeypatch.setattr(loading, "_warned_pid", None)
+    monkeypatch.setattr(loading, "_warned", ProcessLocal(list))
     caplog.clear()
     fs = FileSystemSpec("file")
     loading.load_index(
