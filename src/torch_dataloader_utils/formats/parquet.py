@@ -375,7 +375,6 @@ class ParquetFormat(Format):
         """Rows ``[lo, hi)`` of row group ``rg``; row group ``after`` starts downloading
         once this one's requests are out."""
         metadata, footer, size = self._footer(path, fs)
-        batch_rows = _batch_rows(metadata, rg, columns)
         if (path, rg) not in self._ahead and (
             sum(n for _, n in _chunk_ranges(metadata, footer, rg, columns)) > _FETCH_BYTES
         ):
@@ -384,34 +383,32 @@ class ParquetFormat(Format):
             if after is not None:
                 self._fetch_ahead(path, after, columns, fs)
             source = RangeFile(size, {}, lambda offset, n: fs.read_range(path, offset, n))
-            with parsing(where):
-                handle = pq.ParquetFile(
-                    source.arrow(),
-                    metadata=metadata,
-                    pre_buffer=False,
-                    buffer_size=_REMOTE_BUFFER,
-                    page_checksum_verification=self.verify_checksums,
-                )
-                batches = handle.iter_batches(
-                    batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False
-                )
-                yield from slice_batches(batches, lo, hi, where)
+            yield from self._rows(
+                source.arrow(),
+                metadata,
+                rg,
+                lo=lo,
+                hi=hi,
+                columns=columns,
+                where=where,
+                buffer_size=_REMOTE_BUFFER,
+            )
             return
         if _head_only(lo, hi, rg_rows) and (path, rg) not in self._ahead:
             # A few first rows: stream the first pages rather than fetch whole column chunks.
             def head() -> list[pa.RecordBatch]:
-                with open_input(path, fs) as source, parsing(where):
-                    handle = pq.ParquetFile(
+                with open_input(path, fs) as source:
+                    rows = self._rows(
                         source,
-                        metadata=metadata,
-                        pre_buffer=False,
+                        metadata,
+                        rg,
+                        lo=lo,
+                        hi=hi,
+                        columns=columns,
+                        where=where,
                         buffer_size=_STREAM_BUFFER,
-                        page_checksum_verification=self.verify_checksums,
                     )
-                    batches = handle.iter_batches(
-                        batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False
-                    )
-                    return list(slice_batches(batches, lo, hi, where))
+                    return list(rows)
 
             yield from fs.request(head, what=where)
             return
@@ -423,15 +420,37 @@ class ParquetFormat(Format):
         except OSError as exc:
             raise translate_os_error(exc, where) from exc
         source = RangeFile(size, buffers, lambda offset, n: fs.read_range(path, offset, n))
+        yield from self._rows(
+            source.arrow(), metadata, rg, lo=lo, hi=hi, columns=columns, where=where
+        )
+
+    def _rows(
+        self,
+        source: pa.NativeFile,
+        metadata: pq.FileMetaData,
+        rg: int,
+        *,
+        lo: int,
+        hi: int,
+        columns: list[str] | None,
+        where: str,
+        buffer_size: int = 0,
+    ) -> Iterator[pa.RecordBatch]:
+        """Rows ``[lo, hi)`` of row group ``rg`` decoded from ``source`` (``buffer_size``:
+        pyarrow's read buffer; 0 reads each column chunk whole)."""
         with parsing(where):
             handle = pq.ParquetFile(
-                source.arrow(),
+                source,
                 metadata=metadata,
                 pre_buffer=False,
+                buffer_size=buffer_size,
                 page_checksum_verification=self.verify_checksums,
             )
             batches = handle.iter_batches(
-                batch_size=batch_rows, row_groups=[rg], columns=columns, use_threads=False
+                batch_size=_batch_rows(metadata, rg, columns),
+                row_groups=[rg],
+                columns=columns,
+                use_threads=False,
             )
             yield from slice_batches(batches, lo, hi, where)
 

@@ -91,7 +91,7 @@ class RecordScan:
         self.stray_close: tuple[int, int] | None = None
         self.stray_open_at: int | None = None  # a quote opening inside an unquoted field
         self._closer_pending = -1  # offset of a closer that ended the last piece fed
-        self.last_quote_before_pending = -1  # the quote that opened it
+        self._pending_opener = -1  # the quote that opened it
 
     def _has_content(self, part: np.ndarray) -> bool:
         return bool(part.size) and not bool(self.is_blank[part].all())
@@ -184,7 +184,7 @@ class RecordScan:
         # Quotes at an odd position in the file's sequence of quotes close a quoted span.
         if self._closer_pending >= 0 and a.size:
             if not self.field_start[a[0]]:
-                self.stray_close = (self._closer_pending, self.last_quote_before_pending)
+                self.stray_close = (self._closer_pending, self._pending_opener)
                 return
             self._closer_pending = -1
         first = 1 - (self.quotes & 1)
@@ -201,7 +201,7 @@ class RecordScan:
         elif not inner[-1]:  # the last byte of the piece: its successor comes next
             self._closer_pending = off + int(at[-1])
             i = int(closers[-1])
-            self.last_quote_before_pending = off + int(quotes[i - 1]) if i else self.last_quote
+            self._pending_opener = off + int(quotes[i - 1]) if i else self.last_quote
 
     def _check_bare_cr(self, a: np.ndarray, quotes: np.ndarray | None, off: int) -> None:
         crs = np.flatnonzero(a == _CR)

@@ -88,6 +88,23 @@ class _RangeStream(io.RawIOBase):
         return n
 
 
+def _unclosed_quote(scan: RecordScan) -> tuple[int, str] | None:
+    """Where the scan found a quote never closed, and what that does, or None."""
+    if scan.unclosed_at is not None:
+        return scan.unclosed_at, (
+            f"is never closed: the rest of the file ({scan.offset - scan.unclosed_at} bytes) "
+            "would be read as one value and the records in it lost"
+        )
+    if scan.unclosed_before is not None:
+        closer, opener = scan.unclosed_before
+        return closer, (
+            f"closes the value opened at byte {opener} but is followed by neither a delimiter "
+            "nor a line end: a quote before it is probably never closed, which would join the "
+            "records after it into one value and lose them"
+        )
+    return None
+
+
 class TextFormat(Format):
     """What CSV and JSON Lines share: the plan-time scan, chunk sources, row slicing.
 
@@ -189,23 +206,13 @@ class TextFormat(Format):
             names = self._header(b"".join(head), file, fs)
             ends = ends[1:]
         cutter.feed(ends)
-        if scan.unclosed_at is not None and self._unsplittable() is None:
+        unclosed = _unclosed_quote(scan) if self._unsplittable() is None else None
+        if unclosed is not None:
+            at, what = unclosed
             raise CorruptFileError(
-                f"{fs.url(file.path)}: the quote at byte {scan.unclosed_at}"
-                f"{' of the decompressed data' if codec else ''} is never closed: the rest of "
-                f"the file ({scan.offset - scan.unclosed_at} bytes) would be read as one value "
-                "and the records in it lost; close the quote, or read the file with "
-                "quote_char=None if its quotes are not quoting"
-            )
-        if scan.unclosed_before is not None and self._unsplittable() is None:
-            closer, opener = scan.unclosed_before
-            raise CorruptFileError(
-                f"{fs.url(file.path)}: the quote at byte {closer}"
-                f"{' of the decompressed data' if codec else ''} closes the value opened at "
-                f"byte {opener} but is followed by neither a delimiter nor a line end: a quote "
-                "before it is probably never closed, which would join the records after it "
-                "into one value and lose them; close the quote, or read the file with "
-                "quote_char=None if its quotes are not quoting"
+                f"{fs.url(file.path)}: the quote at byte {at}"
+                f"{' of the decompressed data' if codec else ''} {what}; close the quote, or "
+                "read the file with quote_char=None if its quotes are not quoting"
             )
         why = self._unsplittable() or scan.unreliable
         if why is None and codec is None:
