@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections import deque
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import torch
@@ -14,13 +12,13 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from .dataset import StructuredDataset
-from .errors import DataError, InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
+from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
 from .formats import Format
 from .fs import Source
-from .planning import round_robin
+from .options import check_loader_arguments
 from .skipping import FailureLog, ReadFailure
-from .state import Iteration, read_failures, with_read_failures
-from .transport import Unbundler, init_worker, map_tensors
+from .state import read_failures, with_read_failures
+from .transport import Unbundler, in_order, init_worker, map_tensors
 from .worker_deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
 __all__ = ["DEFAULT_BUNDLE_ROWS", "EpochSampler", "TabularDataLoader", "create_dataloader"]
@@ -51,15 +49,6 @@ class EpochSampler(_InfiniteConstantSampler):
     def set_epoch(self, epoch: int) -> None:
         """Set the dataset's epoch (see `StructuredDataset.set_epoch`)."""
         self.dataset.set_epoch(epoch)
-
-
-@dataclass
-class _Progress:
-    """The pass being read: what it began as, its batches, and how many were delivered."""
-
-    iteration: Iteration
-    total: int
-    delivered: int
 
 
 class TabularDataLoader(DataLoader[Any]):
@@ -118,7 +107,6 @@ class TabularDataLoader(DataLoader[Any]):
             drop_last=drop_last,
         )
         self._bundle_rows = bundle_rows
-        self._progress: _Progress | None = None
         if device is None and accelerator is not None:
             device = accelerator.device
         self.device = torch.device(device) if device is not None else None
@@ -168,27 +156,13 @@ class TabularDataLoader(DataLoader[Any]):
         loader was built or loaded with).
         """
         failures, rows = self._failures_before
+        position = self.dataset.passes.position(
+            self.dataset.passes.progress, num_workers=self.num_workers
+        )
         return with_read_failures(
-            self._position(),
+            position,
             failures + len(self._read_failures),
             rows + sum(f.skipped for f in self._read_failures),
-        )
-
-    def _position(self) -> dict[str, Any]:
-        dataset = self.dataset
-        progress = self._progress
-        pending = dataset.resume_pending
-        if pending is not None:  # loaded, not yet read: the same state again
-            return dataset.state_at(
-                pending, num_workers=self.num_workers, complete=dataset.pending_complete
-            )
-        if progress is None or progress.iteration.epoch != dataset.epoch:
-            return dataset.state_at(
-                Iteration(dataset.epoch), num_workers=self.num_workers, complete=False
-            )
-        now = Iteration(progress.iteration.epoch, progress.iteration.legs, progress.delivered)
-        return dataset.state_at(
-            now, num_workers=self.num_workers, complete=progress.delivered >= progress.total
         )
 
     def load_state_dict(
@@ -207,12 +181,11 @@ class TabularDataLoader(DataLoader[Any]):
                 other data (it says what changed), or cannot resume elastically.
         """
         counted = read_failures(state_dict)
-        self.dataset.load_state(
+        self.dataset.passes.load_state(
             state_dict, num_workers=self.num_workers, allow_changed_data=allow_changed_data
         )
         self._failures_before = counted
         self._read_failures.clear()
-        self._progress = None  # persistent workers restart with the next, resumed pass
 
     def _stop_persistent_workers(self) -> None:
         # Persistent workers hold the dataset as it was when they started; the next pass
@@ -285,26 +258,24 @@ class TabularDataLoader(DataLoader[Any]):
         dataset = self.dataset
         if self._iterator is not None:  # persistent workers: one may have died since
             self._waiting(self._iterator, lambda: None)
-        iteration = dataset.begin_iteration()
-        counts, done = dataset.worker_batches(iteration, self.num_workers)
-        if iteration.resumed:
-            self._stop_persistent_workers()
-        progress = _Progress(iteration, sum(counts), iteration.batches)
-        self._progress = progress
+        passes = dataset.passes
+        progress, counts, done = passes.begin(self.num_workers)
+        if progress.iteration.resumed:
+            self._stop_persistent_workers()  # they hold the dataset as it was when they started
         batches: Iterator[Any]
         if self._iterator is not None:  # resets the persistent workers: waits on them
             batches = self._waiting(self._iterator, super().__iter__)
         else:
             batches = super().__iter__()
         if self.num_workers:
-            batches = self._interleaved(batches, counts, done)
+            batches = self._in_order(batches, counts, done)
         if self.device is not None and self.device.type != "cpu":
             batches = (_to_device(b, self.device) for b in batches)
         if self._gradient_state is not None:
             batches = self._tracked(batches, self._gradient_state)
         if not self.num_workers:
             batches = _collected(batches, dataset.failure_log, self._read_failures)
-        return _counted(batches, progress, dataset)
+        return passes.counted(batches, progress)
 
     def _tracked(self, batches: Iterator[Any], state: Any) -> Iterator[Any]:
         """Tell accelerate's GradientState when the last batch comes (one batch look-ahead)."""
@@ -320,35 +291,11 @@ class TabularDataLoader(DataLoader[Any]):
         finally:
             state._remove_dataloader(self)
 
-    def _interleaved(self, iterator: Any, counts: list[int], done: list[int]) -> Iterator[Any]:
-        """The batches of the workers' messages in DataLoader's order: one per worker in turn."""
-        finish = None
-        if self.dataset.converter.list_format == "nested":
-            finish = self.dataset.converter.finish_torch
-        unpack = Unbundler(finish, self._read_failures)
-        messages = self._watched(iterator)
-        queues: list[deque[Any]] = [deque() for _ in counts]
+    def _in_order(self, iterator: Any, counts: list[int], done: list[int]) -> Iterator[Any]:
+        """The batches of the workers' messages in DataLoader's order (`in_order`)."""
+        unpack = Unbundler(self.dataset.finish, self._read_failures)
         try:
-            for worker in round_robin(counts, done):
-                while not queues[worker]:
-                    message = next(messages, _END)
-                    if message is _END:
-                        raise DataError(
-                            f"worker {worker} ended before its {counts[worker]} planned "
-                            "batches: a batch it sent was lost (see the worker's output above "
-                            "for an error while sending it), or the data changed while it "
-                            "was read"
-                        )
-                    sender = getattr(message, "worker", -1)
-                    if not 0 <= sender < len(queues):
-                        raise RuntimeError(
-                            "a worker message without its worker id: is the dataset a "
-                            "StructuredDataset iterated by its own TabularDataLoader?"
-                        )
-                    queues[sender].extend(unpack(message))
-                yield queues[worker].popleft()
-            if next(messages, _END) is not _END or any(queues):
-                raise DataError("workers delivered more batches than planned")
+            yield from in_order(self._watched(iterator), counts, done, unpack)
         except Exception:
             # The exception's traceback keeps the iterator alive; without this, its workers
             # would wait for the garbage collector and then 5 s each to be killed.
@@ -378,18 +325,6 @@ def _collected(
         failures.extend(log.drain())
         yield batch
     failures.extend(log.drain())
-
-
-def _counted(
-    batches: Iterator[Any], progress: _Progress, dataset: StructuredDataset
-) -> Iterator[Any]:
-    first = True
-    for batch in batches:
-        progress.delivered += 1
-        if first:  # the next pass reads the next epoch, unless set_epoch
-            dataset.passes.delivered()
-            first = False
-        yield batch
 
 
 def _check_rebuilt(
@@ -494,13 +429,13 @@ def create_dataloader(
         ...         ...
     """
     workers = _default_workers() if num_workers is None else num_workers
-    if workers < 0:
-        raise InvalidArgumentError(f"num_workers must be >= 0, got {workers}")
-    if bundle_rows < 0:
-        raise InvalidArgumentError(f"bundle_rows must be >= 0, got {bundle_rows}")
-    data = source if source is not None else path
-    if data is None or (source is not None and path is not None):
-        raise InvalidArgumentError("pass the data as source (or path=), exactly once")
+    data = check_loader_arguments(
+        source=source,
+        path=path,
+        num_workers=workers,
+        bundle_rows=bundle_rows,
+        persistent_workers=persistent_workers,
+    )
     dataset = dataset_class(data, format, **dataset_options)
     extra: dict[str, Any] = {}
     if workers > 0:
@@ -508,8 +443,6 @@ def create_dataloader(
         extra["prefetch_factor"] = prefetch_factor
         extra["multiprocessing_context"] = multiprocessing_context
         extra["timeout"] = timeout
-    elif persistent_workers:
-        raise InvalidArgumentError("persistent_workers=True needs num_workers > 0")
     return TabularDataLoader(
         dataset,
         num_workers=workers,

@@ -18,7 +18,7 @@ from .formats import Format, ReadOptions
 from .formats.schemas import check_readable
 from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
 from .planning import Chunk, Plan
-from .reading import count_rows, with_partition
+from .stream.read import count_rows, with_partition
 
 __all__ = ["Planned", "decoded_row_bytes", "plan_source"]
 

@@ -10,8 +10,9 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import make_table
-from torch_dataloader_utils.batching import BatchOptions, Segment, cut_batches, shuffled_blocks
 from torch_dataloader_utils.planning import Layout, block_start
+from torch_dataloader_utils.stream.batches import cut_batches
+from torch_dataloader_utils.stream.blocks import Segment, shuffled_blocks
 
 
 def split(table: pa.Table, pieces: int) -> list[pa.RecordBatch]:
@@ -27,7 +28,7 @@ def split(table: pa.Table, pieces: int) -> list[pa.RecordBatch]:
 
 def run(
     table: pa.Table,
-    options: BatchOptions,
+    options: Layout,
     *,
     pieces: int = 7,
     epoch: int = 0,
@@ -52,16 +53,18 @@ def ids_of(batches: list[pa.RecordBatch]) -> list[int]:
     return [i for b in batches for i in b.column("id").to_pylist()]
 
 
-def options(**kw: object) -> BatchOptions:
+def options(**kw: object) -> Layout:
     base: dict[str, object] = {
         "batch_size": 32,
         "shuffle": True,
         "block_rows": 100,
         "first_block_rows": 100,
         "seed": 11,
+        "drop_last": False,
+        "remainder": "drop",
     }
     base.update(kw)
-    return BatchOptions(**base)  # type: ignore[arg-type]
+    return Layout(**base)  # type: ignore[arg-type]
 
 
 TABLE = make_table(np.arange(1000, 1537))  # 537 rows: not a multiple of batch or block sizes
@@ -130,7 +133,7 @@ def test_deterministic_for_the_same_seed_epoch_and_stream() -> None:
     ],
     ids=["shuffle", "ramp", "no-shuffle"],
 )
-def test_result_does_not_depend_on_how_the_input_was_split(opts: BatchOptions) -> None:
+def test_result_does_not_depend_on_how_the_input_was_split(opts: Layout) -> None:
     outputs = [run(TABLE, opts, pieces=pieces, epoch=2, stream=3) for pieces in (1, 7, 100)]
     for other in outputs[1:]:
         assert [b.num_rows for b in other] == [b.num_rows for b in outputs[0]]
@@ -143,24 +146,12 @@ def test_starting_inside_a_block_continues_the_same_order(shuffle: bool, start: 
     """A resumed stream re-reads the block that holds ``start`` and skips what was delivered."""
     opts = options(shuffle=shuffle, first_block_rows=13, batch_size=1)
     full = ids_of(run(TABLE, opts))
-    _, first = block_start(TABLE.num_rows, start, layout_of(opts))
+    _, first = block_start(TABLE.num_rows, start, opts)
     rest = TABLE.slice(first)
     blocks = shuffled_blocks(
         iter(split(rest, 5)), TABLE.num_rows, opts, epoch=0, stream=0, start=start
     )
     assert ids_of(materialize(cut_batches(blocks, 1))) == full[start:]
-
-
-def layout_of(opts: BatchOptions) -> Layout:
-    return Layout(
-        batch_size=opts.batch_size,
-        shuffle=opts.shuffle,
-        seed=opts.seed,
-        drop_last=False,
-        remainder="drop",
-        block_rows=opts.block_rows,
-        first_block_rows=opts.first_block_rows,
-    )
 
 
 def test_empty_stream_gives_no_batches() -> None:

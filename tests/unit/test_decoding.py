@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import torch_dataloader_utils as tdu
-from torch_dataloader_utils.decoding import Decoding
+from torch_dataloader_utils.convert import Decoding
 from torch_dataloader_utils.formats import get_format
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 

@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from torch_dataloader_utils.prefetch import Prefetcher
+from torch_dataloader_utils.stream.prefetch import Prefetcher
 
 WAIT = 10.0  # seconds: a bound on every wait, so a broken stop fails instead of hanging
 

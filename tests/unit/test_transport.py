@@ -24,10 +24,9 @@ from torch_dataloader_utils.transport import (
     Landing,
     PackedBundle,
     Unbundler,
-    _Pickled,
-    _Strings,
     pack,
 )
+from torch_dataloader_utils.transport.wire import _Pickled, _Strings
 
 
 def record_batches() -> tuple[Converter, list[pa.RecordBatch]]:
@@ -614,7 +613,7 @@ def test_buffer_pool_without_new_shared_still_shares_and_round_trips(
     pool = BufferPool()
     buffer = pool.take(1000)
     assert buffer.is_shared() and buffer.dtype == torch.uint8 and buffer.numel() >= 1000
-    monkeypatch.setattr(transport, "_pool", BufferPool())  # a pool with no buffers made yet
+    monkeypatch.setattr(transport.wire, "_pool", BufferPool())  # a pool with no buffers made yet
     converter, batches = record_batches()
     bundles = [pack([converter.fields(rb) for rb in batches]) for _ in range(2)]
     for bundle in bundles:

@@ -26,7 +26,7 @@ from ..fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
 from ..fs.threads import PLAN_THREADS
 from ..planner import Planned, decoded_row_bytes
 from ..planning import Chunk, Plan
-from ..reading import count_rows
+from ..stream.read import count_rows
 from .catalog import TableName, load_table, table_name
 from .deletes import DeletePositions, live_rows, merge_positions, read_position_deletes
 from .expressions import normalize_filter

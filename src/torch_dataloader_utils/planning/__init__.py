@@ -6,15 +6,15 @@ from .assign import (
     Piece,
     Remainder,
     SplitStrategy,
-    assign_stream,
     chunk_order,
     rank_span,
     span_pieces,
     worker_span,
 )
+from .layout import Layout
 from .plan import Chunk, Plan
 from .resume import (
-    Layout,
+    Iteration,
     Leg,
     block_start,
     consumed,
@@ -35,21 +35,37 @@ from .sequence import (
     stream_runs,
 )
 from .shuffle import block_bounds, block_permutation
-from .topology import Topology, resolve_rank
+from .strategy import (
+    STRATEGIES,
+    EpochRows,
+    EqualStreams,
+    RoundRobinChunks,
+    Strategy,
+    assign_stream,
+    strategy_of,
+)
+from .topology import Ranks, Topology, resolve_rank
 
 __all__ = [
     "REMAINDER_POLICIES",
     "SPLIT_STRATEGIES",
+    "STRATEGIES",
     "Chunk",
     "Deferred",
+    "EpochRows",
+    "EqualStreams",
     "Item",
+    "Iteration",
     "Layout",
     "Leg",
     "Piece",
     "Plan",
+    "Ranks",
     "Remainder",
+    "RoundRobinChunks",
     "Run",
     "SplitStrategy",
+    "Strategy",
     "Topology",
     "assign_stream",
     "block_bounds",
@@ -70,5 +86,6 @@ __all__ = [
     "stream_batches",
     "stream_runs",
     "stream_spans",
+    "strategy_of",
     "worker_span",
 ]

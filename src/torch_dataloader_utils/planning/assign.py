@@ -15,7 +15,6 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .topology import Topology
 
 __all__ = [
     "REMAINDER_POLICIES",
@@ -23,7 +22,6 @@ __all__ = [
     "Piece",
     "Remainder",
     "SplitStrategy",
-    "assign_stream",
     "chunk_order",
     "rank_span",
     "span_pieces",
@@ -133,53 +131,3 @@ def span_pieces(
         pieces.append(Piece(int(order[i]), at - chunk_start, at - chunk_start + take))
         pos += take
     return pieces
-
-
-def assign_stream(
-    chunk_rows: Sequence[int],
-    topology: Topology,
-    *,
-    epoch: int,
-    seed: int,
-    shuffle: bool,
-    batch_size: int,
-    drop_last: bool = False,
-    remainder: Remainder = "drop",
-    strategy: SplitStrategy = "equal",
-) -> list[Piece]:
-    """The pieces one stream reads in ``epoch``, in reading order.
-
-    Args:
-        chunk_rows: rows of each chunk, in plan order.
-        topology: rank, world size, worker and workers of the stream.
-        epoch: the epoch (chunks are permuted by ``(seed, epoch)`` when ``shuffle``).
-        seed: the shuffle seed.
-        shuffle: permute chunks per epoch.
-        batch_size: rows per batch (streams are batch-aligned).
-        drop_last: trim each rank's span to whole batches.
-        remainder: what to do with the rows that do not divide among ranks.
-        strategy: ``"equal"`` (the model: equal streams cut at rows) or ``"round_robin"`` (the
-            earlier library's: whole chunks dealt to streams in turn; every row once, but
-            streams, and so ranks' batch counts, are unequal: not for DDP without ``join()``).
-    """
-    order = chunk_order(len(chunk_rows), seed=seed, epoch=epoch, shuffle=shuffle)
-    if strategy == "round_robin":
-        mine = order[topology.stream :: topology.num_streams]
-        return [Piece(int(i), 0, chunk_rows[i]) for i in mine if chunk_rows[i]]
-    if strategy != "equal":
-        raise InvalidArgumentError(
-            f"split_strategy must be one of {SPLIT_STRATEGIES}, got {strategy!r}"
-        )
-    rows_in_order = [chunk_rows[i] for i in order]
-    span = rank_span(
-        int(sum(chunk_rows)),
-        rank=topology.rank,
-        world_size=topology.world_size,
-        batch_size=batch_size,
-        drop_last=drop_last,
-        remainder=remainder,
-    )
-    start, stop = worker_span(
-        span, worker=topology.worker, num_workers=topology.num_workers, batch_size=batch_size
-    )
-    return span_pieces(rows_in_order, order, start, stop)

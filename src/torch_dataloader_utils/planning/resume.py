@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .assign import Remainder, SplitStrategy, rank_span, worker_span
+from .assign import rank_span, worker_span
+from .layout import Layout
 from .sequence import Deferred, Item, Run, cut, sequence_length
 from .shuffle import block_bounds, block_permutation
 
 __all__ = [
-    "Layout",
+    "Iteration",
     "Leg",
     "block_start",
     "consumed",
@@ -30,26 +31,6 @@ __all__ = [
     "stream_batches",
     "stream_spans",
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Layout:
-    """The options that decide which rows each stream reads and in what order."""
-
-    batch_size: int
-    shuffle: bool
-    seed: int
-    drop_last: bool
-    remainder: Remainder
-    block_rows: int
-    first_block_rows: int
-    strategy: SplitStrategy = "equal"
-
-    def batches(self, rows: int) -> int:
-        """Batches a stream of ``rows`` rows yields."""
-        if self.drop_last:
-            return rows // self.batch_size
-        return -(-rows // self.batch_size)
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +48,29 @@ class Leg:
     num_workers: int
     layout: Layout
     batches: int
+
+
+@dataclass(frozen=True, slots=True)
+class Iteration:
+    """One pass over an epoch, as the main process begins it.
+
+    Attributes:
+        epoch: the epoch.
+        legs: earlier legs of this epoch (each an elastic resume's old topology).
+        batches: batches this rank already delivered in the current leg (a resume).
+        generation: counts passes in the main process; workers use it to tell whether their
+            copy of this object describes the pass they are asked for.
+    """
+
+    epoch: int
+    legs: tuple[Leg, ...] = ()
+    batches: int = 0
+    generation: int = 0
+
+    @property
+    def resumed(self) -> bool:
+        """Whether the pass starts anywhere but the beginning of a fresh epoch."""
+        return bool(self.legs or self.batches)
 
 
 def stream_spans(

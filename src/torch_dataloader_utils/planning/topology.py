@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import os
 from dataclasses import dataclass
+from typing import Any
 
 import torch.distributed as dist
 from torch.utils.data import get_worker_info
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["Topology", "resolve_rank"]
+__all__ = ["Ranks", "Topology", "resolve_rank"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,3 +90,53 @@ def _checked(rank: int, world_size: int, source: str) -> tuple[int, int]:
     if world_size < 1 or not 0 <= rank < world_size:
         raise InvalidArgumentError(f"{source}: rank {rank} is not in [0, world_size={world_size})")
     return rank, world_size
+
+
+@dataclass
+class Ranks:
+    """How one dataset finds the data-parallel rank of the process it is used in.
+
+    Explicit ``rank``/``world_size`` win; then the process's ``torch.distributed`` group; then
+    the rank of the process this copy was pickled in (a spawned DataLoader worker has no group
+    of its own); then ``RANK``/``WORLD_SIZE``; else a single rank.
+
+    Attributes:
+        rank: the explicit rank, if any.
+        world_size: the explicit world size, if any.
+        inherited: the rank resolved where this copy was pickled (``None``: none there).
+    """
+
+    rank: int | None = None
+    world_size: int | None = None
+    inherited: tuple[int, int] | None = None
+
+    def __post_init__(self) -> None:
+        if self.rank is not None or self.world_size is not None:
+            resolve_rank(self.rank, self.world_size)  # validate now, before any worker starts
+            Topology(self.rank or 0, self.world_size or 1)
+
+    @property
+    def explicit(self) -> bool:
+        """Whether the rank was given (not resolved from the environment)."""
+        return self.rank is not None or self.world_size is not None
+
+    def resolve(self) -> tuple[int, int]:
+        """``(rank, world_size)`` of the calling process, resolved now."""
+        if self.explicit:
+            return resolve_rank(self.rank, self.world_size)
+        if dist.is_available() and dist.is_initialized():
+            return dist.get_rank(), dist.get_world_size()
+        if self.inherited is not None:
+            return self.inherited
+        return resolve_rank(None, None)
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        if not self.explicit:
+            # Pickled for a spawned DataLoader worker, which will not have this process's
+            # torch.distributed group: it takes the rank resolved here. A process with no rank
+            # (no group, no RANK: the parent of mp.spawn, ddp_spawn or Ray ranks) leaves the
+            # rank to be resolved where the copy lands.
+            has_rank = (dist.is_available() and dist.is_initialized()) or "RANK" in os.environ
+            state["inherited"] = self.resolve() if has_rank else self.inherited
+        return state

@@ -3,7 +3,8 @@ control one rank's copies of a dataset share.
 
 - `keys`: every key a state holds, and the strict reading of them;
 - `codec`: a pass ↔ the state dict (`encode_state`, `decode_state`, a worker's stream state);
-- `passes`: the epoch and pass counters in shared memory (`PassControl`, ADR 0009).
+- `control`: the epoch and pass counters in shared memory (`PassControl`, ADR 0009);
+- `passes`: one rank's passes (`Passes`): the contract between the loader and the dataset.
 
 See docs/concepts/checkpointing.md.
 """
@@ -20,7 +21,8 @@ from .codec import (
     read_failures,
     with_read_failures,
 )
-from .passes import WORKER_SLOTS, PassControl
+from .control import WORKER_SLOTS, PassControl
+from .passes import Passes, Progress
 
 __all__ = [
     "STATE_VERSION",
@@ -28,6 +30,8 @@ __all__ = [
     "WORKER_SLOTS",
     "Iteration",
     "PassControl",
+    "Passes",
+    "Progress",
     "decode_state",
     "decode_stream_state",
     "encode_state",

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from ..errors import StateMismatchError
-from ..planning import Layout, Leg, Plan
+from ..planning import Iteration, Layout, Leg, Plan
 from . import keys as k
 
 __all__ = [
@@ -35,29 +34,6 @@ STATE_VERSION = 1
 _KIND = "torch_dataloader_utils.loader_state"
 # The state of one DataLoader worker's stream (torchdata's StatefulDataLoader keeps one per worker).
 STREAM_STATE_KIND = "torch_dataloader_utils.stream_state"
-
-
-@dataclass(frozen=True, slots=True)
-class Iteration:
-    """One pass over an epoch, as the main process begins it.
-
-    Attributes:
-        epoch: the epoch.
-        legs: earlier legs of this epoch (each an elastic resume's old topology).
-        batches: batches this rank already delivered in the current leg (a resume).
-        generation: counts passes in the main process; workers use it to tell whether their
-            copy of this object describes the pass they are asked for.
-    """
-
-    epoch: int
-    legs: tuple[Leg, ...] = ()
-    batches: int = 0
-    generation: int = 0
-
-    @property
-    def resumed(self) -> bool:
-        """Whether the pass starts anywhere but the beginning of a fresh epoch."""
-        return bool(self.legs or self.batches)
 
 
 def _plan_facts(plan: Plan) -> dict[str, Any]:

@@ -1,125 +1,244 @@
-"""Pass control: the epoch and pass counters one rank's copies of a dataset share.
+"""One rank's passes over a dataset: the contract between the loader and the dataset.
 
-See ADR 0009 for the epoch rule.
+`Passes` answers, for the process it is used in: which epoch the next pass reads, which pass
+this process (the main one, or a DataLoader worker) reads now and where it starts, how far the
+pass being read has come, and the loader state of that position. `TabularDataLoader` talks to
+the dataset through ``dataset.passes`` only (and the dataset's `FailureLog`); the dataset's
+``__iter__`` asks it which pass to read.
+
+The counters shared with DataLoader workers are a `PassControl` (the epoch rule of ADR 0009);
+the state dict itself is written and read by `codec`.
 """
 
 from __future__ import annotations
 
-import multiprocessing
-import os
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
-import torch
 from torch.utils.data import get_worker_info
 
-__all__ = ["WORKER_SLOTS", "PassControl"]
+from ..planning import Iteration, Layout, Plan, Ranks, Topology
+from ..stream.resolve import rank_streams
+from .codec import (
+    decode_state,
+    decode_stream_state,
+    encode_state,
+    encode_stream_state,
+    is_complete,
+)
+from .control import PassControl
 
-# Slots of the shared control tensor.
-_EPOCH = 0  # the epoch set, or of the pass begun last
-_GENERATION = 1  # passes begun by the main process
-_ADVANCE = 2  # 1: the next pass reads _EPOCH + 1 (a pass delivered a batch since set_epoch)
-_FOR_WORKERS = 3  # passes the main process began for its DataLoader workers to follow
-WORKER_SLOTS = 256
-_NEXT = 4  # per worker: 1 + the epoch its next pass of its own reads (0: unset)
-_FOLLOWED = _NEXT + WORKER_SLOTS  # per worker: the last _FOR_WORKERS pass it followed
+__all__ = ["Passes", "Progress"]
+
+_T = TypeVar("_T")
 
 
-class PassControl:
-    """The epoch and the pass counters that one rank's copies of a dataset share.
+@dataclass
+class Progress:
+    """The pass being read in this process: where it started, its batches, what was delivered.
 
-    The main process and its DataLoader workers (fork, spawn or forkserver, persistent or not)
-    see one tensor in shared memory, so ``set_epoch`` reaches persistent workers and workers
-    of a plain ``DataLoader`` learn which epoch their pass reads. The rule (ADR 0009):
-
-    - ``set_epoch(e)``: the next pass reads epoch ``e``; an explicit epoch always wins.
-    - A pass that begins without ``set_epoch`` since a pass that delivered a batch reads the
-      next epoch (as MosaicML Streaming does): a trainer that never calls ``set_epoch``
-      (Lightning, a plain loop) still gets a new order each epoch.
-
-    The tensor belongs to one process (its owner). A copy that lands in another process's main
-    role (a loader pickled or forked into a rank by ``mp.spawn``, Lightning's ``ddp_spawn`` or Ray)
-    takes counters of its own at first use; a DataLoader worker uses its parent's, and private
-    ones when its parent never claimed them, so two ranks never share pass counters.
+    Attributes:
+        iteration: the pass.
+        start: batches delivered before this pass began reading (a resume).
+        total: batches of the pass from the start of the epoch.
+        topology: whose batches these are (the rank's, or one worker's stream).
+        delivered: batches delivered in this pass.
     """
 
-    def __init__(self) -> None:
-        self._tensor = self._new(torch.zeros(_NEXT + 2 * WORKER_SLOTS, dtype=torch.int64))
-        self._owner = os.getpid()
+    iteration: Iteration
+    start: int
+    total: int
+    topology: Topology
+    delivered: int = 0
 
-    @staticmethod
-    def _new(values: torch.Tensor) -> torch.Tensor:
-        shared: torch.Tensor = values.share_memory_()  # type: ignore[no-untyped-call]
-        return shared
+    @property
+    def batches(self) -> int:
+        """Batches delivered in the epoch so far (before and in this pass)."""
+        return self.start + self.delivered
 
-    def _values(self) -> torch.Tensor:
-        pid = os.getpid()
-        if self._owner == pid:
-            return self._tensor
-        if get_worker_info() is None:
-            # Main role in a process that did not create these counters: take our own.
-            self._tensor, self._owner = self._new(self._tensor.clone()), pid
-            return self._tensor
-        parent = multiprocessing.parent_process()
-        if parent is None or parent.pid != self._owner:
-            # A worker whose rank never touched the counters it received (a dataset pickled
-            # into a rank and wrapped in a plain DataLoader): private, not a sibling rank's.
-            self._tensor, self._owner = self._tensor.clone(), pid
-        return self._tensor
+    @property
+    def complete(self) -> bool:
+        """Whether every batch of the epoch was delivered."""
+        return self.batches >= self.total
+
+
+class Passes:
+    """The passes of one rank's copies of a dataset (see the module docstring).
+
+    Args:
+        plan: the plan (the state names its fingerprint and rows).
+        layout: the options that order and cut the streams.
+        ranks: how the calling process finds its rank.
+    """
+
+    def __init__(self, plan: Plan, layout: Layout, ranks: Ranks) -> None:
+        self.plan = plan
+        self.layout = layout
+        self.ranks = ranks
+        # Shared with this rank's DataLoader workers (persistent ones too).
+        self.control = PassControl()
+        self.pending: Iteration | None = None  # a loaded state, for the next pass
+        self.pending_complete = False  # ... whose epoch was complete
+        self.progress: Progress | None = None  # the rank's pass a loader is reading
+        self._begun: Iteration | None = None  # the pass the main process began last
+        self._claimed = True  # ... and whether this process's own iteration took it
+        self._stream_resume: dict[str, Any] | None = None  # a worker's loaded stream state
+
+    # --- the epoch ------------------------------------------------------------------------------
 
     @property
     def epoch(self) -> int:
-        """The epoch set, or of the pass begun last."""
-        return int(self._values()[_EPOCH])
+        """The epoch set with `set_epoch`, or of the pass begun last."""
+        return self.control.epoch
 
-    @property
-    def generation(self) -> int:
-        """Passes the main process has begun."""
-        return int(self._values()[_GENERATION])
+    def set_epoch(self, epoch: int) -> None:
+        """The next pass reads ``epoch``; a loaded state for another epoch is dropped."""
+        self.control.set_epoch(epoch)
+        pending = self.pending
+        if pending is not None and pending.epoch != epoch:
+            self.pending = None
+            if pending.resumed and not self.pending_complete:
+                warnings.warn(
+                    f"set_epoch({epoch}) drops the loaded state, which was in the middle of "
+                    f"epoch {pending.epoch}: the rest of that epoch will not be read. Call "
+                    f"set_epoch({pending.epoch}) first to finish it",
+                    stacklevel=4,
+                )
 
-    def set_epoch(self, epoch: int, *, advance: bool = False) -> None:
-        """The next pass reads ``epoch`` (``epoch + 1`` with ``advance``)."""
-        values = self._values()
-        values[_EPOCH] = epoch
-        values[_ADVANCE] = int(advance)
-        values[_NEXT:_FOLLOWED] = 0
+    # --- beginning a pass -----------------------------------------------------------------------
 
-    def begin(self, *, for_workers: bool) -> tuple[int, int]:
-        """Begin a pass in the main process: its epoch and generation.
+    def begin(self, num_workers: int) -> tuple[Progress, list[int], list[int]]:
+        """Begin a pass for a loader's ``num_workers`` DataLoader workers (main process).
 
-        ``for_workers``: its DataLoader workers follow this pass (a `TabularDataLoader`'s).
+        Returns the pass's progress (kept as `progress`), the batches of each worker's stream
+        and how many each already delivered (a resume). Workers receive the pass with the
+        dataset and apply it to this pass only.
         """
-        values = self._values()
-        if int(values[_ADVANCE]):
-            values[_EPOCH] += 1
-            values[_ADVANCE] = 0
-            values[_NEXT:_FOLLOWED] = 0
-        values[_GENERATION] += 1
-        if for_workers:
-            values[_FOR_WORKERS] += 1
-        return int(values[_EPOCH]), int(values[_GENERATION])
+        iteration = self._begin(for_workers=True)
+        rank, world_size = self.ranks.resolve()
+        counts, done = rank_streams(
+            self.plan.chunk_rows,
+            self.layout,
+            iteration,
+            Topology(rank, world_size, 0, max(1, num_workers)),
+        )
+        progress = Progress(iteration, iteration.batches, sum(counts), Topology(rank, world_size))
+        self.progress = progress
+        return progress, counts, done
 
-    def delivered(self) -> None:
-        """A pass delivered a batch: the next pass reads the next epoch unless set_epoch."""
-        self._values()[_ADVANCE] = 1
+    def _begin(self, *, for_workers: bool) -> Iteration:
+        epoch, generation = self.control.begin(for_workers=for_workers)
+        pending, self.pending = self.pending, None
+        if pending is not None and pending.epoch == epoch:
+            iteration = Iteration(pending.epoch, pending.legs, pending.batches, generation)
+            if self.pending_complete:
+                self.control.delivered()  # a complete epoch: the pass after it reads the next
+        else:
+            iteration = Iteration(epoch, generation=generation)
+        self._begun, self._claimed = iteration, not for_workers
+        return iteration
 
-    def begin_worker(self, worker: int, epoch: int | None = None) -> int | None:
-        """Begin a pass in DataLoader worker ``worker``: its epoch, or None to follow the pass
-        the main process began for its workers.
+    def this_pass(self, topology: Topology) -> tuple[Iteration, int | None]:
+        """The pass this process reads, and the batches its stream already delivered (None:
+        as the pass's rank-level position says)."""
+        if get_worker_info() is None:
+            if self._begun is not None and not self._claimed:
+                self._claimed = True  # begun by a TabularDataLoader for this pass
+                return self._begun, None
+            return self._begin(for_workers=False), None
+        loaded, self._stream_resume = self._stream_resume, None
+        if loaded is not None:  # a StatefulDataLoader gave this worker its saved state
+            iteration, done = decode_stream_state(
+                loaded,
+                self.plan,
+                world_size=topology.world_size,
+                num_workers=topology.num_workers,
+                worker=topology.worker,
+                layout=self.layout,
+            )
+            self.control.begin_worker(topology.worker, iteration.epoch)
+            return iteration, done
+        epoch = self.control.begin_worker(topology.worker)
+        generation = self.control.generation
+        if epoch is not None:  # a pass no main process began (a plain DataLoader's)
+            return Iteration(epoch, generation=generation), None
+        mine = self._begun  # this copy of the pass the main process began, if it is this one
+        if mine is not None and mine.generation == generation:
+            return mine, None
+        return Iteration(self.epoch, generation=generation), None
 
-        ``epoch`` (a loaded worker state) wins. A worker of a plain ``DataLoader`` (no main
-        process begins its passes) reads the epoch after its own last pass, else the main
-        process's next one. Each worker writes only its own slots.
-        """
-        values = self._values()
-        if not 0 <= worker < WORKER_SLOTS:
-            if epoch is None and int(values[_FOR_WORKERS]):
-                return None
-            return int(values[_EPOCH]) + int(values[_ADVANCE]) if epoch is None else epoch
-        passes = int(values[_FOR_WORKERS])
-        if epoch is None and passes != int(values[_FOLLOWED + worker]):
-            values[_FOLLOWED + worker] = passes
-            return None
-        if epoch is None:
-            following = int(values[_NEXT + worker])
-            epoch = following - 1 if following else int(values[_EPOCH]) + int(values[_ADVANCE])
-        values[_NEXT + worker] = epoch + 2
-        return epoch
+    def counted(self, batches: Iterator[_T], progress: Progress) -> Iterator[_T]:
+        """``batches``, counted as delivered in ``progress``; the first makes the next pass
+        read the next epoch unless `set_epoch` says otherwise."""
+        for batch in batches:
+            progress.delivered += 1
+            if progress.delivered == 1:
+                self.control.delivered()
+            yield batch
+
+    # --- the state ------------------------------------------------------------------------------
+
+    def state_at(self, iteration: Iteration, *, num_workers: int, complete: bool) -> dict[str, Any]:
+        """The loader state of ``iteration`` (see `TabularDataLoader.state_dict`)."""
+        return encode_state(
+            self.plan,
+            iteration,
+            world_size=self.ranks.resolve()[1],
+            num_workers=max(1, num_workers),
+            layout=self.layout,
+            complete=complete,
+        )
+
+    def position(self, progress: Progress | None, *, num_workers: int) -> dict[str, Any]:
+        """The loader state where ``progress`` stands (a loaded state not yet read: itself)."""
+        if self.pending is not None:
+            return self.state_at(
+                self.pending, num_workers=num_workers, complete=self.pending_complete
+            )
+        if progress is None or progress.iteration.epoch != self.epoch:
+            return self.state_at(Iteration(self.epoch), num_workers=num_workers, complete=False)
+        now = Iteration(progress.iteration.epoch, progress.iteration.legs, progress.batches)
+        return self.state_at(now, num_workers=num_workers, complete=progress.complete)
+
+    def load_state(
+        self, state: dict[str, Any], *, num_workers: int, allow_changed_data: bool = False
+    ) -> Iteration:
+        """Make the next pass resume ``state``; returns that pass (see `decode_state`)."""
+        iteration = decode_state(
+            state,
+            self.plan,
+            world_size=self.ranks.resolve()[1],
+            num_workers=max(1, num_workers),
+            layout=self.layout,
+            allow_changed_data=allow_changed_data,
+        )
+        self.pending = iteration
+        self.pending_complete = is_complete(state)
+        self.progress = None
+        # A complete epoch: the next pass reads the next epoch (as a StatefulDataLoader's
+        # finished state does, which Lightning relies on), unless set_epoch(its epoch) asks
+        # for the (empty) rest of it.
+        self.control.set_epoch(iteration.epoch, advance=self.pending_complete)
+        return iteration
+
+    def stream_state(self, progress: Progress | None, topology: Topology) -> dict[str, Any]:
+        """The state of a DataLoader worker's stream (``progress``: its pass, if begun)."""
+        started = progress is not None
+        if progress is None:  # asked before this worker began a pass: the next one, unread
+            progress = Progress(Iteration(self.epoch), 0, 0, topology)
+        return encode_stream_state(
+            self.plan,
+            progress.iteration,
+            world_size=topology.world_size,
+            num_workers=topology.num_workers,
+            worker=topology.worker,
+            batches=progress.batches,
+            layout=self.layout,
+            complete=started and progress.complete,
+        )
+
+    def load_stream_state(self, state: dict[str, Any]) -> None:
+        """Resume this worker's stream from ``state`` (checked when its pass begins)."""
+        self._stream_resume = state

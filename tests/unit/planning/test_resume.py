@@ -23,7 +23,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.planning.test_sequence import expand
-from torch_dataloader_utils.batching import BatchOptions, cut_batches, shuffled_blocks
 from torch_dataloader_utils.planning import (
     REMAINDER_POLICIES,
     Deferred,
@@ -43,6 +42,8 @@ from torch_dataloader_utils.planning import (
     stream_runs,
     stream_spans,
 )
+from torch_dataloader_utils.stream.batches import cut_batches
+from torch_dataloader_utils.stream.blocks import shuffled_blocks
 
 SEED = 77
 EPOCH = 3
@@ -424,15 +425,8 @@ def read_stream(positions: list[int], layout: Layout, *, stream: int, depth: int
         batches.append(pa.record_batch([column.slice(at, size)], names=["p"]))
         at += size
         size = size % 4 + 1
-    options = BatchOptions(
-        batch_size=layout.batch_size,
-        shuffle=layout.shuffle,
-        block_rows=layout.block_rows,
-        first_block_rows=layout.first_block_rows,
-        seed=layout.seed,
-    )
     blocks = shuffled_blocks(
-        batches, length, options, epoch=EPOCH, stream=stream, leg=depth, start=start
+        batches, length, layout, epoch=EPOCH, stream=stream, leg=depth, start=start
     )
     out: list[list[int]] = []
     for batch, rows in cut_batches(blocks, layout.batch_size):

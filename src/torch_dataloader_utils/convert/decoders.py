@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from .errors import CorruptFileError, DataError
-from .skipping import FailureLog, OnError, ReadFailure
+from ..errors import CorruptFileError, DataError
+from ..skipping import FailureLog, OnError, ReadFailure
 
 __all__ = ["Decoder", "Decoding"]
 

@@ -1,4 +1,4 @@
-"""Checks of the dataset's arguments, before anything is listed or read."""
+"""Every argument check of the dataset and the loader, before anything is listed or read."""
 
 from __future__ import annotations
 
@@ -6,10 +6,11 @@ import numbers
 from collections.abc import Sequence
 
 from .errors import InvalidArgumentError
+from .fs import Source
 from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES
 from .skipping import ON_ERROR
 
-__all__ = ["check_arguments"]
+__all__ = ["check_arguments", "check_loader_arguments"]
 
 
 def check_arguments(
@@ -68,3 +69,29 @@ def _check_positive(**values: object) -> None:
             isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0
         ):
             raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+
+
+def check_loader_arguments(
+    *,
+    source: Source | None,
+    path: Source | None,
+    num_workers: int,
+    bundle_rows: int,
+    persistent_workers: bool,
+) -> Source:
+    """Check `create_dataloader`'s own arguments; returns the data to read.
+
+    Raises:
+        InvalidArgumentError: an option is out of range, or the data is given twice or not at
+            all.
+    """
+    if num_workers < 0:
+        raise InvalidArgumentError(f"num_workers must be >= 0, got {num_workers}")
+    if bundle_rows < 0:
+        raise InvalidArgumentError(f"bundle_rows must be >= 0, got {bundle_rows}")
+    data = source if source is not None else path
+    if data is None or (source is not None and path is not None):
+        raise InvalidArgumentError("pass the data as source (or path=), exactly once")
+    if persistent_workers and num_workers == 0:
+        raise InvalidArgumentError("persistent_workers=True needs num_workers > 0")
+    return data

@@ -18,14 +18,14 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .arrow_values import take
-from .errors import CorruptFileError, DataError, TorchDataloaderUtilsError
-from .formats import Format, ReadOptions
-from .fs import FileSystemSpec
-from .fs.identity import Identity, check_identity
-from .fs.threads import COUNT_THREADS
-from .planning import Chunk, Piece
-from .skipping import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
+from ..arrow_values import take
+from ..errors import CorruptFileError, DataError, TorchDataloaderUtilsError
+from ..formats import Format, ReadOptions
+from ..fs import FileSystemSpec
+from ..fs.identity import Identity, check_identity
+from ..fs.threads import COUNT_THREADS
+from ..planning import Chunk, Piece
+from ..skipping import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
 
 __all__ = ["Reader", "count_rows", "with_partition"]
 

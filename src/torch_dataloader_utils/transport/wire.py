@@ -1,101 +1,23 @@
-"""Moving batches from DataLoader workers to the main process cheaply.
-
-Measured (FACTS.md): each tensor that crosses from a worker costs ~0.35 ms, most of it creating
-and passing a new shared-memory segment, not copying bytes. So a worker of a
-`TabularDataLoader` sends *bundles*: several consecutive
-batches in one message, and for torch output all their numeric data packed into ONE shared
-buffer, allocated directly in shared memory. The main process slices the buffer into per-batch
-views (a few microseconds) and yields the batches one by one, so users see ordinary batches.
-
-Bundling is switched on per worker process by the loader's ``worker_init_fn``; a dataset
-iterated by a plain ``DataLoader`` (or in the main process) yields plain batches.
+"""The messages a worker sends: `Bundle` (pickled outputs) and `PackedBundle` (torch batches
+packed into one shared buffer), how they are packed (`pack`) and unpacked.
 """
 
 from __future__ import annotations
 
-import ctypes
-import math
 import pickle
-import sys
-import threading
-from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Sequence
-from itertools import islice
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 import torch
 
-from .convert import Converter, Field, Gather, as_numpy
-from .errors import DataError
-from .fs.forks import ProcessLocal
-from .skipping import FailureLog, ReadFailure, log_failure
+from ..convert import Field, Gather, as_numpy
+from ..errors import DataError
+from ..skipping import ReadFailure
+from .buffers import _ALIGN, _HEADER, _is_shared, _landing, _pool, _release, _round_up
 
-if TYPE_CHECKING:
-    from .batching import Segment
-
-__all__ = [
-    "BUNDLE_BYTES",
-    "Bundle",
-    "BufferPool",
-    "Landing",
-    "PackedBundle",
-    "bundle_rows",
-    "enable_bundles",
-    "init_worker",
-    "pack",
-    "packed_nbytes",
-    "Unbundler",
-    "map_tensors",
-    "worker_messages",
-]
-
-_ALIGN = 64
-# A bundle closes at this many bytes even before `bundle_rows` rows: bounds the shared memory
-# in flight and the main process's landing regions for wide rows (token lists, images).
-BUNDLE_BYTES = 8 * 2**20
-_bundle_rows = 0
-
-
-def enable_bundles(rows: int) -> None:
-    """Make this (worker) process send bundles of about ``rows`` rows."""
-    global _bundle_rows
-    _bundle_rows = rows
-
-
-def bundle_rows() -> int:
-    """Rows per bundle in this process; 0 when bundling is off."""
-    return _bundle_rows
-
-
-def init_worker(rows: int, user_init: Callable[[int], None] | None, worker_id: int) -> None:
-    """``worker_init_fn`` of a TabularDataLoader: switch bundling on, then run the user's."""
-    enable_bundles(rows)
-    _keep_freed_memory()
-    if user_init is not None:
-        user_init(worker_id)
-
-
-def _keep_freed_memory() -> None:
-    """Let glibc's malloc keep freed memory in this (worker) process for reuse.
-
-    Per-batch arrays of ~1 MB (padded token lists) were given back to the kernel on every free
-    and faulted in again on the next allocation: ~240 page faults per batch, half the
-    conversion time (measured: 1.2 M -> 2.5 M rows/s for token lists). Workers are our own
-    processes, so tuning their allocator is ours to do; the main process is left alone.
-    """
-    if sys.platform != "linux":
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6")
-        libc.mallopt(_M_MMAP_THRESHOLD, 32 * 2**20)
-        libc.mallopt(_M_TRIM_THRESHOLD, 256 * 2**20)
-    except (OSError, AttributeError):  # not glibc (musl, ...): nothing to tune
-        return
-
-
-_M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
+__all__ = ["Bundle", "PackedBundle", "map_tensors", "pack", "packed_nbytes"]
 
 
 def map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -291,118 +213,11 @@ class PackedBundle:
         return any(dtype is not None for layout in self.layouts for _, dtype, _, _ in layout)
 
 
-# A pooled buffer starts with a header; its first byte says whether the main process has
-# given it back. Both processes map the same pages, so the flag needs no other channel.
-_HEADER = _ALIGN
-_FREE, _IN_USE = 0, 1
-
-
-def _new_shared(nbytes: int) -> torch.Tensor:
-    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
-    if new_shared is None:  # private in torch: fall back to the public (one more copy) way
-        shared: torch.Tensor = torch.empty(nbytes, dtype=torch.uint8)
-        return shared.share_memory_()  # type: ignore[no-untyped-call,no-any-return]
-    return torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
-
-
-def _is_shared(tensor: torch.Tensor) -> bool:
-    return bool(tensor.is_shared())  # type: ignore[no-untyped-call]
-
-
-def _release(buffer: torch.Tensor) -> None:
-    if _is_shared(buffer) and buffer.numel() >= _HEADER:
-        buffer[0] = _FREE
-
-
-class BufferPool:
-    """Shared-memory buffers a worker reuses once the main process has released them.
-
-    Args:
-        size: buffers kept; when all are in flight a new one is made (and replaces the
-            oldest in the pool, which is then freed when the main process drops it).
-    """
-
-    def __init__(self, size: int = 4) -> None:
-        self.size = size
-        # Per process: a forked process inherits the pool, whose pages it shares with its
-        # parent and siblings: it must never write to them, so it starts afresh.
-        self._buffers: ProcessLocal[list[torch.Tensor]] = ProcessLocal(list)
-
-    def take(self, nbytes: int) -> torch.Tensor:
-        """A buffer of at least ``_HEADER + nbytes`` bytes, marked in use."""
-        buffers = self._buffers.get()
-        for i, buffer in enumerate(buffers):
-            if int(buffer[0]) == _FREE and buffer.numel() >= _HEADER + nbytes:
-                buffers.append(buffers.pop(i))  # most recently used last
-                buffer[0] = _IN_USE
-                return buffer
-        # Round up so that a slightly larger next message still fits.
-        buffer = _new_shared(_round_up(_HEADER + nbytes, _POOL_GRAIN))
-        buffer[0] = _IN_USE
-        buffers.append(buffer)
-        if len(buffers) > self.size:
-            buffers.pop(0)
-        return buffer
-
-
-class Landing:
-    """Private memory of the main process that unpacked batches are views of.
-
-    A region is reused once the user has dropped every batch that views it (its storage has
-    no other reference). Fresh allocations fault in fresh pages: a per-batch ``clone`` ran
-    ~10x slower than ``memcpy`` here (measured), one ``clone`` per bundle ~4x slower.
-    """
-
-    def __init__(self, size: int = 4) -> None:
-        self.size = size
-        self._regions: list[tuple[torch.Tensor, int]] = []
-        self._lock = threading.Lock()
-
-    def take(self, nbytes: int) -> torch.Tensor:
-        """A view of ``nbytes`` bytes of a region that nothing else references.
-
-        The returned view itself marks the region in use (loaders iterated in several threads
-        of one process share the landing).
-        """
-        with self._lock:
-            for i, (region, alone) in enumerate(self._regions):
-                count = _use_count(region)
-                if region.numel() >= nbytes and count is not None and count == alone:
-                    self._regions.append(self._regions.pop(i))
-                    return region[:nbytes]
-            region = torch.empty(_round_up(nbytes, _POOL_GRAIN), dtype=torch.uint8)
-            base = _use_count(region)
-            if base is not None:  # without a use count a region is never reused
-                self._regions.append((region, base))
-                if len(self._regions) > self.size:
-                    self._regions.pop(0)
-            return region[:nbytes]
-
-
-def _use_count(tensor: torch.Tensor) -> int | None:
-    # How many tensors (views) share the storage. A private torch function: when it is
-    # missing, None, and the landing never reuses a region (only slower).
-    counter = getattr(torch._C, "_storage_Use_Count", None)
-    if counter is None:
-        return None
-    return int(counter(tensor.untyped_storage()._cdata))
-
-
-def _round_up(n: int, grain: int) -> int:
-    return -(-n // grain) * grain
-
-
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
     count = 1
     for n in shape:
         count *= n
     return count * dtype.itemsize
-
-
-_POOL_GRAIN = 1 << 20
-_landing = Landing()
-_KEEP_MAPPED = 16  # a few workers x the pool size of each (BufferPool)
-_pool = BufferPool()
 
 
 def pack(batches: Sequence[list[Field]]) -> PackedBundle:
@@ -517,96 +332,3 @@ def _dtype_of(field: Field) -> np.dtype[Any]:
         dtype: np.dtype[Any] = np.dtype(data.type.to_pandas_dtype())
         return dtype
     raise TypeError(f"field {field.key!r} holds {type(data).__name__}, not an array")
-
-
-class Unbundler:
-    """Unpacks the messages of a TabularDataLoader's workers into batches.
-
-    Args:
-        finish: applied to each batch unpacked from a `PackedBundle` (the worker could not
-            finish those: nested tensors are built after the hop).
-        failures: where the reads the workers skipped (``on_error="skip"``) are collected.
-    """
-
-    def __init__(
-        self,
-        finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
-        failures: list[ReadFailure] | None = None,
-    ) -> None:
-        self.finish = finish
-        self.failures = failures
-        # Keeping the last buffers referenced keeps their shared-memory mappings alive: torch
-        # then finds a pooled buffer that comes back in its cache instead of mapping (and
-        # faulting in) its pages again.
-        self.recent: deque[torch.Tensor] = deque(maxlen=_KEEP_MAPPED)
-
-    def __call__(self, item: Any) -> list[Any]:
-        """The batches of one message (anything but a bundle is one batch)."""
-        if self.failures is not None and isinstance(item, PackedBundle | Bundle):
-            for failure in item.failures:
-                log_failure(failure)
-                self.failures.append(failure)
-        if isinstance(item, PackedBundle):
-            if _is_shared(item.buffer):  # not a pinned copy: nothing to keep mapped
-                self.recent.append(item.buffer)
-            batches = item.unpack()
-            return batches if self.finish is None else [self.finish(b) for b in batches]
-        if isinstance(item, Bundle):
-            return item.unpack()
-        return [item]
-
-
-def worker_messages(
-    batches: Iterable[Segment],
-    convert: Converter,
-    collate: Callable[[Any], Any] | None,
-    *,
-    worker: int,
-    batch_size: int,
-    failures: FailureLog | None = None,
-) -> Iterator[Any]:
-    """What a dataset yields for its ``batches``: converted (and collated) batches, or, in a
-    `TabularDataLoader` worker (bundling on), bundles of them marked with ``worker`` and
-    carrying the ``failures`` (``on_error="skip"``) logged since the previous bundle.
-
-    The loader puts batches back in DataLoader's order (one per worker in turn) from the marks.
-    Bundles ramp up 1, 2, 4 ... batches, so the first batch leaves the worker as soon as it is
-    ready.
-    """
-    per_bundle = math.ceil(bundle_rows() / batch_size) if bundle_rows() else 0
-    if not per_bundle:
-        outputs = (convert(b, rows) for b, rows in batches)
-        yield from outputs if collate is None else (collate(o) for o in outputs)
-        return
-    size = 1
-    if collate is None and convert.output_format == "torch":
-        # All numeric data of a bundle in one shared buffer: one segment per message, of at
-        # most `bundle_rows` rows and about BUNDLE_BYTES (wide rows: fewer rows).
-        group: list[list[Field]] = []
-        nbytes = 0
-        for batch, rows in batches:
-            group.append(convert.fields(batch, rows))
-            nbytes += packed_nbytes(group[-1])
-            if len(group) >= size or nbytes >= BUNDLE_BYTES:
-                yield _mark(pack(group), worker, failures)
-                group, nbytes, size = [], 0, min(size * 2, per_bundle)
-        if group:
-            yield _mark(pack(group), worker, failures)
-        return
-    outputs = (convert(b, rows) for b, rows in batches)
-    if collate is not None:
-        outputs = (collate(o) for o in outputs)
-    seal = collate is None  # Arrow batches, dicts of lists, numpy arrays: no shared memory
-    while items := list(islice(outputs, size)):
-        bundle = Bundle(items)
-        yield _mark(bundle.seal() if seal else bundle, worker, failures)
-        size = min(size * 2, per_bundle)
-
-
-def _mark(
-    bundle: PackedBundle | Bundle, worker: int, failures: FailureLog | None
-) -> PackedBundle | Bundle:
-    bundle.worker = worker
-    if failures is not None:
-        bundle.failures = failures.drain()
-    return bundle

@@ -1,49 +1,18 @@
-"""Arrow → torch / numpy / dict: the only place tensors are made.
-
-Every column's conversion is decided once, from the schema, before any worker starts (types
-that cannot be read at all are refused earlier, at planning: `formats.schemas.check_readable`).
-Per batch the work is vectorised: no per-row Python except for columns that become Python
-lists. The full table of types is docs/reference/types.md.
-
-Mapping (``output_format="torch"``; ``"numpy"`` gives the same shapes as numpy arrays):
-
-==============================  ===========================================================
-Arrow type                      output
-==============================  ===========================================================
-int*/uint*/float*               1-D tensor of the same dtype (zero-copy when possible)
-bool                            1-D ``torch.bool`` tensor
-timestamp/date/time/duration    1-D int tensor of the stored unit (int64, date32 → int32)
-fixed_size_list<numeric>        2-D tensor ``[rows, size]``
-list<numeric>                   ``list_format``: ``"padded"`` (default) → ``col`` ``[rows,
-                                longest]`` padded with ``pad_value`` plus ``col_lengths``;
-                                ``"offsets"`` → ``col`` (all values) plus ``col_offsets``
-                                (``rows + 1``); ``"nested"`` → a jagged nested tensor
-null                            Python list of ``None``
-string/binary/other             Python list (temporal values inside nested types as their
-                                stored integers; extension values as pyarrow gives them)
-==============================  ===========================================================
-
-Nulls never change a dtype: ``null_policy="error"`` (default) raises `NullValueError`
-naming the column; ``"fill"`` fills numeric nulls with NaN (floats), 0 (ints) or False (a
-null list is an empty one, a null value in a list is filled the same way); ``"mask"`` fills
-the same way and adds a boolean ``col_valid`` (and, for list columns, ``col_values_valid``
-shaped like ``col``).
+"""One conversion rule per column, decided from the schema: `Converter` (the mapping is in the
+package docstring). One class, ~430 lines: its rules share the converter's options.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, Literal, TypeAlias
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import torch
-from numpy.lib.stride_tricks import sliding_window_view
-from torch.utils.dlpack import from_dlpack
 
-from .arrow_values import (
+from ..arrow_values import (
     as_plain,
     holds_interval,
     intervals,
@@ -53,15 +22,15 @@ from .arrow_values import (
     take,
     temporal_int,
 )
-from .errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
+from ..errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
+from .fields import Field, Gather, as_numpy, as_tensor
+from .lists import fixed_values, pad_rows
 
 __all__ = [
     "LIST_FORMATS",
     "NULL_POLICIES",
     "OUTPUT_FORMATS",
     "Converter",
-    "Field",
-    "Gather",
     "ListFormat",
     "NullPolicy",
     "OutputFormat",
@@ -75,35 +44,6 @@ LIST_FORMATS: tuple[ListFormat, ...] = ("padded", "offsets", "nested")
 NULL_POLICIES: tuple[NullPolicy, ...] = ("error", "fill", "mask")
 
 Rows: TypeAlias = "np.ndarray | None"
-
-
-@dataclass(frozen=True, slots=True)
-class Gather:
-    """Rows ``rows`` (first axis) of ``source``: a gather not yet done, so that it can be done
-    straight into its destination (a packed transport buffer)."""
-
-    source: np.ndarray
-    rows: np.ndarray
-
-
-Data: TypeAlias = "pa.Array | np.ndarray | Gather | list[Any]"
-
-
-@dataclass(slots=True)
-class Field:
-    """One converted output value before it becomes a tensor or array.
-
-    Attributes:
-        key: the output key.
-        data: a null-free primitive Arrow array (zero-copy source), a numpy array, a
-            `Gather` of rows of a numpy array; or, when ``shape`` is ``None``, a Python list or
-            a string/binary Arrow array that becomes one.
-        shape: the output shape.
-    """
-
-    key: str
-    data: Data
-    shape: tuple[int, ...] | None
 
 
 def _is_numeric(t: pa.DataType) -> bool:
@@ -335,7 +275,7 @@ class Converter:
         masks: list[Field] = self._row_mask(name, array, n)
         values_valid: np.ndarray | None = None
         if array.null_count:  # a null row's values are filled, like a null value
-            values = _fixed_values(array, size)
+            values = fixed_values(array, size)
         if values.null_count:
             values, values_valid = self._fill_list_nulls(name, values)
         if self.null_policy == "mask":
@@ -396,10 +336,10 @@ class Converter:
 
     def _padded(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
         values, starts, lengths, valid = self._list_parts(name, array, rows, n)
-        padded = _pad(values, starts, lengths, self.pad_value)
+        padded = pad_rows(values, starts, lengths, self.pad_value)
         fields = [Field(name, padded, padded.shape), Field(f"{name}_lengths", lengths, (n,))]
         if valid is not None:
-            mask = _pad(valid, starts, lengths, False)
+            mask = pad_rows(valid, starts, lengths, False)
             fields += [
                 *self._row_mask(name, take(array, rows), n),
                 Field(f"{name}_values_valid", mask, mask.shape),
@@ -483,56 +423,3 @@ class Converter:
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}
         return self.finish_torch({f.key: as_tensor(f) for f in fields})
-
-
-def _fixed_values(array: pa.Array, size: int) -> pa.Array:
-    """The values of a fixed-size list array, a null row's as nulls (to be filled)."""
-    values = array.flatten()  # skips null rows' values
-    if len(values) == len(array) * size:
-        return values
-    row_valid = array.is_valid().to_numpy(zero_copy_only=False)
-    positions = np.full(len(array) * size, -1, dtype=np.int64)
-    positions[np.repeat(row_valid, size)] = np.arange(len(values))
-    return values.take(pa.array(positions, mask=positions < 0))
-
-
-def _pad(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, pad: Any) -> np.ndarray:
-    """Each row's list, ``values[start:start + length]``, padded to the longest with ``pad``."""
-    n = len(starts)
-    longest = int(lengths.max()) if n else 0
-    padded = np.empty((n, longest), dtype=values.dtype)
-    if longest:
-        # Copy each row's list as one window of `longest` values (a strided view: a row-wise
-        # memcpy, 3.5x faster than an element-wise gather, measured), then pad. Fancy
-        # indexing reads the view in place; np.take would first copy the whole overlapping
-        # view (len(values) x longest elements).
-        whole = starts <= len(values) - longest
-        if len(values) >= longest:
-            windows = sliding_window_view(values, longest)
-            padded[whole] = windows[starts[whole]]
-        for i in np.flatnonzero(~whole):  # lists too near the end for a full window
-            padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
-        padded[np.arange(longest) >= lengths[:, None]] = pad
-    return padded
-
-
-def as_numpy(field: Field) -> Any:
-    """A field as a numpy array (read-only when it is a zero-copy view of Arrow memory)."""
-    data = field.data
-    if field.shape is None:
-        return data.to_pylist() if isinstance(data, pa.Array) else data
-    if isinstance(data, Gather):
-        return np.take(data.source, data.rows, axis=0).reshape(field.shape)
-    if isinstance(data, pa.Array):
-        data = data.to_numpy(zero_copy_only=True)
-    return np.asarray(data).reshape(field.shape)
-
-
-def as_tensor(field: Field) -> Any:
-    """A field as a tensor: zero-copy through DLPack from Arrow, or from a numpy array."""
-    data = field.data
-    if field.shape is None:
-        return data.to_pylist() if isinstance(data, pa.Array) else data
-    if isinstance(data, pa.Array):
-        return from_dlpack(data).view(field.shape)
-    return torch.from_numpy(as_numpy(field))

@@ -1,22 +1,18 @@
-"""From a stream's rows to batches: blocks, block shuffle, batch cutting (in Arrow)."""
+"""A stream's rows in blocks: block sizes and the block shuffle (where rows are shuffled)."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
 
-from .arrow_values import take
-from .planning import block_bounds, block_permutation
+from ..planning import Layout, block_bounds, block_permutation
 
 __all__ = [
     "DEFAULT_SHUFFLE_BLOCK_BYTES",
-    "BatchOptions",
     "Segment",
     "block_sizes",
-    "cut_batches",
     "shuffled_blocks",
 ]
 
@@ -51,25 +47,6 @@ def block_sizes(
     return block_rows, min(block_rows, first_rows)
 
 
-@dataclass(frozen=True, slots=True)
-class BatchOptions:
-    """How a stream's rows become batches.
-
-    Attributes:
-        batch_size: rows per batch.
-        shuffle: shuffle rows inside blocks.
-        block_rows: rows shuffled together (the stream is read in blocks of this many rows).
-        first_block_rows: the first block's rows (blocks double up to ``block_rows``).
-        seed: shuffle seed.
-    """
-
-    batch_size: int
-    shuffle: bool
-    block_rows: int
-    first_block_rows: int
-    seed: int
-
-
 def _groups(
     batches: Iterable[pa.RecordBatch], sizes: Iterable[int]
 ) -> Iterator[list[pa.RecordBatch]]:
@@ -98,7 +75,7 @@ def _groups(
 def shuffled_blocks(
     batches: Iterable[pa.RecordBatch],
     length: int,
-    options: BatchOptions,
+    options: Layout,
     *,
     epoch: int,
     stream: int,
@@ -137,55 +114,3 @@ def shuffled_blocks(
         if skip:
             perm, skip = perm[skip:], 0
         yield block, perm
-
-
-def _length(segment: Segment) -> int:
-    batch, rows = segment
-    return batch.num_rows if rows is None else len(rows)
-
-
-def _part(segment: Segment, start: int, stop: int) -> Segment:
-    batch, rows = segment
-    if rows is None:
-        return batch.slice(start, stop - start), None
-    return batch, rows[start:stop]
-
-
-def _join(parts: list[Segment]) -> Segment:
-    """One segment from several (a batch that spans blocks): materialised, rare."""
-    if len(parts) == 1:
-        return parts[0]
-    taken = [take(batch, rows) for batch, rows in parts]
-    return pa.concat_batches(taken), None
-
-
-def cut_batches(
-    segments: Iterable[Segment], batch_size: int, *, drop_short: bool = False
-) -> Iterator[Segment]:
-    """Cut consecutive segments into ``batch_size``-row segments; only the last is short.
-
-    A segment is ``(record batch, rows)``: the rows ``rows`` of the batch in that order, or all
-    of it when ``rows`` is ``None``. ``drop_short`` drops the short last batch.
-    """
-    pending: list[Segment] = []
-    pending_rows = 0
-    for segment in segments:
-        offset = 0
-        rows = _length(segment)
-        if pending_rows:
-            head = _part(segment, 0, min(rows, batch_size - pending_rows))
-            pending.append(head)
-            pending_rows += _length(head)
-            offset = _length(head)
-            if pending_rows < batch_size:
-                continue
-            yield _join(pending)
-            pending, pending_rows = [], 0
-        while rows - offset >= batch_size:
-            yield _part(segment, offset, offset + batch_size)
-            offset += batch_size
-        if offset < rows:
-            pending.append(_part(segment, offset, rows))
-            pending_rows = rows - offset
-    if pending_rows and not drop_short:
-        yield _join(pending)

@@ -1,0 +1,64 @@
+"""A converted column before it becomes a tensor or array (`Field`), and the last step."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, TypeAlias
+
+import numpy as np
+import pyarrow as pa
+import torch
+from torch.utils.dlpack import from_dlpack
+
+__all__ = ["Field", "Gather", "as_numpy", "as_tensor"]
+
+
+@dataclass(frozen=True, slots=True)
+class Gather:
+    """Rows ``rows`` (first axis) of ``source``: a gather not yet done, so that it can be done
+    straight into its destination (a packed transport buffer)."""
+
+    source: np.ndarray
+    rows: np.ndarray
+
+
+Data: TypeAlias = "pa.Array | np.ndarray | Gather | list[Any]"
+
+
+@dataclass(slots=True)
+class Field:
+    """One converted output value before it becomes a tensor or array.
+
+    Attributes:
+        key: the output key.
+        data: a null-free primitive Arrow array (zero-copy source), a numpy array, a
+            `Gather` of rows of a numpy array; or, when ``shape`` is ``None``, a Python list or
+            a string/binary Arrow array that becomes one.
+        shape: the output shape.
+    """
+
+    key: str
+    data: Data
+    shape: tuple[int, ...] | None
+
+
+def as_numpy(field: Field) -> Any:
+    """A field as a numpy array (read-only when it is a zero-copy view of Arrow memory)."""
+    data = field.data
+    if field.shape is None:
+        return data.to_pylist() if isinstance(data, pa.Array) else data
+    if isinstance(data, Gather):
+        return np.take(data.source, data.rows, axis=0).reshape(field.shape)
+    if isinstance(data, pa.Array):
+        data = data.to_numpy(zero_copy_only=True)
+    return np.asarray(data).reshape(field.shape)
+
+
+def as_tensor(field: Field) -> Any:
+    """A field as a tensor: zero-copy through DLPack from Arrow, or from a numpy array."""
+    data = field.data
+    if field.shape is None:
+        return data.to_pylist() if isinstance(data, pa.Array) else data
+    if isinstance(data, pa.Array):
+        return from_dlpack(data).view(field.shape)
+    return torch.from_numpy(as_numpy(field))

@@ -1,0 +1,40 @@
+"""The layout: every option that decides which rows each stream reads and in what order."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .assign import Remainder, SplitStrategy
+
+__all__ = ["Layout"]
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """The options that decide which rows each stream reads and in what order.
+
+    Attributes:
+        batch_size: rows per batch.
+        shuffle: permute chunks per epoch and rows inside blocks.
+        seed: the shuffle seed.
+        drop_last: trim each rank's span to whole batches.
+        remainder: rows that do not divide among ranks: ``"drop"``, ``"pad"``, ``"uneven"``.
+        block_rows: rows shuffled together (a stream is read in blocks of this many rows).
+        first_block_rows: rows of a stream's first block (blocks double up to ``block_rows``).
+        strategy: how streams divide the epoch (`strategy_of`).
+    """
+
+    batch_size: int
+    shuffle: bool
+    seed: int
+    drop_last: bool
+    remainder: Remainder
+    block_rows: int
+    first_block_rows: int
+    strategy: SplitStrategy = "equal"
+
+    def batches(self, rows: int) -> int:
+        """Batches a stream of ``rows`` rows yields."""
+        if self.drop_last:
+            return rows // self.batch_size
+        return -(-rows // self.batch_size)

@@ -1,0 +1,64 @@
+"""Blocks cut into ``batch_size`` batches (in Arrow; rows are gathered later, on conversion)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator
+
+import pyarrow as pa
+
+from ..arrow_values import take
+from .blocks import Segment
+
+__all__ = ["cut_batches"]
+
+
+def _length(segment: Segment) -> int:
+    batch, rows = segment
+    return batch.num_rows if rows is None else len(rows)
+
+
+def _part(segment: Segment, start: int, stop: int) -> Segment:
+    batch, rows = segment
+    if rows is None:
+        return batch.slice(start, stop - start), None
+    return batch, rows[start:stop]
+
+
+def _join(parts: list[Segment]) -> Segment:
+    """One segment from several (a batch that spans blocks): materialised, rare."""
+    if len(parts) == 1:
+        return parts[0]
+    taken = [take(batch, rows) for batch, rows in parts]
+    return pa.concat_batches(taken), None
+
+
+def cut_batches(
+    segments: Iterable[Segment], batch_size: int, *, drop_short: bool = False
+) -> Iterator[Segment]:
+    """Cut consecutive segments into ``batch_size``-row segments; only the last is short.
+
+    A segment is ``(record batch, rows)``: the rows ``rows`` of the batch in that order, or all
+    of it when ``rows`` is ``None``. ``drop_short`` drops the short last batch.
+    """
+    pending: list[Segment] = []
+    pending_rows = 0
+    for segment in segments:
+        offset = 0
+        rows = _length(segment)
+        if pending_rows:
+            head = _part(segment, 0, min(rows, batch_size - pending_rows))
+            pending.append(head)
+            pending_rows += _length(head)
+            offset = _length(head)
+            if pending_rows < batch_size:
+                continue
+            yield _join(pending)
+            pending, pending_rows = [], 0
+        while rows - offset >= batch_size:
+            yield _part(segment, offset, offset + batch_size)
+            offset += batch_size
+        if offset < rows:
+            pending.append(_part(segment, offset, rows))
+            pending_rows = rows - offset
+    if pending_rows and not drop_short:
+        yield _join(pending)

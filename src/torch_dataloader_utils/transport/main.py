@@ -1,0 +1,93 @@
+"""The main-process side: messages unpacked into batches (`Unbundler`) and put back in
+DataLoader's order (`in_order`).
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from ..errors import DataError
+from ..planning import round_robin
+from ..skipping import ReadFailure, log_failure
+from .buffers import _is_shared
+from .wire import Bundle, PackedBundle
+
+__all__ = ["Unbundler", "in_order"]
+
+_KEEP_MAPPED = 16  # a few workers x the pool size of each (BufferPool)
+
+
+class Unbundler:
+    """Unpacks the messages of a TabularDataLoader's workers into batches.
+
+    Args:
+        finish: applied to each batch unpacked from a `PackedBundle` (the worker could not
+            finish those: nested tensors are built after the hop).
+        failures: where the reads the workers skipped (``on_error="skip"``) are collected.
+    """
+
+    def __init__(
+        self,
+        finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
+        failures: list[ReadFailure] | None = None,
+    ) -> None:
+        self.finish = finish
+        self.failures = failures
+        # Keeping the last buffers referenced keeps their shared-memory mappings alive: torch
+        # then finds a pooled buffer that comes back in its cache instead of mapping (and
+        # faulting in) its pages again.
+        self.recent: deque[torch.Tensor] = deque(maxlen=_KEEP_MAPPED)
+
+    def __call__(self, item: Any) -> list[Any]:
+        """The batches of one message (anything but a bundle is one batch)."""
+        if self.failures is not None and isinstance(item, PackedBundle | Bundle):
+            for failure in item.failures:
+                log_failure(failure)
+                self.failures.append(failure)
+        if isinstance(item, PackedBundle):
+            if _is_shared(item.buffer):  # not a pinned copy: nothing to keep mapped
+                self.recent.append(item.buffer)
+            batches = item.unpack()
+            return batches if self.finish is None else [self.finish(b) for b in batches]
+        if isinstance(item, Bundle):
+            return item.unpack()
+        return [item]
+
+
+def in_order(
+    messages: Iterator[Any], counts: list[int], done: list[int], unpack: Unbundler
+) -> Iterator[Any]:
+    """The batches of the workers' ``messages`` in DataLoader's order: one per worker in turn.
+
+    ``counts``: batches of each worker's stream; ``done``: how many each delivered before this
+    pass (`planning.round_robin` continues from there). A worker that ends early or a batch
+    too many is an error: the rank would otherwise deliver other batches than planned.
+    """
+    queues: list[deque[Any]] = [deque() for _ in counts]
+    for worker in round_robin(counts, done):
+        while not queues[worker]:
+            message = next(messages, _END)
+            if message is _END:
+                raise DataError(
+                    f"worker {worker} ended before its {counts[worker]} planned "
+                    "batches: a batch it sent was lost (see the worker's output above "
+                    "for an error while sending it), or the data changed while it "
+                    "was read"
+                )
+            sender = getattr(message, "worker", -1)
+            if not 0 <= sender < len(queues):
+                raise RuntimeError(
+                    "a worker message without its worker id: is the dataset a "
+                    "StructuredDataset iterated by its own TabularDataLoader?"
+                )
+            queues[sender].extend(unpack(message))
+        yield queues[worker].popleft()
+    if next(messages, _END) is not _END or any(queues):
+        raise DataError("workers delivered more batches than planned")
+
+
+_END = object()
