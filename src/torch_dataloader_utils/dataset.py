@@ -188,8 +188,8 @@ class StructuredDataset(IterableDataset[Any]):
             ),
             explicit=rank is not None,
         )
-        if planned.format is not None:
-            self.format = planned.format  # on ranks > 0: the format rank 0 planned with
+        if planned.fs is not None:  # storage found by planning (an Iceberg table's), read
+            self.fs = planned.fs.under(self.fs)  # with this rank's options, backend, retries
         self.read_options: ReadOptions = planned.read_options
         self.plan: Plan = planned.plan
         self._output_columns = planned.output_columns

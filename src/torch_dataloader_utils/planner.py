@@ -6,6 +6,7 @@ Everything here reads storage; it runs once per job (on rank 0 under torch.distr
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -41,20 +42,26 @@ _DRIFT_PROBE_FILES = 64
 class Planned:
     """What planning a source produced (picklable: rank 0 broadcasts it).
 
+    Everything a read needs from planning is here, never in the format (`Format`): every rank
+    and worker reads with its own copy of the format as constructed.
+
     Attributes:
-        read_options: the columns read (output plus filter columns), filter, partition schema.
+        read_options: the columns read (output plus filter columns), filter, partition schema,
+            and what the format's plan learned for its reads (`FormatPlan.read_options`).
         plan: the plan.
         output_columns: the columns batches carry, when not all read columns.
         decoded_row_bytes: decoded bytes per row, sampled (sizes shuffle blocks).
-        format: the format as planned: what it fixed at plan time (the column types inferred
-            for CSV, say) reaches every rank with the plan (``None``: keep the dataset's own).
+        fs: the storage the source turned out to be on, when planning found it (an Iceberg
+            table's: its protocol and the table's options); each rank reads it with its own
+            storage options over these, and its own backend and retries
+            (`FileSystemSpec.under`). ``None``: the dataset's own filesystem.
     """
 
     read_options: ReadOptions
     plan: Plan
     output_columns: tuple[str, ...] | None
     decoded_row_bytes: float
-    format: Format | None = None
+    fs: FileSystemSpec | None = None
 
 
 def plan_source(
@@ -113,6 +120,7 @@ def plan_source(
         partition_schema=partition_schema,
     )
     planned = fmt.plan(files, partitions, fs, read_options)
+    read_options = planned.read_options or read_options  # with what the plan learned
     if columns is None:
         # All columns: the plan's, which may be more than the first file's (WebDataset shards
         # with other extensions).
@@ -121,10 +129,8 @@ def plan_source(
     if filters is not None:
         # Count the rows that pass, reading only the filter's columns: equal batch counts
         # per rank and resuming at a batch need them (docs/concepts/model.md).
-        counting = ReadOptions(
-            columns=tuple(c for c in needed if c not in partition_schema.names),
-            filter=filters,
-            partition_schema=partition_schema,
+        counting = dataclasses.replace(
+            read_options, columns=tuple(c for c in needed if c not in partition_schema.names)
         )
         filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, counting))
     schema = pa.schema(list(planned.schema) + list(partition_schema))
@@ -142,7 +148,6 @@ def plan_source(
         plan=plan,
         output_columns=tuple(wanted) if needed or columns is not None else None,
         decoded_row_bytes=decoded_row_bytes(plan.chunks, plan.row_bytes, read_options, fmt, fs),
-        format=fmt,
     )
 
 

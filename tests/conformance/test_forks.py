@@ -109,7 +109,8 @@ def test_built_in_formats_read_the_same_in_a_forked_child(
     plan, fs = _plan(fmt, _source(tmp_path, name, where, memory_root), options)
     chunk = max(plan.chunks, key=lambda c: c.num_rows)
     try:
-        check_fork(fmt, chunk, fs=fs, options=options, schema=plan.schema, timeout=30)
+        reading = plan.read_options or options  # what the plan learned travels in them
+        check_fork(fmt, chunk, fs=fs, options=reading, schema=plan.schema, timeout=30)
     finally:
         fmt.close()
 

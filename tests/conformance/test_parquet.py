@@ -158,6 +158,25 @@ class Unpicklable(ParquetFormat):
         return (type(self), (), {"lock": self.lock})  # the lock is pickled too
 
 
+class KeepsPlanOnItself(ParquetFormat):
+    """Reads with what its own plan left on the instance: a copy that never planned (a
+    worker's, another rank's) reads nothing."""
+
+    planned = False
+
+    def plan(
+        self, files: Files, partitions: Parts, fs: FileSystemSpec, options: ReadOptions
+    ) -> FormatPlan:
+        self.planned = True
+        return super().plan(files, partitions, fs, options)
+
+    def read(
+        self, chunk: Chunk, row_start: int, row_stop: int, fs: FileSystemSpec, options: ReadOptions
+    ) -> Batches:
+        if self.planned:
+            yield from super().read(chunk, row_start, row_stop, fs, options)
+
+
 def _last_chunk_one_row_short(plan: FormatPlan) -> FormatPlan:
     last = plan.chunks[-1]
     short = replace(
@@ -212,6 +231,7 @@ class SplitLosesRows(ParquetFormat):
         (ReadNothingAfterClose, r"read 0 rows"),
         (ReadNoRowsWithoutColumns, r"with columns=\(\): chunk .* read 0 rows, not 128"),
         (Unpicklable, r"Unpicklable or a chunk: no pickle with protocol 2"),
+        (KeepsPlanOnItself, r"pickled before planning .* belongs in FormatPlan\.read_options"),
         (PlanOneRowShort, r"counts 1714 rows, not 1715"),
         (PlanNumRowsOffByOne, r"unit_rows disagree"),
         (PlanReversed, r"not canonical order"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +89,8 @@ def test_conformance_skipping_samples(tmp_path: Path) -> None:
     files = list_files(str(root), fs)
     plan = check_reads(fmt, files, fs=fs, options=ReadOptions(), id_column="id", ids=kept)
     chunk = next(c for c in plan.chunks if c.num_rows)
-    check_pickle(fmt, chunk, fs=fs, options=ReadOptions(), schema=plan.schema)
+    reading = plan.read_options or ReadOptions()
+    check_pickle(fmt, chunk, fs=fs, options=reading, schema=plan.schema)
     for options in (
         ReadOptions(split_rows=1),
         ReadOptions(split_rows=7),
@@ -99,12 +101,14 @@ def test_conformance_skipping_samples(tmp_path: Path) -> None:
         check_reads(fmt, files, fs=fs, options=options, id_column="id", ids=kept)
     check_no_columns(fmt, files, fs=fs, num_rows=42)  # every sample: none lacks a component
     # A chunk planned with ("cls", "id") read with fewer columns (how the loader counts a
-    # filter's rows) still holds the planned rows.
+    # filter's rows: the plan's read options, other columns) still holds the planned rows.
     plan = fmt.plan(files, [()] * len(files), fs, ReadOptions(columns=("cls", "id")))
+    assert plan.read_options is not None
+    counting = dataclasses.replace(plan.read_options, columns=())
     read = [
         batch.num_rows
         for chunk in plan.chunks
-        for batch in fmt.read(chunk, 0, chunk.num_rows, fs, ReadOptions(columns=()))
+        for batch in fmt.read(chunk, 0, chunk.num_rows, fs, counting)
     ]
     assert sum(read) == len(kept) == sum(c.num_rows for c in plan.chunks)
 

@@ -150,7 +150,7 @@ def test_create_dataloader_returns_the_iceberg_dataset(catalog: Catalog, events:
 def test_ranks_that_receive_the_plan_never_touch_the_catalog(catalog: Catalog, events: str) -> None:
     """Under torch.distributed rank 0 plans and broadcasts (pickles) the plan: the other ranks
     build their filesystem and read from it alone, with no catalog access of their own."""
-    from torch_dataloader_utils.fs import RetryPolicy
+    from torch_dataloader_utils.fs import FileSystemSpec
     from torch_dataloader_utils.iceberg.planning import plan_table
     from torch_dataloader_utils.iceberg.snapshots import SnapshotSelector
 
@@ -162,9 +162,7 @@ def test_ranks_that_receive_the_plan_never_touch_the_catalog(catalog: Catalog, e
         filters="id < 1000",
         split_bytes=None,
         split_rows=None,
-        storage_options=None,
-        backend="auto",
-        retry=RetryPolicy(),
+        user_fs=FileSystemSpec("file"),
     )
     received = pickle.dumps(planned)
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import pickle
+from unittest import mock
 
 import pytest
 
@@ -150,6 +151,54 @@ def test_secrets_stay_out_of_reprs_logs_states_and_pickles(
         assert SECRET not in text
     assert SECRET.encode() not in pickle.dumps(dataset)  # the catalog config is not kept
     assert not hasattr(dataset, "_catalog_config")
+
+
+def _rank_options() -> dict[str, str]:
+    return {"rank_marker": "this rank's"}
+
+
+def test_the_plan_carries_the_tables_storage_never_the_users_options(catalog: Catalog) -> None:
+    """Rank 0 broadcasts (pickles) its plan: the table's storage travels in it, rank 0's
+    storage_options do not. A rank that receives it reads under its own options (a function:
+    called in its own processes), backend and retries."""
+    from torch_dataloader_utils.iceberg.planning import plan_table
+    from torch_dataloader_utils.iceberg.snapshots import SnapshotSelector
+
+    catalog.create("t", [range(300)])
+    rank0 = FileSystemSpec("file", {"rank_marker": SECRET})
+    planned = plan_table(
+        "db.t",
+        catalog.config,
+        SnapshotSelector(),
+        columns=None,
+        filters=None,
+        split_bytes=None,
+        split_rows=None,
+        user_fs=rank0,
+    )
+    received = pickle.dumps(planned)
+    assert SECRET.encode() not in received
+    assert planned.fs is not None and planned.fs.protocol == "file"
+    assert not hasattr(planned.read_options, "storage")
+
+    def broadcast(make: object, *, explicit: bool) -> object:
+        return pickle.loads(received)  # what rank 1 gets
+
+    with mock.patch("torch_dataloader_utils.dataset.plan_once", broadcast):
+        load, dataset = IcebergDataset.create_dataloader(
+            table="db.t",
+            catalog_config=catalog.config,
+            storage_options=_rank_options,
+            storage_backend="fsspec",
+            retries=2,
+            rank=1,
+            world_size=2,
+            batch_size=50,
+        )
+    assert dataset.fs.protocol == "file" and dataset.fs.backend == "fsspec"
+    assert dataset.fs.retry.max_attempts == 3 and dataset.fs.refreshable
+    assert dataset.fs.storage_options == {"rank_marker": "this rank's"}
+    assert len(flat(batch_ids(load))) == 150
 
 
 def test_an_unreachable_catalog_database_is_a_storage_error() -> None:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, fields
+from typing import Any, TypeVar
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -14,6 +14,8 @@ from ..fs import FileSystemSpec, SourceFile
 from ..planning import Chunk
 
 __all__ = ["Format", "FormatPlan", "ReadOptions"]
+
+_Options = TypeVar("_Options", bound="ReadOptions")
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,14 @@ class ReadOptions:
     split_rows: int | None = None
     partition_schema: pa.Schema | None = None
 
+    @classmethod
+    def of(cls: type[_Options], options: ReadOptions, **facts: Any) -> _Options:
+        """``options`` as this (sub)class, with ``facts``: the fields this class adds (what a
+        format's ``plan`` learned for its reads)."""
+        given = {f.name for f in fields(options)}
+        values = {f.name: getattr(options, f.name) for f in fields(cls) if f.name in given}
+        return cls(**{**values, **facts})
+
 
 @dataclass(frozen=True)
 class FormatPlan:
@@ -46,17 +56,25 @@ class FormatPlan:
         chunks: chunks in canonical order.
         schema: the schema of what ``read`` yields (the projected file columns).
         row_bytes: estimated decoded bytes per row.
+        read_options: the options every ``read`` of this plan gets, carrying what planning
+            learned that reading needs (a `ReadOptions` subclass of the format's own, built
+            from the options ``plan`` was given); ``None``: those options, unchanged.
     """
 
     chunks: list[Chunk]
     schema: pa.Schema
     row_bytes: float
+    read_options: ReadOptions | None = None
 
 
 class Format(ABC):
     """A file format: how to plan a list of files into chunks and read a chunk's rows.
 
-    Subclasses are stateless and picklable; the dataset pickles its format into every worker.
+    Subclasses are stateless and picklable: workers and other ranks read with copies of the
+    format as constructed, never the instance that planned. What ``plan`` learns that ``read``
+    needs (inferred types, the columns found) goes into the returned `FormatPlan.read_options`,
+    a frozen `ReadOptions` subclass of the format's own, which every ``read`` of the plan gets;
+    caches of open files or metadata are fine, plan-time facts on ``self`` are not.
     ``read`` must be deterministic: the same chunk and rows give the same batches in the same
     order, which exact resume depends on.
     """
@@ -87,6 +105,10 @@ class Format(ABC):
             fs: the filesystem.
             options: the read options.
 
+        Returns:
+            The chunks, their schema, and in ``read_options`` what ``read`` needs to know of
+            the plan (left ``None`` when ``options`` say it all).
+
         Raises:
             CorruptFileError: a file cannot be parsed.
             SchemaMismatchError: files disagree on the columns read.
@@ -103,6 +125,9 @@ class Format(ABC):
         options: ReadOptions,
     ) -> Iterator[pa.RecordBatch]:
         """Yield rows ``[row_start, row_stop)`` of ``chunk`` (before any row filter), in order.
+
+        ``options`` are the plan's (`FormatPlan.read_options`), possibly with other
+        ``columns`` (counting a filter reads only its columns).
 
         Raises:
             CorruptFileError: the chunk's bytes cannot be decoded.

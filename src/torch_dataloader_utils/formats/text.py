@@ -8,7 +8,8 @@ newlines; see `records`) to cut it into chunks of about ``block_bytes`` (or ``sp
 ``split_rows``) and count each chunk's rows exactly: the equal-stream model needs the counts.
 Column types are fixed once at plan time (inferred from the first ``infer_bytes`` of the first
 file with rows, or given as ``schema=``), and every chunk is parsed with those EXPLICIT types:
-inference per chunk drifts (``1,`` infers null in one chunk, int64 in another).
+inference per chunk drifts (``1,`` infers null in one chunk, int64 in another). They travel
+with the plan, in its `TextReadOptions` (the format keeps no plan state).
 
 Files that cannot be cut safely are one chunk each, their rows counted by a full parse at plan
 time and skipped to ``row_start`` by parsing when read: compressed files (``.gz``, ``.bz2``,
@@ -31,32 +32,17 @@ from ..fs import FileSystemSpec, SourceFile
 from ..fs.threads import SCAN_THREADS
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
+from .handles import HandleCache
 from .opening import each_file, parsing, read_range
 from .records import ChunkCutter, RecordScan, compression_of, open_decompressed, read_pieces
 from .schemas import FileSchema, check_schemas
+from .text_options import TextLayout, TextReadOptions
 
-__all__ = ["SCAN_PIECE", "TextFormat", "TextLayout"]
+__all__ = ["SCAN_PIECE", "TextFormat", "TextLayout", "TextReadOptions"]
 
 SCAN_PIECE = 8 << 20  # bytes per plan-time range read
 _READ_PIECE = 32 << 20  # a chunk up to this size is fetched in one request
-
-
-@dataclass(frozen=True)
-class TextLayout:
-    """What reading a file needs from planning.
-
-    Attributes:
-        names: the file's column names in file order (CSV: the header's, or given).
-        schema: the columns read and the types every chunk is parsed with.
-        inferred: whether ``schema`` was inferred (not given), which error advice depends on.
-        empty_is_null: string columns whose empty values are nulls (CSV columns without
-            values in the inference sample, which pyarrow would type as null).
-    """
-
-    names: tuple[str, ...]
-    schema: pa.Schema
-    inferred: bool
-    empty_is_null: tuple[str, ...] = ()
+_UNPLANNED = 64  # layouts kept per process for reads without the plan's options
 
 
 @dataclass(frozen=True)
@@ -137,8 +123,8 @@ class TextFormat(Format):
         self.block_bytes = block_bytes
         self.infer_bytes = infer_bytes
         self.quote = quote
-        # Layouts fixed by `plan`, by file: they travel with the format into workers.
-        self._layouts: dict[str, TextLayout] = {}
+        # Layouts read in this process for options without the plan's (a cache, no plan state).
+        self._unplanned: HandleCache[str, TextLayout] = HandleCache(_UNPLANNED)
 
     # --- what CSV and JSON Lines do differently ------------------------------------------
 
@@ -256,12 +242,16 @@ class TextFormat(Format):
         chunks: list[Chunk] = []
         rows = size = 0
         for f, partition in zip(files, partitions, strict=True):
-            self._layouts[f.path] = layout
             for start, stop, n in scanned.get(f.path, _EMPTY).chunks:
                 chunks.append(Chunk(f.path, start, stop, n, stop - start, (), partition))
                 rows += n
                 size += stop - start
-        return FormatPlan(chunks=chunks, schema=schema, row_bytes=max(1.0, size / max(1, rows)))
+        return FormatPlan(
+            chunks=chunks,
+            schema=schema,
+            row_bytes=max(1.0, size / max(1, rows)),
+            read_options=TextReadOptions.of(options, layouts={f.path: layout for f in files}),
+        )
 
     def _check_headers(
         self,
@@ -283,19 +273,20 @@ class TextFormat(Format):
 
     # --- reading -------------------------------------------------------------------------
 
-    def _layout(self, path: str, fs: FileSystemSpec) -> TextLayout:
-        layout = self._layouts.get(path)
+    def _layout(self, path: str, fs: FileSystemSpec, options: ReadOptions) -> TextLayout:
+        """The plan's layout of ``path``; without one (options not from this format's plan),
+        the given schema's, with the names read from the file."""
+        layout = options.layout(path) if isinstance(options, TextReadOptions) else None
         if layout is not None:
             return layout
         if self.given_schema is None:
             raise InvalidArgumentError(
-                f"{fs.url(path)}: {type(self).__name__} reads a file it did not plan, so its "
-                "column types are unknown (they are inferred once, when planning); pass "
-                "format_options={'schema': pyarrow.schema([...])}"
+                f"{fs.url(path)}: {type(self).__name__} reads a file without its plan's read "
+                "options, so its column types are unknown (they are inferred once, when "
+                "planning, and travel in the plan's TextReadOptions); read with the plan's "
+                "read_options, or pass format_options={'schema': pyarrow.schema([...])}"
             )
-        layout = self._infer(SourceFile(path, 0, ""), fs)
-        self._layouts[path] = layout
-        return layout
+        return self._unplanned.get(path, lambda: self._infer(SourceFile(path, 0, ""), fs))
 
     def _source(self, chunk: Chunk, fs: FileSystemSpec) -> pa.NativeFile:
         codec = compression_of(chunk.path)
@@ -357,7 +348,7 @@ class TextFormat(Format):
     ) -> Iterator[pa.RecordBatch]:
         if row_start >= row_stop:
             return
-        layout = self._layout(chunk.path, fs)
+        layout = self._layout(chunk.path, fs, options)
         columns = list(options.columns) if options.columns is not None else layout.schema.names
         # No columns (a count): read the first one and drop it, so batches keep their length.
         parsed = columns or layout.schema.names[:1]

@@ -5,7 +5,8 @@ every shard's index (the sibling ``.idx``, a local cache, or a header-only scan:
 `webdataset.loading.load_index`) in parallel threads, so row counts are exact; reading a range
 of samples computes the byte spans of the selected components from the index, reads them in a
 few range requests, checks the header before each component (`webdataset.headers`) and
-slices the members out.
+slices the members out. What reading needs of the plan (the columns found, the components
+that skip a sample) travels in its `WebDatasetReadOptions`.
 """
 
 from __future__ import annotations
@@ -45,8 +46,9 @@ from ..webdataset.slicing import ShardTable
 from .base import Format, FormatPlan, ReadOptions
 from .handles import HandleCache
 from .opening import each_file
+from .webdataset_options import WebDatasetReadOptions
 
-__all__ = ["MISSING_COMPONENT_POLICIES", "WebDatasetFormat"]
+__all__ = ["MISSING_COMPONENT_POLICIES", "WebDatasetFormat", "WebDatasetReadOptions"]
 
 MissingComponent = Literal["error", "empty", "skip"]
 MISSING_COMPONENT_POLICIES: tuple[str, ...] = ("error", "empty", "skip")
@@ -109,12 +111,6 @@ class WebDatasetFormat(Format):
             custom=dict(decoders or {}),
         )
         self.index_cache_dir = index_cache_dir
-        # The default columns (all extensions of all shards), set by `plan` for `read`: with
-        # columns=None workers get ReadOptions(columns=None) and see one shard, not the union.
-        self._default: tuple[Column, ...] | None = None
-        # The columns whose absence skips a sample, set by `plan`: a chunk's rows are the
-        # plan's, whatever columns a read asks for (counting a filter reads fewer).
-        self._skipping: tuple[tuple[str, ...], ...] | None = None
         # Per process (a forked child or an unpickled copy starts its own: `fs.forks`): the
         # shard indexes loaded, and the remote reads started ahead.
         self._shards: HandleCache[str, ShardTable] = HandleCache(_SHARDS)
@@ -147,12 +143,14 @@ class WebDatasetFormat(Format):
         return column_of(name, self.decoding, case_sensitive=self.case_sensitive_extensions)
 
     def _columns(self, options: ReadOptions, shards: Sequence[ShardTable]) -> tuple[Column, ...]:
-        if options.columns is not None:
-            return tuple(self._column(c) for c in options.columns)
-        if self._default is not None:
-            return self._default
-        exts = dict.fromkeys(e for s in shards for e in s.extensions)
-        return tuple(self._column(c) for c in (KEY, URL, *exts))
+        """The columns read: those asked for, else the plan's (`WebDatasetReadOptions`), else
+        every extension of ``shards``."""
+        names = options.columns
+        if names is None and isinstance(options, WebDatasetReadOptions):
+            names = options.all_columns
+        if names is None:
+            names = (KEY, URL, *dict.fromkeys(e for s in shards for e in s.extensions))
+        return tuple(self._column(c) for c in names)
 
     @staticmethod
     def _schema(columns: Sequence[Column]) -> pa.Schema:
@@ -160,8 +158,7 @@ class WebDatasetFormat(Format):
 
     def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
         shard = self._load(file.path, file.size, fs)
-        exts = list(shard.extensions)
-        return self._schema([self._column(c) for c in (KEY, URL, *exts)])
+        return self._schema(self._columns(ReadOptions(), [shard]))
 
     def companion(self, path: str) -> bool:
         return path.endswith(".idx")  # a shard's index, beside it
@@ -177,30 +174,25 @@ class WebDatasetFormat(Format):
 
     # --- planning ----------------------------------------------------------------------------
 
-    def _kept(self, shard: ShardTable, columns: Sequence[Column]) -> np.ndarray:
-        """Which samples are rows (all, unless skipped for a missing component)."""
+    def _kept(
+        self, shard: ShardTable, columns: Sequence[Column], options: ReadOptions
+    ) -> np.ndarray:
+        """Which samples are rows: all but those lacking a component that skips (the plan's
+        `WebDatasetReadOptions.skipping`, else those of ``columns``)."""
         keep = np.ones(shard.num_samples, bool)
         for column in columns:
             if column.alternatives and self.missing_component == "error":
                 present = shard.pick(column.alternatives)[0] >= 0
                 if not present.all():
-                    self._missing(shard, int(np.flatnonzero(~present)[0]), column)
+                    i = int(np.flatnonzero(~present)[0])
+                    raise MissingComponentError(slicing.missing(shard, i, column.name))
         if self.missing_component == "skip":
-            skipping = self._skipping
+            skipping = options.skipping if isinstance(options, WebDatasetReadOptions) else None
             if skipping is None:
                 skipping = tuple(c.alternatives for c in columns if c.alternatives)
             for alternatives in skipping:
                 keep &= shard.pick(alternatives)[0] >= 0
         return keep
-
-    @staticmethod
-    def _missing(shard: ShardTable, i: int, column: Column) -> None:
-        have = sorted(e for e, (off, _) in shard.extensions.items() if off[i] >= 0)
-        raise MissingComponentError(
-            f"{shard.url}: sample {i} (key {shard.keys[i].as_py()!r}) has no {column.name!r} "
-            f"component (it has {have}); pass missing_component='empty' or 'skip' to the "
-            "webdataset format, or select other columns"
-        )
 
     def plan(
         self,
@@ -210,7 +202,6 @@ class WebDatasetFormat(Format):
         options: ReadOptions,
     ) -> FormatPlan:
         shards = each_file(lambda f: self._load(f.path, f.size, fs), files)
-        self._default = self._skipping = None
         columns = self._columns(options, shards)
         found = {e for s in shards for e in s.extensions}
         for column in columns:
@@ -220,10 +211,15 @@ class WebDatasetFormat(Format):
                     f"component {' or '.join(map(repr, column.alternatives))}; extensions "
                     f"found: {sorted(found)}"
                 )
+        planned = WebDatasetReadOptions.of(
+            options,
+            all_columns=tuple(c.name for c in columns) if options.columns is None else None,
+            skipping=tuple(c.alternatives for c in columns if c.alternatives),
+        )
         chunks: list[Chunk] = []
         rows = total = 0
         for shard, partition in zip(shards, partitions, strict=True):
-            kept = np.flatnonzero(self._kept(shard, columns))
+            kept = np.flatnonzero(self._kept(shard, columns, planned))
             sizes = sum(
                 (shard.pick(c.alternatives)[1][kept] for c in columns if c.alternatives),
                 np.zeros(len(kept), np.int64),
@@ -231,17 +227,17 @@ class WebDatasetFormat(Format):
             chunks.extend(slicing.chunks_of(shard.path, kept, sizes, partition, options))
             rows += len(kept)
             total += int(sizes.sum())
-        if options.columns is None:
-            self._default = columns
-        self._skipping = tuple(c.alternatives for c in columns if c.alternatives)
-        row_bytes = total / rows if rows else 1.0
-        return FormatPlan(chunks=chunks, schema=self._schema(columns), row_bytes=max(row_bytes, 1))
+        row_bytes = max(total / rows if rows else 1.0, 1)
+        return FormatPlan(chunks, self._schema(columns), row_bytes, read_options=planned)
 
     # --- reading -----------------------------------------------------------------------------
 
-    def _rows(self, shard: ShardTable, chunk: Chunk, columns: Sequence[Column]) -> np.ndarray:
+    def _rows(
+        self, shard: ShardTable, chunk: Chunk, columns: Sequence[Column], options: ReadOptions
+    ) -> np.ndarray:
         """The samples that are the chunk's rows, checked against the plan."""
-        kept = np.flatnonzero(self._kept(shard, columns)[chunk.start : chunk.stop]) + chunk.start
+        kept = self._kept(shard, columns, options)[chunk.start : chunk.stop]
+        kept = np.flatnonzero(kept) + chunk.start
         if chunk.stop > shard.num_samples or len(kept) != chunk.num_rows:
             raise CorruptFileError(
                 f"{shard.url}: samples {chunk.start}:{chunk.stop} no longer hold the "
@@ -261,7 +257,7 @@ class WebDatasetFormat(Format):
         shard = self._shard(chunk.path, fs)
         columns = self._columns(options, [shard])
         schema = self._schema(columns)
-        rows = self._rows(shard, chunk, columns)[row_start:row_stop]
+        rows = self._rows(shard, chunk, columns, options)[row_start:row_stop]
         requests = slicing.requests(
             [shard.pick(c.alternatives) for c in columns if c.alternatives],
             rows,
@@ -295,7 +291,7 @@ class WebDatasetFormat(Format):
         shard = self._shard(chunk.path, fs)
         columns = self._columns(options, [shard])
         try:
-            rows = self._rows(shard, chunk, columns)[row_start:row_stop]
+            rows = self._rows(shard, chunk, columns, options)[row_start:row_stop]
         except CorruptFileError:
             return  # read says what changed
         picked = [shard.pick(c.alternatives) for c in columns if c.alternatives]
@@ -364,7 +360,8 @@ class WebDatasetFormat(Format):
         """The column's values (`slicing.slice_values`), decoded to its storage."""
         missing = off < 0
         if self.missing_component == "error" and missing.any():
-            self._missing(shard, int(rows[np.flatnonzero(missing)[0]]), column)
+            i = int(rows[np.flatnonzero(missing)[0]])
+            raise MissingComponentError(slicing.missing(shard, i, column.name))
         try:
             values = slicing.slice_values(view, base, off, size, nulls=column.storage == "int")
         except ValueError as exc:

@@ -17,6 +17,7 @@ from fsspec.core import split_protocol
 from ..errors import InvalidArgumentError
 from .forks import ProcessLocal
 from .native import NATIVE_PROTOCOLS, native_filesystem, untranslatable
+from .options import StorageOptions, merge_options
 from .retry import RetryCounter, RetryPolicy, is_refused, retrying
 
 __all__ = ["STORAGE_BACKENDS", "FileSystemSpec", "StorageBackend", "StorageOptions"]
@@ -27,11 +28,6 @@ _LOCAL_PROTOCOLS = frozenset({"file", "local"})
 
 StorageBackend = Literal["auto", "arrow", "fsspec"]
 STORAGE_BACKENDS: tuple[str, ...] = ("auto", "arrow", "fsspec")
-
-# Storage options, or a function that returns them: called in each process that touches the
-# storage (each DataLoader worker too), so short-lived credentials are fetched where they are
-# used rather than frozen into a pickle.
-StorageOptions = Mapping[str, Any] | Callable[[], Mapping[str, Any]]
 
 # Open native files kept per process for range reads (a native open costs a HEAD request).
 _OPEN_FILES = 8
@@ -125,6 +121,19 @@ class FileSystemSpec:
         """The spec for the protocol of ``path`` (local when it has none)."""
         protocol, _ = split_protocol(os.fspath(path))
         return cls(protocol or "file", storage_options, backend=backend, retry=retry)
+
+    def under(self, own: FileSystemSpec) -> FileSystemSpec:
+        """This storage as ``own`` reads storage: this protocol, ``own``'s storage options over
+        this spec's (key by key, nested mappings too; `fs.options.merge_options`), ``own``'s
+        backend, retry policy and retry counter. An options function of either is called in
+        each process that reads, as ever."""
+        return FileSystemSpec(
+            self.protocol,
+            merge_options(self._source, own._source),
+            backend=own.backend,
+            retry=own.retry,
+            retries=own.retries,
+        )
 
     @property
     def is_local(self) -> bool:

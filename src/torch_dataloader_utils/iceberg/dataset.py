@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
@@ -10,12 +9,10 @@ from typing import TYPE_CHECKING, Any
 from ..dataset import StructuredDataset
 from ..errors import InvalidArgumentError
 from ..formats import Format
-from ..fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
+from ..fs import Source
 from ..planner import Planned
 from .catalog import TableName, require_pyiceberg, table_name
-from .options import IcebergReadOptions
 from .snapshots import SnapshotSelector
-from .storage import merge_options
 
 if TYPE_CHECKING:
     from ..loader import TabularDataLoader
@@ -118,42 +115,17 @@ class IcebergDataset(StructuredDataset):
         # Used by planning only (in the constructor), then dropped: it may hold secrets.
         self._catalog_config = dict(catalog_config or {})
         try:
+            # Every rank receives the table's storage with the plan (`Planned.fs`) and reads
+            # it under its own storage options, backend and retries.
             super().__init__(self.table, IcebergFormat(), **options)
         finally:
             del self._catalog_config
-        # Every rank received the table's storage with the plan; it adds its own options.
-        planned = self.read_options
-        if not isinstance(planned, IcebergReadOptions) or planned.storage is None:
-            raise TypeError("an Iceberg plan carries IcebergReadOptions with the storage")
-        self.fs = FileSystemSpec(
-            planned.storage.protocol,
-            merge_options(planned.storage.storage_options, self._user_storage),
-            backend=self._backend,
-            retry=self._retry,
-        )
-        self.read_options = dataclasses.replace(planned, storage=None)
-        del self._user_storage, self._backend, self._retry  # in self.fs now
 
     @property
     def snapshot_id(self) -> int | None:
         """The snapshot this dataset reads (pinned at planning; ``None``: an empty table)."""
         value = dict(self.plan.details).get("snapshot_id", "None")
         return None if value == "None" else int(value)
-
-    def _filesystem(
-        self,
-        path: Source,
-        storage_options: StorageOptions | None,
-        *,
-        backend: StorageBackend,
-        retry: RetryPolicy,
-    ) -> FileSystemSpec:
-        """A placeholder: the table's storage is known once planning loaded the table; the
-        constructor replaces it. The options are kept for planning and for that."""
-        self._user_storage = storage_options
-        self._backend: StorageBackend = backend
-        self._retry = retry
-        return FileSystemSpec("file")
 
     def _plan_source(
         self,
@@ -165,7 +137,9 @@ class IcebergDataset(StructuredDataset):
         split_bytes: int | None,
         split_rows: int | None,
     ) -> Planned:
-        """Load the table, resolve the snapshot, plan its files (`plan_table`)."""
+        """Load the table, resolve the snapshot, plan its files (`plan_table`); the plan's
+        ``fs`` is the table's storage, which the dataset's own storage options, backend and
+        retries (``self.fs``, until then) apply over."""
         from .planning import plan_table
 
         return plan_table(
@@ -176,9 +150,7 @@ class IcebergDataset(StructuredDataset):
             filters=filters,
             split_bytes=split_bytes,
             split_rows=split_rows,
-            storage_options=self._user_storage,
-            backend=self._backend,
-            retry=self._retry,
+            user_fs=self.fs,
         )
 
     def __repr__(self) -> str:

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..formats import ReadOptions
-from ..fs import FileSystemSpec
 
 __all__ = ["DataFileInfo", "IcebergReadOptions"]
 
@@ -52,8 +51,8 @@ class IcebergReadOptions(ReadOptions):
             field ids), if any.
         format_version: the table's format version.
         files: the data files of the plan.
-        storage: the filesystem the table's FileIO properties describe (planning hands it to
-            every rank; the dataset takes it out).
+
+    The table's storage travels beside them, in `Planned.fs`.
     """
 
     table: str = ""
@@ -61,7 +60,6 @@ class IcebergReadOptions(ReadOptions):
     name_mapping_json: str | None = None
     format_version: int = 2
     files: tuple[DataFileInfo, ...] = ()
-    storage: FileSystemSpec | None = field(default=None, repr=False, compare=False)
 
     @cached_property
     def _by_path(self) -> dict[str, DataFileInfo]:

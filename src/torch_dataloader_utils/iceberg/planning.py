@@ -22,7 +22,7 @@ import pyarrow.parquet as pq
 from ..errors import ColumnNotFoundError, CorruptFileError, InvalidSourceError
 from ..filters import filter_columns
 from ..formats.opening import open_input, parsing
-from ..fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
+from ..fs import FileSystemSpec
 from ..fs.threads import PLAN_THREADS
 from ..planner import Planned, decoded_row_bytes
 from ..planning import Chunk, Plan
@@ -35,7 +35,7 @@ from .options import DataFileInfo, IcebergReadOptions
 from .projection import arrow_schema, projected_schema
 from .scan import scan_tasks
 from .snapshots import SnapshotSelector
-from .storage import io_storage_options, merge_options, protocol_of
+from .storage import io_storage_options, protocol_of
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
@@ -260,15 +260,18 @@ def plan_table(
     filters: Any,
     split_bytes: int | None,
     split_rows: int | None,
-    storage_options: StorageOptions | None,
-    backend: StorageBackend,
-    retry: RetryPolicy,
+    user_fs: FileSystemSpec,
 ) -> Planned:
     """Plan a read of an Iceberg table: everything that reads the catalog and storage.
 
+    Args:
+        user_fs: the dataset's own filesystem, whose storage options (over the table's),
+            backend and retries planning reads the table's files with.
+
     Returns:
-        The plan, with `IcebergReadOptions` (its ``storage`` is the table's filesystem without
-        the user's ``storage_options``, which each rank adds itself).
+        The plan, with `IcebergReadOptions`, and as its ``fs`` the table's storage (its
+        protocol and FileIO properties) without the user's storage options: each rank reads
+        it under its own (`FileSystemSpec.under`), which never travel with the plan.
 
     Raises:
         InvalidArgumentError: no such snapshot, branch, tag or time; bad catalog config.
@@ -282,10 +285,8 @@ def plan_table(
     loaded = load_table(table, catalog_config)
     resolved = selector.resolve(loaded, name)
     protocol = protocol_of(loaded.metadata.location)
-    table_options = io_storage_options(protocol, loaded.io.properties)
-    fs = FileSystemSpec(
-        protocol, merge_options(table_options, storage_options), backend=backend, retry=retry
-    )
+    storage = FileSystemSpec(protocol, io_storage_options(protocol, loaded.io.properties))
+    fs = storage.under(user_fs)
     schema_json = resolved.schema.model_dump_json()
     arrow_filter, iceberg_filter = normalize_filter(filters, resolved.schema)
     wanted, needed = _columns(schema_json, columns, arrow_filter, name)
@@ -307,7 +308,6 @@ def plan_table(
         ),
         format_version=loaded.metadata.format_version,
         files=tuple(f.info for f in facts),
-        storage=FileSystemSpec(protocol, table_options),
     )
     fmt = IcebergFormat()
     filtered_rows = None
@@ -345,4 +345,5 @@ def plan_table(
         plan=plan,
         output_columns=tuple(wanted) if needed or columns is not None else None,
         decoded_row_bytes=decoded_row_bytes(chunks, plan.row_bytes, options, fmt, fs),
+        fs=storage,
     )

@@ -4,7 +4,8 @@ The catalog configures the table's FileIO (``s3.endpoint``, ``s3.access-key-id``
 catalog may hand out more, such as short-lived credentials, when the table is loaded). Data is
 read through our `FileSystemSpec`, so those properties are translated to the options of the
 fsspec filesystem of the table's protocol (s3fs, gcsfs, adlfs), which the native pyarrow
-filesystems are built from too. Explicit ``storage_options`` win over them, key by key.
+filesystems are built from too. Explicit ``storage_options`` win over them, key by key
+(`fs.options.merge_options`, re-exported here).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ..errors import InvalidArgumentError
-from ..fs import StorageOptions
+from ..fs.options import MergedOptions, merge_options
 
 __all__ = ["MergedOptions", "io_storage_options", "merge_options", "protocol_of"]
 
@@ -170,42 +171,3 @@ def io_storage_options(protocol: str, properties: Mapping[str, str]) -> dict[str
             "(s3.access-key-id, s3.secret-access-key)"
         )
     return translate(properties)
-
-
-def _merge(base: Mapping[str, Any], override: Mapping[str, Any]) -> dict[str, Any]:
-    merged = dict(base)
-    for key, value in override.items():
-        old = merged.get(key)
-        if isinstance(old, Mapping) and isinstance(value, Mapping):
-            merged[key] = _merge(old, value)  # client_kwargs, config_kwargs: key by key
-        else:
-            merged[key] = value
-    return merged
-
-
-class MergedOptions:
-    """Storage options: the table's, under the user's options function (called per process).
-
-    Picklable (each DataLoader worker calls it again); its repr shows no values.
-    """
-
-    def __init__(
-        self, table_options: Mapping[str, Any], user: Callable[[], Mapping[str, Any]]
-    ) -> None:
-        self._table_options = dict(table_options)
-        self._user = user
-
-    def __call__(self) -> dict[str, Any]:
-        return _merge(self._table_options, self._user())
-
-    def __repr__(self) -> str:
-        return f"MergedOptions(<{', '.join(sorted(self._table_options))}>, {self._user!r})"
-
-
-def merge_options(table_options: Mapping[str, Any], user: StorageOptions | None) -> StorageOptions:
-    """The table's storage options under the user's explicit ones (a mapping or a function)."""
-    if user is None:
-        return dict(table_options)
-    if callable(user):
-        return MergedOptions(table_options, user)
-    return _merge(table_options, user)

@@ -45,6 +45,11 @@ _PYARROW_FORMATS = {
 }
 # Row boundaries tried per chunk; every pair of them is read, so this bounds the reads.
 _MAX_BOUNDS = 24
+_FRESH = (
+    "a copy of the format pickled before planning (as workers and other ranks have it) reads "
+    "differently: what read needs of the plan belongs in FormatPlan.read_options, not on the "
+    "format"
+)
 
 
 def _expect(ok: bool, message: str) -> None:
@@ -117,13 +122,19 @@ def check_plan(
 ) -> FormatPlan:
     """``plan`` is deterministic, in canonical order, consistent, and counts ``num_rows`` rows.
 
-    Canonical order: files in listed order, ranges of one file ascending and disjoint.
+    Canonical order: files in listed order, ranges of one file ascending and disjoint. The
+    plan's ``read_options``, if any, are a `ReadOptions` of ``options``' columns.
 
     Returns:
         The plan.
     """
     plan = fmt.plan(files, [()] * len(files), fs, options)
     _expect(isinstance(plan, FormatPlan), f"plan returned {type(plan)}, not a FormatPlan")
+    planned = plan.read_options
+    if planned is not None:
+        _expect(isinstance(planned, ReadOptions), f"plan's read_options are {type(planned)}")
+        same = planned.columns == options.columns
+        _expect(same, f"plan's read_options {planned} read other columns than {options}")
     order = {f.path: i for i, f in enumerate(files)}
     previous: Chunk | None = None
     for chunk in plan.chunks:
@@ -189,24 +200,40 @@ def check_reads(
     id_column: str,
     ids: Sequence[Any],
 ) -> FormatPlan:
-    """Plan with ``options``, read every chunk twice and its sub-ranges; rows must be ``ids``
-    (compared when the plan's columns include ``id_column``).
+    """Plan with ``options``, read every chunk and its sub-ranges with the plan's read options,
+    and every chunk again with a copy of ``fmt`` pickled before planning (as a worker or
+    another rank has it: what ``read`` needs of the plan must be in its read options); rows
+    must be ``ids`` (compared when the plan's columns include ``id_column``).
 
     Returns:
         The plan.
     """
+    try:
+        fresh: Format = pickle.loads(pickle.dumps(fmt))
+    except Exception:  # check_pickle names the failure; read twice with fmt then
+        fresh = fmt
     plan = check_plan(fmt, files, fs=fs, options=options, num_rows=len(ids))
+    reading = plan.read_options or options
     got: list[Any] = []
     schema = plan.schema
-    for chunk in plan.chunks:
-        full, again = (
-            read_rows(fmt, chunk, 0, chunk.num_rows, fs=fs, options=options, schema=schema)
-            for _ in range(2)
-        )
-        _expect(again.equals(full), f"{_where(chunk)}: two reads differ (not deterministic)")
-        check_row_ranges(fmt, chunk, full, fs=fs, options=options, schema=schema)
-        if id_column in schema.names:
-            got.extend(full.column(id_column).to_pylist())
+    try:
+        for chunk in plan.chunks:
+            full = read_rows(fmt, chunk, 0, chunk.num_rows, fs=fs, options=reading, schema=schema)
+            try:
+                again = read_rows(
+                    fresh, chunk, 0, chunk.num_rows, fs=fs, options=reading, schema=schema
+                )
+            except Exception as exc:
+                raise AssertionError(f"{_where(chunk)}: {_FRESH}: {exc}") from exc
+            _expect(
+                again.equals(full), f"{_where(chunk)}: {_FRESH} (or reads are not deterministic)"
+            )
+            check_row_ranges(fmt, chunk, full, fs=fs, options=reading, schema=schema)
+            if id_column in schema.names:
+                got.extend(full.column(id_column).to_pylist())
+    finally:
+        if fresh is not fmt:
+            fresh.close()
     if id_column in schema.names:
         _compare_ids(got, list(ids), f"chunks of the plan with {options}, read in plan order")
     return plan
@@ -287,8 +314,9 @@ def check_format(
     _expect(plan.schema.equals(schema), f"{where}\n{schema}")
     if plan.chunks:  # one with rows, if any, so that the reads compare something
         chunk = next((c for c in plan.chunks if c.num_rows), plan.chunks[0])
-        check_pickle(fmt, chunk, fs=fs, options=ReadOptions(), schema=plan.schema)
-        check_fork(fmt, chunk, fs=fs, options=ReadOptions(), schema=plan.schema)
+        reading = plan.read_options or ReadOptions()
+        check_pickle(fmt, chunk, fs=fs, options=reading, schema=plan.schema)
+        check_fork(fmt, chunk, fs=fs, options=reading, schema=plan.schema)
     size = sum(c.num_bytes for c in plan.chunks)
     for options in (
         ReadOptions(split_rows=1),
@@ -316,8 +344,9 @@ def check_no_columns(
     options = ReadOptions(columns=())
     plan = check_plan(fmt, files, fs=fs, options=options, num_rows=num_rows)
     _expect(not plan.schema.names, f"columns=() planned columns {plan.schema.names}")
+    reading = plan.read_options or options
     for chunk in plan.chunks:
         try:
-            read_rows(fmt, chunk, 0, chunk.num_rows, fs=fs, options=options, schema=plan.schema)
+            read_rows(fmt, chunk, 0, chunk.num_rows, fs=fs, options=reading, schema=plan.schema)
         except AssertionError as exc:
             raise AssertionError(f"reading with columns=(): {exc}") from exc

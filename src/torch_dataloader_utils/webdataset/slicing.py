@@ -139,6 +139,16 @@ def bad_value(
     )
 
 
+def missing(shard: ShardTable, i: int, column: str) -> str:
+    """The message of sample ``i`` lacking a component of ``column``."""
+    have = sorted(e for e, (off, _) in shard.extensions.items() if off[i] >= 0)
+    return (
+        f"{shard.url}: sample {i} (key {shard.keys[i].as_py()!r}) has no {column!r} "
+        f"component (it has {have}); pass missing_component='empty' or 'skip' to the "
+        "webdataset format, or select other columns"
+    )
+
+
 def chunks_of(
     path: str,
     kept: np.ndarray,

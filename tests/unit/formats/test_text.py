@@ -4,6 +4,7 @@ from the whole file, compressed and unsplittable files, options, and the errors 
 from __future__ import annotations
 
 import bz2
+import dataclasses
 import gzip
 import json
 import lzma
@@ -23,7 +24,7 @@ from torch_dataloader_utils.errors import (
     InvalidArgumentError,
     SchemaMismatchError,
 )
-from torch_dataloader_utils.formats import Format, ReadOptions, get_format
+from torch_dataloader_utils.formats import Format, FormatPlan, ReadOptions, get_format
 from torch_dataloader_utils.formats.text_csv import CsvFormat
 from torch_dataloader_utils.formats.text_json import JsonFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
@@ -33,17 +34,20 @@ FS = FileSystemSpec("file")
 
 
 def read_all(fmt: Format, source: Any, options: ReadOptions | None = None) -> pa.Table:
-    """Plan ``source`` and read every chunk in plan order."""
-    options = options or ReadOptions()
-    files = list_files(str(source), FS)
-    plan = fmt.plan(files, [()] * len(files), FS, options)
-    batches = [b for c in plan.chunks for b in fmt.read(c, 0, c.num_rows, FS, options)]
+    """Plan ``source`` and read every chunk in plan order, with the plan's read options."""
+    plan = plan_of(fmt, source, options or ReadOptions())
+    reading = plan.read_options or ReadOptions()
+    batches = [b for c in plan.chunks for b in fmt.read(c, 0, c.num_rows, FS, reading)]
     return pa.Table.from_batches(batches, schema=plan.schema)
 
 
+def plan_of(fmt: Format, source: Any, options: ReadOptions) -> FormatPlan:
+    files = list_files(str(source), FS)
+    return fmt.plan(files, [()] * len(files), FS, options)
+
+
 def plan_chunks(fmt: Format, path: Path, **options: Any) -> list[Chunk]:
-    files = list_files(str(path), FS)
-    return fmt.plan(files, [()] * len(files), FS, ReadOptions(**options)).chunks
+    return plan_of(fmt, path, ReadOptions(**options)).chunks
 
 
 def pyarrow_csv(path: Path, schema: pa.Schema) -> pa.Table:
@@ -111,7 +115,8 @@ def test_default_blocks_and_one_big_file(tmp_path: Path) -> None:
     path = tmp_path / "big.csv"
     pacsv.write_csv(pa.table({"id": np.arange(5000), "x": np.arange(5000) * 0.5}), path)
     fmt = CsvFormat(block_bytes=4096)
-    chunks = plan_chunks(fmt, path)
+    plan = plan_of(fmt, path, ReadOptions())
+    chunks = plan.chunks
     assert len(chunks) > 10
     assert all(c.unit_rows == () and c.num_bytes == c.stop - c.start for c in chunks)
     assert [c.start for c in chunks[1:]] == [c.stop for c in chunks[:-1]]
@@ -121,7 +126,7 @@ def test_default_blocks_and_one_big_file(tmp_path: Path) -> None:
     # Rows [a, b) of a chunk.
     c = chunks[3]
     first = sum(x.num_rows for x in chunks[:3])
-    part = pa.Table.from_batches(list(fmt.read(c, 5, 9, FS, ReadOptions())))
+    part = pa.Table.from_batches(list(fmt.read(c, 5, 9, FS, plan.read_options)))
     assert part.column("id").to_pylist() == list(range(first + 5, first + 9))
 
 
@@ -153,10 +158,11 @@ def test_compressed_files_are_one_chunk_each(
     text = b'id,s\n1,"a\nb"\n\n2,x\n3,y\n'
     (tmp_path / f"a.csv{suffix}").write_bytes(compress(text))
     fmt = CsvFormat()
-    chunks = plan_chunks(fmt, tmp_path, split_rows=1)
+    plan = plan_of(fmt, tmp_path, ReadOptions(split_rows=1))
+    chunks = plan.chunks
     assert [(c.start, c.num_rows) for c in chunks] == [(0, 3)]
     assert chunks[0].stop == (tmp_path / f"a.csv{suffix}").stat().st_size
-    rows = pa.Table.from_batches(list(fmt.read(chunks[0], 1, 3, FS, ReadOptions())))
+    rows = pa.Table.from_batches(list(fmt.read(chunks[0], 1, 3, FS, plan.read_options)))
     assert rows.to_pydict() == {"id": [2, 3], "s": ["x", "y"]}
     lines = b'{"id": 1}\n\n{"id": 2}\r\n'
     (tmp_path / f"b.jsonl{suffix}").write_bytes(compress(lines))
@@ -216,7 +222,7 @@ def test_types_are_fixed_once_and_a_bad_value_is_located(tmp_path: Path) -> None
     offset = text.index("12x")
     with pytest.raises(CorruptFileError) as info:
         for c in plan.chunks:
-            list(fmt.read(c, 0, c.num_rows, FS, ReadOptions()))
+            list(fmt.read(c, 0, c.num_rows, FS, plan.read_options))
     message = str(info.value)
     assert "a.csv bytes" in message and f"at byte {offset}" in message
     assert "column 'id'" in message and "'12x'" in message and "'schema'" in message
@@ -312,11 +318,12 @@ def test_a_file_changed_since_planning_is_caught(tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
     path.write_text('{"id": 1}\n{"id": 2}\n')
     fmt = JsonFormat()
-    (chunk,) = plan_chunks(fmt, path)
+    plan = plan_of(fmt, path, ReadOptions())
+    (chunk,) = plan.chunks
     path.write_text('{"id": 1}\n{"id": 2}\n{"id": 3}\n')  # the same bytes first, one more line
     changed = Chunk(chunk.path, 0, path.stat().st_size, 2, 0)
     with pytest.raises(CorruptFileError, match="parsed to 3 rows where the plan counted 2"):
-        list(fmt.read(changed, 0, 2, FS, ReadOptions()))
+        list(fmt.read(changed, 0, 2, FS, plan.read_options))
 
 
 def test_read_needs_the_plan_or_a_schema(tmp_path: Path) -> None:
@@ -333,10 +340,11 @@ def test_read_needs_the_plan_or_a_schema(tmp_path: Path) -> None:
 def test_a_count_without_columns_keeps_row_counts(tmp_path: Path) -> None:
     path = tmp_path / "a.csv"
     path.write_text("id,x\n1,2\n3,4\n5,6\n")
-    (chunk,) = plan_chunks(CsvFormat(), path)
-    fmt = CsvFormat()
-    plan_chunks(fmt, path)
-    batches = list(fmt.read(chunk, 1, 3, FS, ReadOptions(columns=())))
+    plan = plan_of(CsvFormat(), path, ReadOptions())
+    assert plan.read_options is not None
+    (chunk,) = plan.chunks
+    counting = dataclasses.replace(plan.read_options, columns=())  # as the planner counts
+    batches = list(CsvFormat().read(chunk, 1, 3, FS, counting))  # a copy that never planned
     assert sum(b.num_rows for b in batches) == 2 and all(b.num_columns == 0 for b in batches)
 
 
