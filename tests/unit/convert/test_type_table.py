@@ -25,7 +25,7 @@ from pyarrow import ipc
 import torch_dataloader_utils as tdu
 from tests.corpus.cases import ROOT
 
-DOC = Path(__file__).resolve().parents[2] / "docs" / "reference" / "types.md"
+DOC = Path(__file__).resolve().parents[3] / "docs" / "reference" / "types.md"
 OUTPUTS = ("torch", "numpy", "dict", "arrow")
 
 
