@@ -11,12 +11,10 @@ from typing import TYPE_CHECKING, Any
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .convert import Converter, Decoding, ListFormat, NullPolicy, OutputFormat
-from .distributed import plan_once
 from .errors import InvalidArgumentError, UnsupportedTypeError
 from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
 from .options import check_arguments
-from .planner import Planned, plan_source
 from .planning import (
     Iteration,
     Layout,
@@ -29,6 +27,8 @@ from .planning import (
     strategy_of,
 )
 from .skipping import FailureLog, OnError
+from .sources.broadcast import plan_once
+from .sources.files import Planned, plan_source
 from .state import Passes, Progress
 from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, Segment, block_sizes
 from .stream.pipeline import stream_segments

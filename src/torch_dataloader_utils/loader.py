@@ -12,10 +12,10 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from .dataset import StructuredDataset
-from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
+from .errors import TorchDataloaderUtilsError, WorkerDiedError
 from .formats import Format
 from .fs import Source
-from .options import check_loader_arguments
+from .options import check_dataloader_options, check_loader_arguments
 from .skipping import FailureLog, ReadFailure
 from .state import read_failures, with_read_failures
 from .transport import Unbundler, in_order, init_worker, map_tensors
@@ -98,11 +98,11 @@ class TabularDataLoader(DataLoader[Any]):
         # Frameworks rebuild a DataLoader from its attributes (Lightning for predict, with
         # batch_size=None, sampler=None, batch_sampler=None, collate_fn=...): what they pass
         # back is accepted; anything that would change the batches is refused.
-        _check_rebuilt(
+        check_dataloader_options(
             batch_size=batch_size,
-            sampler=sampler,
+            sampler=None if isinstance(sampler, EpochSampler) else sampler,
             batch_sampler=batch_sampler,
-            collate_fn=collate_fn,
+            collate_fn=None if collate_fn is _identity else collate_fn,
             shuffle=shuffle,
             drop_last=drop_last,
         )
@@ -325,37 +325,6 @@ def _collected(
         failures.extend(log.drain())
         yield batch
     failures.extend(log.drain())
-
-
-def _check_rebuilt(
-    *,
-    batch_size: int | None,
-    sampler: Any,
-    batch_sampler: Any,
-    collate_fn: Callable[[Any], Any] | None,
-    shuffle: bool | None,
-    drop_last: bool,
-) -> None:
-    """Refuse DataLoader options that would re-batch or re-order what the dataset yields."""
-    problems = []
-    if batch_size is not None:
-        problems.append(f"batch_size={batch_size}")
-    if sampler is not None and not isinstance(sampler, EpochSampler):
-        problems.append(f"sampler={sampler!r}")
-    if batch_sampler is not None:
-        problems.append(f"batch_sampler={batch_sampler!r}")
-    if collate_fn is not None and collate_fn is not _identity:
-        problems.append(f"collate_fn={collate_fn!r}")
-    if shuffle:
-        problems.append("shuffle=True")
-    if drop_last:
-        problems.append("drop_last=True")
-    if problems:
-        raise InvalidArgumentError(
-            f"TabularDataLoader does not take {', '.join(problems)}: the dataset yields whole "
-            "batches, already shuffled and cut for this rank. Pass batch_size, shuffle, "
-            "drop_last and collate_fn to create_dataloader (or the dataset) instead"
-        )
 
 
 def _default_workers() -> int:

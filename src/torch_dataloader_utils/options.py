@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from .errors import InvalidArgumentError
 from .fs import Source
 from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES
 from .skipping import ON_ERROR
 
-__all__ = ["check_arguments", "check_loader_arguments"]
+__all__ = ["check_arguments", "check_dataloader_options", "check_loader_arguments"]
 
 
 def check_arguments(
@@ -95,3 +96,39 @@ def check_loader_arguments(
     if persistent_workers and num_workers == 0:
         raise InvalidArgumentError("persistent_workers=True needs num_workers > 0")
     return data
+
+
+def check_dataloader_options(
+    *,
+    batch_size: int | None,
+    sampler: Any,
+    batch_sampler: Any,
+    collate_fn: Callable[[Any], Any] | None,
+    shuffle: bool | None,
+    drop_last: bool,
+) -> None:
+    """Refuse DataLoader options that would re-batch or re-order what the dataset yields
+    (``TabularDataLoader``'s own sampler and collate function are passed as ``None``).
+
+    Raises:
+        InvalidArgumentError: one of them is set.
+    """
+    problems = []
+    if batch_size is not None:
+        problems.append(f"batch_size={batch_size}")
+    if sampler is not None:
+        problems.append(f"sampler={sampler!r}")
+    if batch_sampler is not None:
+        problems.append(f"batch_sampler={batch_sampler!r}")
+    if collate_fn is not None:
+        problems.append(f"collate_fn={collate_fn!r}")
+    if shuffle:
+        problems.append("shuffle=True")
+    if drop_last:
+        problems.append("drop_last=True")
+    if problems:
+        raise InvalidArgumentError(
+            f"TabularDataLoader does not take {', '.join(problems)}: the dataset yields whole "
+            "batches, already shuffled and cut for this rank. Pass batch_size, shuffle, "
+            "drop_last and collate_fn to create_dataloader (or the dataset) instead"
+        )

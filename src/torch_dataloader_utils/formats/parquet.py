@@ -6,15 +6,12 @@ import functools
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
-from ..errors import CorruptFileError, SchemaMismatchError
+from ..errors import CorruptFileError
 from ..fs import FileSystemSpec, SourceFile, translate_os_error
 from ..fs.ranges import RangeFetcher, RangeFile, ReadsAhead
 from ..fs.threads import PLAN_THREADS
@@ -23,6 +20,7 @@ from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache
 from .opening import open_input, parsing, slice_batches
+from .parquet_facts import chunk_ranges, leaf_owners, read_facts
 from .parquet_footer import Footer, footer_file, read_footer
 from .schemas import FileSchema, check_schemas
 
@@ -54,109 +52,6 @@ _STREAM_BUFFER = 1 << 20
 # was as fast (4 M narrow rows: 0.37 s either way).
 _FETCH_BYTES = 64 << 20
 _REMOTE_BUFFER = 8 << 20
-
-
-@dataclass(frozen=True)
-class _FileFacts:
-    schema: pa.Schema
-    row_groups: list[tuple[int, int, int, int]]  # (id, rows, compressed, uncompressed) kept
-
-
-def _partition_expression(partition: tuple[tuple[str, object], ...]) -> pc.Expression:
-    expr = pc.scalar(True)
-    for key, value in partition:
-        expr = expr & (pc.field(key).is_null() if value is None else pc.field(key) == value)
-    return expr
-
-
-def _read_facts(
-    f: SourceFile,
-    partition: tuple[tuple[str, object], ...],
-    fs: FileSystemSpec,
-    options: ReadOptions,
-) -> _FileFacts:
-    url = fs.url(f.path)
-    if f.size == 0:
-        raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
-
-    def footer() -> tuple[ds.ParquetFileFragment, Footer, pa.Schema]:
-        with open_input(f.path, fs) as source, parsing(url):
-            size = source.size()
-            checked, thrift, start = read_footer(source, size, url)
-            # pyarrow parses the footer again: remote, from the bytes already read (no second
-            # request); local, from the file (a Python file object costs ~30 µs a file).
-            parsed = source if fs.is_local else footer_file(source, size, start, thrift)
-            fragment = ds.ParquetFileFormat().make_fragment(
-                parsed, partition_expression=_partition_expression(partition)
-            )
-            fragment.ensure_complete_metadata()
-            return fragment, checked, fragment.physical_schema
-
-    fragment, checked, schema = fs.request(footer, what=url)
-    kept: set[int] | None = None
-    if options.filter is not None:
-        full = schema
-        for field in options.partition_schema or []:
-            full = full.append(field)
-        try:
-            subset = fragment.subset(filter=options.filter, schema=full)
-        except (pa.ArrowInvalid, pa.ArrowNotImplementedError, pa.ArrowTypeError) as exc:
-            # The bytes parsed; the filter does not bind to this file's columns: schema drift.
-            raise SchemaMismatchError(
-                f"{url}: filters {options.filter} do not apply to this file's schema ({exc}); "
-                "other files of the source have different column types"
-            ) from exc
-        kept = {rg.id for rg in subset.row_groups}
-    wanted = set(options.columns) if options.columns is not None else None
-    owners = _leaf_owners(schema)
-    leaves = [j for j, owner in enumerate(owners) if wanted is None or owner in wanted]
-    row_groups = []
-    for i, (rows, chunks) in enumerate(checked.row_groups):
-        if kept is not None and i not in kept:
-            continue
-        if len(chunks) != len(owners):
-            raise CorruptFileError(
-                f"{url}: row group {i} has {len(chunks)} column chunks, the schema "
-                f"{len(owners)} leaf columns"
-            )
-        columns = [chunks[j] for j in leaves]
-        compressed = sum(c.compressed for c in columns)
-        uncompressed = sum(c.uncompressed for c in columns)
-        row_groups.append((i, rows, compressed, uncompressed))
-    return _FileFacts(schema, row_groups)
-
-
-def _leaf_count(t: pa.DataType) -> int:
-    if pa.types.is_struct(t):
-        return sum(_leaf_count(t.field(k).type) for k in range(t.num_fields))
-    if pa.types.is_map(t):
-        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _leaf_count(t.value_type)
-    return 1
-
-
-def _leaf_owners(schema: pa.Schema) -> list[str]:
-    """The top-level column of each Parquet leaf column, in leaf order.
-
-    Names are matched through the schema's structure, not by splitting the dotted leaf paths,
-    which breaks for column names that contain a dot.
-    """
-    return [field.name for field in schema for _ in range(_leaf_count(field.type))]
-
-
-def _chunk_ranges(
-    metadata: pq.FileMetaData, footer: Footer, rg: int, columns: Sequence[str] | None
-) -> list[tuple[int, int]]:
-    """Byte ranges ``(offset, size)`` of row group ``rg``'s column chunks of ``columns``."""
-    owners = _leaf_owners(metadata.schema.to_arrow_schema())
-    wanted = set(columns) if columns is not None else None
-    chunks = footer.row_groups[rg][1]
-    return [
-        (chunks[j].start, chunks[j].compressed)
-        for j, owner in enumerate(owners)
-        if wanted is None or owner in wanted
-    ]
 
 
 class ParquetFormat(Format):
@@ -219,7 +114,7 @@ class ParquetFormat(Format):
         per_task = max(1, len(pairs) // (threads * 4))
         tasks = [pairs[i : i + per_task] for i in range(0, len(pairs), per_task)]
         with ThreadPoolExecutor(threads, thread_name_prefix="tdu-plan") as pool:
-            done = pool.map(lambda task: [_read_facts(f, p, fs, options) for f, p in task], tasks)
+            done = pool.map(lambda task: [read_facts(f, p, fs, options) for f, p in task], tasks)
             facts = [fact for task_facts in done for fact in task_facts]
         schema = check_schemas(
             files, [FileSchema(f.schema, bool(f.row_groups)) for f in facts], fs, options
@@ -336,7 +231,7 @@ class ParquetFormat(Format):
         if started is not None:
             return started
         metadata, footer, _ = self._footer(path, fs)
-        return self._fetcher_of(fs).fetch(path, _chunk_ranges(metadata, footer, rg, columns))
+        return self._fetcher_of(fs).fetch(path, chunk_ranges(metadata, footer, rg, columns))
 
     def _fetch_ahead(
         self, path: str, rg: int, columns: list[str] | None, fs: FileSystemSpec
@@ -347,7 +242,7 @@ class ParquetFormat(Format):
 
         def begin() -> Future[dict[int, bytes | bytearray]] | None:
             metadata, footer, _ = self._footer(path, fs)
-            ranges = _chunk_ranges(metadata, footer, rg, columns)
+            ranges = chunk_ranges(metadata, footer, rg, columns)
             if sum(n for _, n in ranges) > _FETCH_BYTES:
                 return None
             return self._fetcher_of(fs).fetch(path, ranges)
@@ -376,7 +271,7 @@ class ParquetFormat(Format):
         once this one's requests are out."""
         metadata, footer, size = self._footer(path, fs)
         if (path, rg) not in self._ahead and (
-            sum(n for _, n in _chunk_ranges(metadata, footer, rg, columns)) > _FETCH_BYTES
+            sum(n for _, n in chunk_ranges(metadata, footer, rg, columns)) > _FETCH_BYTES
         ):
             # Too big to hold whole: pyarrow reads the pages as it decodes them, through the
             # retried range reads.
@@ -484,7 +379,7 @@ def _batch_rows(metadata: pq.FileMetaData, rg: int, columns: Sequence[str] | Non
     rows = int(row_group.num_rows)
     if row_group.total_byte_size * _READ_BATCH_ROWS <= _READ_BATCH_BYTES * max(rows, 1):
         return _READ_BATCH_ROWS  # narrow rows, whatever the projection: no column walk
-    owners = _leaf_owners(metadata.schema.to_arrow_schema())
+    owners = leaf_owners(metadata.schema.to_arrow_schema())
     wanted = set(columns) if columns is not None else None
     nbytes = sum(
         int(row_group.column(j).total_uncompressed_size)

@@ -10,7 +10,7 @@ from ..dataset import StructuredDataset
 from ..errors import InvalidArgumentError
 from ..formats import Format
 from ..fs import Source
-from ..planner import Planned
+from ..sources.files import Planned
 from .catalog import TableName, require_pyiceberg, table_name
 from .snapshots import SnapshotSelector
 

@@ -20,12 +20,12 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ..errors import ColumnNotFoundError, CorruptFileError, InvalidSourceError
-from ..filters import filter_columns
 from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec
 from ..fs.threads import PLAN_THREADS
-from ..planner import Planned, decoded_row_bytes
 from ..planning import Chunk, Plan
+from ..sources.files import Planned, decoded_row_bytes
+from ..sources.filters import filter_columns
 from ..stream.read import count_rows
 from .catalog import TableName, load_table, table_name
 from .deletes import DeletePositions, live_rows, merge_positions, read_position_deletes

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 import torch_dataloader_utils as tdu
-import torch_dataloader_utils.planner as planner_module
+import torch_dataloader_utils.sources.files as planner_module
 from tests.distributed.scripts.ranks import FILTERS, gather, ids, join, leave, spec, write
 
 # Count the planning calls of this process. They are the library's own functions, wrapped

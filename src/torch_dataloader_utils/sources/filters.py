@@ -7,7 +7,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from .errors import ColumnNotFoundError, FilterTypeError
+from ..errors import ColumnNotFoundError, FilterTypeError
 
 __all__ = ["filter_columns"]
 

@@ -13,13 +13,13 @@ from typing import Any
 
 import pyarrow as pa
 
-from .errors import ColumnNotFoundError, InvalidSourceError, SchemaMismatchError
+from ..errors import ColumnNotFoundError, InvalidSourceError, SchemaMismatchError
+from ..formats import Format, ReadOptions
+from ..formats.schemas import check_readable
+from ..fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
+from ..planning import Chunk, Plan
+from ..stream.read import count_rows, with_partition
 from .filters import filter_columns
-from .formats import Format, ReadOptions
-from .formats.schemas import check_readable
-from .fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
-from .planning import Chunk, Plan
-from .stream.read import count_rows, with_partition
 
 __all__ = ["Planned", "decoded_row_bytes", "plan_source"]
 

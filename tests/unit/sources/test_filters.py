@@ -13,7 +13,7 @@ from torch_dataloader_utils.errors import (
     FilterTypeError,
     TorchDataloaderUtilsError,
 )
-from torch_dataloader_utils.filters import filter_columns
+from torch_dataloader_utils.sources.filters import filter_columns
 
 SCHEMA = pa.schema(
     [
