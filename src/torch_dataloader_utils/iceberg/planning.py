@@ -23,7 +23,7 @@ from ..errors import ColumnNotFoundError, CorruptFileError, InvalidSourceError
 from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec
 from ..fs.threads import PLAN_THREADS
-from ..planning import Chunk, Plan
+from ..planning import Chunk, Chunks, Plan
 from ..sources.files import Planned, decoded_row_bytes
 from ..sources.filters import filter_columns
 from ..stream.read import count_rows
@@ -316,7 +316,7 @@ def plan_table(
         filtered_rows = tuple(count_rows(chunks, fmt, fs, counting))
     rows = sum(c.num_rows for c in chunks)
     plan = Plan(
-        chunks=tuple(chunks),
+        chunks=Chunks.of(chunks),
         schema=arrow_schema(schema_json, tuple(wanted)),
         row_bytes=max(1.0, sum(c.num_bytes for c in chunks) / max(1, rows)),
         details=Plan.details_of(

@@ -12,7 +12,7 @@ from .assign import (
     worker_span,
 )
 from .layout import Layout
-from .plan import Chunk, Plan
+from .plan import Chunk, Chunks, Files, Plan
 from .resume import (
     Iteration,
     Leg,
@@ -34,7 +34,7 @@ from .sequence import (
     sequence_length,
     stream_runs,
 )
-from .shuffle import block_bounds, block_permutation
+from .shuffle import block_bounds, block_of, block_permutation
 from .strategy import (
     STRATEGIES,
     EpochRows,
@@ -51,9 +51,11 @@ __all__ = [
     "SPLIT_STRATEGIES",
     "STRATEGIES",
     "Chunk",
+    "Chunks",
     "Deferred",
     "EpochRows",
     "EqualStreams",
+    "Files",
     "Item",
     "Iteration",
     "Layout",
@@ -69,6 +71,7 @@ __all__ = [
     "Topology",
     "assign_stream",
     "block_bounds",
+    "block_of",
     "block_permutation",
     "block_start",
     "chunk_order",

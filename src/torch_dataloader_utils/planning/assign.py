@@ -9,8 +9,7 @@ a chunk. See ``docs/concepts/model.md``.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, NamedTuple
 
 import numpy as np
 
@@ -34,9 +33,12 @@ SplitStrategy = Literal["equal", "round_robin"]
 SPLIT_STRATEGIES: tuple[SplitStrategy, ...] = ("equal", "round_robin")
 
 
-@dataclass(frozen=True, slots=True)
-class Piece:
-    """Rows ``[start, stop)`` of chunk number ``chunk`` of the plan."""
+class Piece(NamedTuple):
+    """Rows ``[start, stop)`` of chunk number ``chunk`` of the plan.
+
+    A named tuple: a worker's stream of a million-chunk plan makes its pieces in milliseconds
+    (a frozen dataclass took ~7 µs each, measured).
+    """
 
     chunk: int
     start: int
@@ -107,7 +109,12 @@ def worker_span(
 
 
 def span_pieces(
-    rows_in_order: Sequence[int], order: Sequence[int] | np.ndarray, start: int, stop: int
+    rows_in_order: Sequence[int] | np.ndarray,
+    order: Sequence[int] | np.ndarray,
+    start: int,
+    stop: int,
+    *,
+    ends: np.ndarray | None = None,
 ) -> list[Piece]:
     """Map positions ``[start, stop)`` of the concatenation to pieces of chunks.
 
@@ -116,18 +123,41 @@ def span_pieces(
         order: the plan index of each chunk in concatenation order.
         start: first position; may be past the total (then it wraps, for padding).
         stop: one past the last position.
+        ends: ``cumsum(rows_in_order)``, when the caller has it (it costs O(chunks)).
     """
-    total = int(sum(rows_in_order))
+    rows = np.asarray(rows_in_order, dtype=np.int64)
+    if ends is None:
+        ends = np.cumsum(rows)
+    total = int(ends[-1]) if len(ends) else 0
     if stop <= start or total == 0:
         return []
-    ends = np.cumsum(rows_in_order)
+    chunks = np.asarray(order)
     pieces: list[Piece] = []
     pos = start
-    while pos < stop:
+    while pos < stop:  # once, or once per wrap (padding)
         at = pos % total
-        i = int(np.searchsorted(ends, at, side="right"))
-        chunk_start = int(ends[i]) - int(rows_in_order[i])
-        take = min(int(ends[i]) - at, stop - pos)
-        pieces.append(Piece(int(order[i]), at - chunk_start, at - chunk_start + take))
+        take = min(total - at, stop - pos)
+        pieces.extend(_pieces_between(rows, chunks, ends, at, at + take))
         pos += take
     return pieces
+
+
+def _pieces_between(
+    rows: np.ndarray, order: np.ndarray, ends: np.ndarray, lo: int, hi: int
+) -> list[Piece]:
+    """The pieces of positions ``[lo, hi)``, ``0 <= lo < hi <= total`` (vectorised: a worker's
+    stream of a million-chunk plan maps in milliseconds)."""
+    first = int(np.searchsorted(ends, lo, side="right"))
+    last = int(np.searchsorted(ends, hi - 1, side="right"))
+    index = np.arange(first, last + 1)
+    chunk_end = ends[index]
+    chunk_start = chunk_end - rows[index]
+    a = np.maximum(chunk_start, lo) - chunk_start
+    b = np.minimum(chunk_end, hi) - chunk_start
+    keep = b > a  # chunks of no rows inside the range give no piece
+    return [
+        Piece(c, s, e)
+        for c, s, e in zip(
+            order[index[keep]].tolist(), a[keep].tolist(), b[keep].tolist(), strict=True
+        )
+    ]

@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import json
 import posixpath
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
-__all__ = ["Chunk", "Plan"]
+from .chunks import Chunk, Chunks, Files
+
+__all__ = ["Chunk", "Chunks", "Files", "Plan"]
 
 
 def _common_folder(paths: list[str]) -> str:
@@ -25,35 +27,20 @@ def _common_folder(paths: list[str]) -> str:
         return ""
 
 
-@dataclass(frozen=True, slots=True)
-class Chunk:
-    """The planned unit: a file plus a format-native range of it.
-
-    Attributes:
-        path: the file, without protocol.
-        start: first native unit (Parquet row group, ORC stripe, ...) of the range.
-        stop: one past the last native unit.
-        num_rows: rows in the range before any row filter.
-        num_bytes: bytes to read for the projected columns (used for balancing).
-        unit_rows: rows of each native unit in ``[start, stop)``, so a reader can seek to a row.
-        partition: ``(key, value)`` pairs of hive partition columns for this file.
-    """
-
-    path: str
-    start: int
-    stop: int
-    num_rows: int
-    num_bytes: int
-    unit_rows: tuple[int, ...] = ()
-    partition: tuple[tuple[str, Any], ...] = ()
+def _relative(paths: list[str]) -> list[str]:
+    """``paths`` relative to their common folder: data moved or copied elsewhere (another mount,
+    a bucket) still resumes; renamed, added or rewritten files do not."""
+    root = _common_folder(paths)
+    return [posixpath.relpath(p, root) for p in paths] if root else list(paths)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class Plan:
     """Chunks in canonical order (files sorted as listed, natural order inside each file).
 
     Attributes:
-        chunks: the chunks.
+        chunks: the chunks, as columns (`Chunks`: a sequence of `Chunk`; a sequence of `Chunk`
+            objects given here is converted).
         schema: the schema of the batches the dataset yields (projection and partition columns
             applied).
         row_bytes: estimated decoded bytes per row of the projected columns (sizes shuffle
@@ -62,62 +49,90 @@ class Plan:
         filtered_rows: rows of each chunk that pass the row filter, counted at plan time
             (``None`` without a filter).
         files: each file's identity as listed (size, version token; see `fs.identity`),
-            checked when the file is read (empty: none pinned).
+            checked when the file is read (empty: none pinned); `Files` columns.
         files_digest: a digest of ``files``: a state saved for other versions of the files is
             refused (kept apart from the fingerprint, so states saved before it existed resume).
         fingerprint: identifies the plan's structure and the read: a state from another plan
             is refused.
     """
 
-    chunks: tuple[Chunk, ...]
+    chunks: Chunks
     schema: pa.Schema
     row_bytes: float
     details: tuple[tuple[str, str], ...] = ()
-    filtered_rows: tuple[int, ...] | None = None
+    filtered_rows: Sequence[int] | None = None
     files: Mapping[str, tuple[int, str]] = field(default_factory=dict)
     files_digest: str = field(init=False)
     fingerprint: str = field(init=False)
 
     def __post_init__(self) -> None:
+        chunks = Chunks.of(self.chunks)
+        object.__setattr__(self, "chunks", chunks)
+        object.__setattr__(self, "files", Files.of(self.files))
+        if self.filtered_rows is not None:
+            filtered = np.array(self.filtered_rows, dtype=np.int64)
+            filtered.flags.writeable = False
+            object.__setattr__(self, "filtered_rows", filtered)
+        digest = hashlib.sha256(b"plan/2")
+        digest.update(json.dumps(self.details).encode())
+        digest.update(self.schema.to_string(show_schema_metadata=False).encode())
+        digest.update(json.dumps(_relative(chunks.paths)).encode())
+        for name in ("file", "start", "stop", "num_rows", "unit_offsets", "unit_rows"):
+            digest.update(np.ascontiguousarray(chunks.column(name), "<i8").tobytes())
+        if self.filtered_rows is not None:
+            digest.update(np.ascontiguousarray(self.filtered_rows, "<i8").tobytes())
+        object.__setattr__(self, "files_digest", self._files_digest())
+        object.__setattr__(self, "fingerprint", digest.hexdigest()[:16])
+
+    def _files_digest(self) -> str:
+        files = hashlib.sha256()
+        ordered = sorted(self.files.items())
+        names = _relative([path for path, _ in ordered])
+        for name, (_, (size, version)) in zip(names, ordered, strict=True):
+            files.update(json.dumps([name, size, version]).encode())
+        return files.hexdigest()[:16]
+
+    def legacy_fingerprint(self) -> str:
+        """The fingerprint as versions before 0.3.0.dev1 computed it (one JSON record per chunk),
+        so that states they saved still resume. Computed when asked (slow on big plans)."""
         digest = hashlib.sha256()
         digest.update(json.dumps(self.details).encode())
         digest.update(self.schema.to_string(show_schema_metadata=False).encode())
-        # Paths relative to the files' common folder: data moved or copied elsewhere (another
-        # mount, a bucket) still resumes; renamed, added or rewritten files do not.
-        root = _common_folder([c.path for c in self.chunks])
+        root = _common_folder(self.chunks.paths)
         for c in self.chunks:
             name = posixpath.relpath(c.path, root) if root else c.path
             digest.update(
                 json.dumps([name, c.start, c.stop, c.num_rows, list(c.unit_rows)]).encode()
             )
         if self.filtered_rows is not None:
-            digest.update(json.dumps(list(self.filtered_rows)).encode())
-        files = hashlib.sha256()
-        root = _common_folder(list(self.files))
-        for path, (size, version) in sorted(self.files.items()):
-            name = posixpath.relpath(path, root) if root else path
-            files.update(json.dumps([name, size, version]).encode())
-        object.__setattr__(self, "files_digest", files.hexdigest()[:16])
-        object.__setattr__(self, "fingerprint", digest.hexdigest()[:16])
+            digest.update(json.dumps([int(n) for n in self.filtered_rows]).encode())
+        return digest.hexdigest()[:16]
+
+    def __eq__(self, other: object) -> bool:
+        if not isinstance(other, Plan):
+            return NotImplemented
+        return (self.fingerprint, self.files_digest) == (other.fingerprint, other.files_digest)
+
+    def __hash__(self) -> int:
+        return hash((self.fingerprint, self.files_digest))
 
     @property
     def num_rows(self) -> int:
         """Rows the plan yields per epoch (after the row filter), before any remainder policy."""
-        return sum(self.chunk_rows)
+        return int(self.chunk_rows.sum())
 
     @property
-    def chunk_rows(self) -> list[int]:
-        """Rows of every chunk that are read (after the row filter), in plan order."""
+    def chunk_rows(self) -> np.ndarray:
+        """Rows of every chunk that are read (after the row filter), in plan order (read-only)."""
         if self.filtered_rows is not None:
-            return list(self.filtered_rows)
-        return [c.num_rows for c in self.chunks]
+            return np.asarray(self.filtered_rows)
+        return self.chunks.num_rows
 
     def summary(self) -> str:
         """One line for the log."""
-        files = len({c.path for c in self.chunks})
         return (
-            f"plan {self.fingerprint}: {files} files, {len(self.chunks)} chunks, "
-            f"{self.num_rows} rows, {len(self.schema)} columns"
+            f"plan {self.fingerprint}: {len(self.chunks.paths)} files, {len(self.chunks)} "
+            f"chunks, {self.num_rows} rows, {len(self.schema)} columns"
         )
 
     @staticmethod

@@ -18,7 +18,7 @@ import numpy as np
 from .assign import rank_span, worker_span
 from .layout import Layout
 from .sequence import Deferred, Item, Run, cut, sequence_length
-from .shuffle import block_bounds, block_permutation
+from .shuffle import block_of, block_permutation
 
 __all__ = [
     "Iteration",
@@ -134,12 +134,10 @@ def block_start(length: int, position: int, layout: Layout) -> tuple[int, int]:
     """
     if not layout.shuffle or position >= length:
         return 0, position
-    bounds = block_bounds(
-        length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
+    index, start, _ = block_of(
+        position, length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
     )
-    starts = [a for a, _ in bounds]
-    index = int(np.searchsorted(starts, position, side="right")) - 1
-    return index, starts[index]
+    return index, start
 
 
 def _block_rest(
@@ -147,13 +145,13 @@ def _block_rest(
 ) -> tuple[list[Item], int]:
     """The unread rows of the block a stream stopped in, and where its untouched rows start."""
     length = span[1] - span[0]
-    index, first = block_start(length, read, layout)
-    if not layout.shuffle or read == first:
+    if not layout.shuffle or read >= length:
         return [], read
-    bounds = block_bounds(
-        length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
+    index, first, stop = block_of(
+        read, length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
     )
-    stop = bounds[index][1]
+    if read == first:
+        return [], read
 
     def rest() -> list[Run]:
         perm = block_permutation(block=index, n=stop - first, **key)

@@ -138,21 +138,30 @@ def stream_runs(
     return cut(items, start, stop)
 
 
-def round_robin_runs(rows_in_order: Sequence[int], topology: Topology) -> list[Run]:
+def round_robin_runs(
+    rows_in_order: Sequence[int] | np.ndarray, topology: Topology, *, ends: np.ndarray | None = None
+) -> list[Run]:
     """The earlier library's split: whole chunks dealt to the streams in turn (unequal)."""
-    ends = np.cumsum(rows_in_order)
+    rows = np.asarray(rows_in_order, dtype=np.int64)
+    if ends is None:
+        ends = np.cumsum(rows)
+    mine = np.arange(topology.stream, len(rows), topology.num_streams)
+    mine = mine[rows[mine] > 0]
     return [
-        Run(int(ends[i]) - rows_in_order[i], int(ends[i]))
-        for i in range(topology.stream, len(rows_in_order), topology.num_streams)
-        if rows_in_order[i]
+        Run(a, b)
+        for a, b in zip((ends[mine] - rows[mine]).tolist(), ends[mine].tolist(), strict=True)
     ]
 
 
 def run_pieces(
-    run: Run, rows_in_order: Sequence[int], order: Sequence[int] | np.ndarray
+    run: Run,
+    rows_in_order: Sequence[int] | np.ndarray,
+    order: Sequence[int] | np.ndarray,
+    *,
+    ends: np.ndarray | None = None,
 ) -> tuple[list[Piece], np.ndarray | None]:
     """The pieces that hold ``run``, and which of their rows it takes (``None``: all)."""
-    pieces = span_pieces(rows_in_order, order, run.start, run.stop)
+    pieces = span_pieces(rows_in_order, order, run.start, run.stop, ends=ends)
     if run.select is None:
         return pieces, None
     return pieces, run.select - run.start

@@ -6,7 +6,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["block_bounds", "block_permutation"]
+__all__ = ["block_bounds", "block_of", "block_permutation"]
 
 
 def block_bounds(length: int, *, block_rows: int, first_block_rows: int) -> list[tuple[int, int]]:
@@ -26,6 +26,23 @@ def block_bounds(length: int, *, block_rows: int, first_block_rows: int) -> list
         pos = stop
         size = min(size * 2, block_rows)
     return bounds
+
+
+def block_of(
+    position: int, length: int, *, block_rows: int, first_block_rows: int
+) -> tuple[int, int, int]:
+    """The block of `block_bounds` that holds stream row ``position < length``: its index, first
+    row and end, without listing the blocks (an elastic resume asks it for every old stream)."""
+    size = max(1, min(first_block_rows, block_rows))
+    pos = index = 0
+    while size < block_rows:  # the ramp: a few blocks at most
+        stop = min(pos + size, length)
+        if position < stop:
+            return index, pos, stop
+        pos, index, size = stop, index + 1, min(size * 2, block_rows)
+    k = (position - pos) // block_rows
+    start = pos + k * block_rows
+    return index + k, start, min(start + block_rows, length)
 
 
 def block_permutation(

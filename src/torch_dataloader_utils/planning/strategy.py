@@ -21,6 +21,8 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import ClassVar
 
+import numpy as np
+
 from ..errors import InvalidArgumentError
 from .assign import SPLIT_STRATEGIES, Piece, Remainder, SplitStrategy, chunk_order, rank_span
 from .layout import Layout
@@ -51,34 +53,45 @@ class EpochRows:
         layout: the current leg's layout.
     """
 
-    chunk_rows: Sequence[int]
+    chunk_rows: Sequence[int] | np.ndarray
     epoch: int
     legs: tuple[Leg, ...]
     layout: Layout
 
     @cached_property
-    def order(self) -> list[int]:
+    def order(self) -> np.ndarray:
         """Chunk numbers in the epoch's order (the first leg's seed and shuffle fix it)."""
         first = self.legs[0].layout if self.legs else self.layout
         order = chunk_order(
             len(self.chunk_rows), seed=first.seed, epoch=self.epoch, shuffle=first.shuffle
         )
-        return [int(i) for i in order]
+        out: np.ndarray = np.asarray(order, dtype=np.int64)
+        return out
 
     @cached_property
-    def rows(self) -> list[int]:
+    def rows(self) -> np.ndarray:
         """Rows of each chunk, in the epoch's order."""
-        rows = self.chunk_rows
-        return [rows[i] for i in self.order]
+        rows: np.ndarray = np.asarray(self.chunk_rows, dtype=np.int64)[self.order]
+        return rows
+
+    @cached_property
+    def ends(self) -> np.ndarray:
+        """Where each chunk ends in the epoch's row sequence (``cumsum(rows)``)."""
+        return np.cumsum(self.rows)
 
     @cached_property
     def sequence(self) -> list[Item]:
         """The runs of the global row sequence this leg reads (one run in a fresh epoch)."""
-        return epoch_sequence(int(sum(self.chunk_rows)), self.legs, epoch=self.epoch)
+        total = int(self.ends[-1]) if len(self.ends) else 0
+        return epoch_sequence(total, self.legs, epoch=self.epoch)
 
     def pieces(self, runs: Sequence[Run]) -> list[Piece]:
         """The pieces of chunks that hold ``runs`` (a fresh pass's runs take whole pieces)."""
-        return [p for run in runs for p in run_pieces(run, self.rows, self.order)[0]]
+        return [p for run in runs for p in self.run_pieces(run)[0]]
+
+    def run_pieces(self, run: Run) -> tuple[list[Piece], np.ndarray | None]:
+        """The pieces that hold ``run``, and which of their rows it takes (``None``: all)."""
+        return run_pieces(run, self.rows, self.order, ends=self.ends)
 
 
 class Strategy(ABC):
@@ -163,7 +176,7 @@ class RoundRobinChunks(Strategy):
     elastic = False
 
     def runs(self, epoch: EpochRows, topology: Topology) -> list[Run]:
-        return round_robin_runs(epoch.rows, topology)
+        return round_robin_runs(epoch.rows, topology, ends=epoch.ends)
 
     def rank_batches(self, total: int, rank: Topology, layout: Layout) -> int:
         raise TypeError('the number of batches depends on the workers with "round_robin"')

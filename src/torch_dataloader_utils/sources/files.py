@@ -17,7 +17,7 @@ from ..errors import ColumnNotFoundError, InvalidSourceError, SchemaMismatchErro
 from ..formats import Format, ReadOptions
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
-from ..planning import Chunk, Plan
+from ..planning import Chunk, Chunks, Plan
 from ..stream.read import count_rows, with_partition
 from .filters import filter_columns
 
@@ -136,7 +136,7 @@ def plan_source(
     schema = pa.schema(list(planned.schema) + list(partition_schema))
     check_readable(schema, str(path))
     plan = Plan(
-        chunks=tuple(planned.chunks),
+        chunks=Chunks.of(planned.chunks),
         schema=pa.schema([schema.field(c) for c in wanted]),
         row_bytes=planned.row_bytes,
         details=Plan.details_of(format=fmt.name, columns=wanted, filter=filters, hive=partitioning),

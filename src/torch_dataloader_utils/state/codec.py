@@ -41,7 +41,7 @@ def _plan_facts(plan: Plan) -> dict[str, Any]:
         "fingerprint": plan.fingerprint,
         "rows": plan.num_rows,
         "chunks": len(plan.chunks),
-        "files": len({c.path for c in plan.chunks}),
+        "files": len(plan.chunks.paths),
         "file_versions": plan.files_digest,
     }
     snapshot = dict(plan.details).get("snapshot_id")
@@ -131,6 +131,12 @@ def read_failures(state: Mapping[str, Any]) -> tuple[int, int]:
 
 def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
     now = _plan_facts(plan)
+    if saved.get("fingerprint") not in (None, now["fingerprint"]):
+        # A state saved by a version that fingerprinted plans chunk by chunk (before the
+        # columnar plan): computed only for such a state.
+        legacy = plan.legacy_fingerprint()
+        if saved.get("fingerprint") == legacy:
+            now["fingerprint"] = legacy
     if saved.get("fingerprint") == now["fingerprint"] and saved.get("file_versions") in (
         None,  # a state saved before versions were pinned
         now["file_versions"],

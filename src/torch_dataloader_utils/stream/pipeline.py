@@ -7,7 +7,7 @@ from collections.abc import Iterator
 import pyarrow as pa
 
 from ..errors import DataError
-from ..planning import block_start, cut, run_pieces, strategy_of
+from ..planning import block_start, cut, strategy_of
 from .batches import cut_batches
 from .blocks import Segment, shuffled_blocks
 from .prefetch import Prefetcher
@@ -29,9 +29,7 @@ def stream_segments(stream: Stream, reader: Reader) -> Iterator[Segment]:
     start = stream.start
     # A resumed stream re-reads the block it stopped in and skips the rows it delivered.
     _, first = block_start(stream.length, start, layout)
-    parts = (
-        run_pieces(run, epoch.rows, epoch.order) for run in cut(stream.runs, first, stream.length)
-    )
+    parts = (epoch.run_pieces(run) for run in cut(stream.runs, first, stream.length))
     iteration = stream.iteration
     blocks = shuffled_blocks(
         reader.read(parts),

@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..planning import (
     EpochRows,
     Iteration,
@@ -52,12 +54,14 @@ class Stream:
         return min(self.done * self.epoch.layout.batch_size, self.length)
 
 
-def _epoch(chunk_rows: Sequence[int], layout: Layout, iteration: Iteration) -> EpochRows:
+def _epoch(
+    chunk_rows: Sequence[int] | np.ndarray, layout: Layout, iteration: Iteration
+) -> EpochRows:
     return EpochRows(chunk_rows, iteration.epoch, iteration.legs, layout)
 
 
 def rank_streams(
-    chunk_rows: Sequence[int], layout: Layout, iteration: Iteration, rank: Topology
+    chunk_rows: Sequence[int] | np.ndarray, layout: Layout, iteration: Iteration, rank: Topology
 ) -> tuple[list[int], list[int]]:
     """Batches of each stream of ``rank`` (one per worker of its ``num_workers``) in
     ``iteration``, and how many each delivered before it began."""
@@ -68,7 +72,7 @@ def rank_streams(
 
 
 def resolve(
-    chunk_rows: Sequence[int],
+    chunk_rows: Sequence[int] | np.ndarray,
     layout: Layout,
     iteration: Iteration,
     topology: Topology,

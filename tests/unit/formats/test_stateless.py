@@ -156,14 +156,14 @@ def test_filters_are_counted_with_the_plans_read_options(tmp_path: Path) -> None
         format_options=FORMATS["webdataset"][0],
     )
     kept = [i for i in range(120) if i % 4 and i < 50]
-    assert sum(web.plan.filtered_rows or ()) == len(kept)
+    assert web.plan.filtered_rows is not None and sum(web.plan.filtered_rows) == len(kept)
     csv = tdu.StructuredDataset(
         str(write_source(tmp_path / "csv", "csv")),
         format="csv",
         filters=pc.field("id") >= 60,
         format_options={"block_bytes": 512},
     )
-    assert sum(csv.plan.filtered_rows or ()) == 60
+    assert csv.plan.filtered_rows is not None and sum(csv.plan.filtered_rows) == 60
 
 
 def test_counting_options_keep_the_subclass() -> None:

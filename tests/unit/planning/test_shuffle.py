@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torch_dataloader_utils.errors import InvalidArgumentError
-from torch_dataloader_utils.planning import block_bounds, block_permutation
+from torch_dataloader_utils.planning import block_bounds, block_of, block_permutation
 
 
 def check_bounds(length: int, block_rows: int, first_block_rows: int) -> None:
@@ -106,3 +106,20 @@ def test_block_permutation_moves_rows():
     perm = block_permutation(seed=0, epoch=0, stream=0, block=0, n=1000).tolist()
     fixed = sum(i == p for i, p in enumerate(perm))
     assert fixed < 20
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    length=st.integers(1, 5000),
+    block_rows=st.integers(1, 700),
+    first_block_rows=st.integers(1, 900),
+    data=st.data(),
+)
+def test_block_of_finds_the_block_block_bounds_lists(
+    length: int, block_rows: int, first_block_rows: int, data: st.DataObject
+) -> None:
+    bounds = block_bounds(length, block_rows=block_rows, first_block_rows=first_block_rows)
+    position = data.draw(st.integers(0, length - 1))
+    index = next(i for i, (a, b) in enumerate(bounds) if a <= position < b)
+    got = block_of(position, length, block_rows=block_rows, first_block_rows=first_block_rows)
+    assert got == (index, *bounds[index])

@@ -13,6 +13,7 @@ import pytest
 from torch_dataloader_utils.errors import InvalidArgumentError, StateMismatchError
 from torch_dataloader_utils.planning import (
     Chunk,
+    Chunks,
     Layout,
     Leg,
     Plan,
@@ -48,7 +49,7 @@ def make_plan(*chunks: tuple[str, int], filtered_rows=None) -> Plan:
         start = seen.get(path, 0)
         seen[path] = start + 1
         out.append(Chunk(path, start, start + 1, rows, rows * 8, (rows,)))
-    return Plan(chunks=tuple(out), schema=SCHEMA, row_bytes=8.0, filtered_rows=filtered_rows)
+    return Plan(chunks=Chunks.of(out), schema=SCHEMA, row_bytes=8.0, filtered_rows=filtered_rows)
 
 
 PLAN = make_plan(("a.parquet", 40), ("a.parquet", 25), ("b.parquet", 35))
@@ -326,6 +327,17 @@ def test_files_rewritten_since_the_state_are_refused_naming_the_rewrite():
             decode(state, plan=now)
         assert decode(state, plan=now, allow_changed_data=True).batches == 4
     assert decode(state, plan=_versioned(PLAN, "mtime=1.0")).batches == 4
+
+
+def test_a_state_saved_with_the_earlier_fingerprint_resumes():
+    # States saved before the columnar plan carry the fingerprint computed chunk by chunk.
+    state = through_json(encode(Iteration(2, (), 4)))
+    state["plan"]["fingerprint"] = PLAN.legacy_fingerprint()
+    assert PLAN.legacy_fingerprint() != PLAN.fingerprint
+    assert decode(state).batches == 4
+    state["plan"]["fingerprint"] = "0123456789abcdef"
+    with pytest.raises(StateMismatchError, match="0123456789abcdef"):
+        decode(state)
 
 
 def test_a_state_saved_before_files_were_pinned_resumes():
