@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 import pickle
+import posixpath
 from multiprocessing.reduction import ForkingPickler
 
 import numpy as np
@@ -14,6 +15,7 @@ import pytest
 import torch.multiprocessing  # noqa: F401 - torch's shared-memory reductions for ForkingPickler
 
 from torch_dataloader_utils.planning import Chunk, Chunks, Files, Plan
+from torch_dataloader_utils.planning import plan as plan_module
 
 CHUNKS = [
     Chunk("/data/a/part-0.parquet", 0, 2, 30, 100, (10, 20)),
@@ -145,3 +147,22 @@ def test_fingerprint_changes_with_any_chunk_field() -> None:
     )  # paths relative to their common folder: data moved elsewhere still resumes
     units = [dataclasses.replace(c, unit_rows=()) for c in CHUNKS]
     assert Plan(chunks=units, schema=SCHEMA, row_bytes=8.0).fingerprint != base
+
+
+@pytest.mark.parametrize(
+    "paths",
+    [
+        ["/a/b/c.parquet", "/a/b/d/e.parquet"],
+        ["/x.parquet", "/y/z.parquet"],
+        ["a/b.csv", "a/c/d.csv"],
+        ["/a/b.parquet"],
+        ["bucket/k/x", "bucket/k/y"],
+        ["/a/./b", "/a/c"],
+        ["rel/x", "/abs/y"],
+        ["/a/b/é x", "/a/b/é y"],
+    ],
+)
+def test_relative_names_are_what_relpath_gives(paths: list[str]) -> None:
+    root = plan_module._common_folder(paths)
+    expected = [posixpath.relpath(p, root) for p in paths] if root else paths
+    assert plan_module._relative(paths) == expected
