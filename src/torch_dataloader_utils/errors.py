@@ -19,6 +19,7 @@ __all__ = [
     "MissingComponentError",
     "MissingDependencyError",
     "NullValueError",
+    "PlanTimeoutError",
     "SchemaMismatchError",
     "StateMismatchError",
     "StorageError",
@@ -126,6 +127,15 @@ class MissingComponentError(DataError):
 
 class NullValueError(DataError):
     """A column holds nulls and the null policy is ``"error"``."""
+
+
+# --- ranks -----------------------------------------------------------------------------------
+
+
+class PlanTimeoutError(TorchDataloaderUtilsError, TimeoutError):
+    """A rank waited longer than ``TDU_PLAN_TIMEOUT`` seconds (six hours by default) for rank 0
+    to plan the source (``torch.distributed``: rank 0 plans, the other ranks wait for its
+    plan)."""
 
 
 # --- workers ---------------------------------------------------------------------------------

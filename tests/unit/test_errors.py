@@ -34,6 +34,7 @@ BUILTIN_BASES: dict[str, type[BaseException]] = {
     "MissingComponentError": ValueError,
     "FileChangedError": ValueError,
     "WorkerDiedError": RuntimeError,
+    "PlanTimeoutError": TimeoutError,
 }
 
 # Narrower library bases a class must keep (a caller catching the broader one sees it).

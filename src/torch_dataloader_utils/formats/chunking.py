@@ -25,6 +25,20 @@ def group_units(
         partition: the file's hive partition values.
         options: the split targets; with neither, each unit is a chunk.
     """
+    if options.split_rows is None and options.split_bytes is None:
+        # Default: one unit per chunk (the loop below gives the same, at twice the cost).
+        return [
+            Chunk(
+                path=path,
+                start=index,
+                stop=index + 1,
+                num_rows=rows,
+                num_bytes=size,
+                unit_rows=(rows,),
+                partition=partition,
+            )
+            for index, rows, size in units
+        ]
     chunks: list[Chunk] = []
     run: list[tuple[int, int, int]] = []
     rows = size = 0

@@ -15,7 +15,7 @@ from ..errors import CorruptFileError, SchemaMismatchError
 from ..fs import FileSystemSpec, SourceFile
 from .base import ReadOptions
 from .opening import open_input, parsing
-from .parquet_footer import Footer, footer_file, read_footer
+from .parquet_footer import MAGIC, Footer, footer_file, read_footer
 
 __all__ = ["FileFacts", "chunk_ranges", "leaf_owners", "read_facts"]
 
@@ -44,6 +44,10 @@ def read_facts(
     """Read ``f``'s footer (checked), and keep the row groups the row filter may match, with
     the compressed and uncompressed bytes of the columns read.
 
+    The footer is read once and walked once (`parquet_footer`); pyarrow parses it only to turn
+    a schema not seen before into an Arrow schema (`_arrow_schema`), and, with a row filter,
+    to prune row groups by their statistics.
+
     Raises:
         CorruptFileError: the footer cannot be parsed, or disagrees with the schema.
         SchemaMismatchError: the row filter does not apply to this file's columns.
@@ -51,23 +55,27 @@ def read_facts(
     url = fs.url(f.path)
     if f.size == 0:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")
+    filtered = options.filter is not None
 
-    def footer() -> tuple[ds.ParquetFileFragment, Footer, pa.Schema]:
+    def footer() -> tuple[Footer, _Schema, ds.ParquetFileFragment | None]:
         with open_input(f.path, fs) as source, parsing(url):
             size = source.size()
             checked, thrift, start = read_footer(source, size, url)
-            # pyarrow parses the footer again: remote, from the bytes already read (no second
-            # request); local, from the file (a Python file object costs ~30 µs a file).
+            schema = _arrow_schema(checked, thrift)
+            if not filtered:
+                return checked, schema, None
+            # pyarrow parses the footer again for the statistics: remote, from the bytes
+            # already read (no second request); local, from the file.
             parsed = source if fs.is_local else footer_file(source, size, start, thrift)
             fragment = ds.ParquetFileFormat().make_fragment(
                 parsed, partition_expression=_partition_expression(partition)
             )
             fragment.ensure_complete_metadata()
-            return fragment, checked, fragment.physical_schema
+            return checked, schema, fragment
 
-    fragment, checked, schema = fs.request(footer, what=url)
+    checked, (schema, owners), fragment = fs.request(footer, what=url)
     kept: set[int] | None = None
-    if options.filter is not None:
+    if fragment is not None:
         full = schema
         for field in options.partition_schema or []:
             full = full.append(field)
@@ -80,9 +88,11 @@ def read_facts(
                 "other files of the source have different column types"
             ) from exc
         kept = {rg.id for rg in subset.row_groups}
-    wanted = set(options.columns) if options.columns is not None else None
-    owners = leaf_owners(schema)
-    leaves = [j for j, owner in enumerate(owners) if wanted is None or owner in wanted]
+    if options.columns is None:
+        leaves = None
+    else:
+        wanted = set(options.columns)
+        leaves = [j for j, owner in enumerate(owners) if owner in wanted]
     row_groups = []
     for i, (rows, chunks) in enumerate(checked.row_groups):
         if kept is not None and i not in kept:
@@ -92,11 +102,39 @@ def read_facts(
                 f"{url}: row group {i} has {len(chunks)} column chunks, the schema "
                 f"{len(owners)} leaf columns"
             )
-        columns = [chunks[j] for j in leaves]
-        compressed = sum(c.compressed for c in columns)
-        uncompressed = sum(c.uncompressed for c in columns)
+        columns = chunks if leaves is None else [chunks[j] for j in leaves]
+        compressed = uncompressed = 0
+        for c in columns:
+            compressed += c.compressed
+            uncompressed += c.uncompressed
         row_groups.append((i, rows, compressed, uncompressed))
     return FileFacts(schema, row_groups)
+
+
+# A file's Arrow schema and the top-level column of each of its leaf columns.
+_Schema = tuple[pa.Schema, list[str]]
+# Arrow schemas by the footer bytes they come from (`Footer.rest`): the files of a source
+# usually share one. Bounded: a source whose footers differ in their metadata (a writer that
+# stamps each file) parses each, as before this cache existed.
+_SCHEMAS: dict[tuple[bytes, ...], _Schema] = {}
+_SCHEMAS_KEPT = 256
+
+
+def _arrow_schema(footer: Footer, thrift: bytes) -> _Schema:
+    """The Arrow schema of the footer ``thrift`` (parsed by pyarrow, once per distinct
+    schema and metadata), and its leaf columns' owners."""
+    found = _SCHEMAS.get(footer.rest)
+    if found is not None:
+        return found
+    # pyarrow reads a footer from a buffer holding only it (the row groups' offsets are not
+    # followed).
+    tail = pa.BufferReader(thrift + len(thrift).to_bytes(4, "little") + MAGIC)
+    schema = pq.read_metadata(tail).schema.to_arrow_schema()
+    found = (schema, leaf_owners(schema))
+    if len(_SCHEMAS) >= _SCHEMAS_KEPT:
+        _SCHEMAS.clear()
+    _SCHEMAS[footer.rest] = found
+    return found
 
 
 def _leaf_count(t: pa.DataType) -> int:

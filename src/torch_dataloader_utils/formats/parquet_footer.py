@@ -52,10 +52,16 @@ class ColumnFacts:
 
 @dataclass(frozen=True, slots=True)
 class Footer:
-    """A checked footer: rows per row group and each row group's column chunks, in leaf order."""
+    """A checked footer: rows per row group and each row group's column chunks, in leaf order.
+
+    ``rest`` is every byte of the footer but the values of its row count and row groups (the
+    schema, key-value metadata, writer, column orders): files whose ``rest`` is equal have the
+    same Arrow schema, which is worked out once for them (`formats.parquet_facts`).
+    """
 
     num_rows: int
     row_groups: tuple[tuple[int, tuple[ColumnFacts, ...]], ...]  # (rows, columns)
+    rest: tuple[bytes, ...] = ()
 
 
 class _ThriftError(Exception):
@@ -83,7 +89,8 @@ def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
 
 def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
     """The position after the value of type ``kind`` at ``pos``. Written for speed (a Python
-    call per value, varints skipped inline): planning walks every footer."""
+    call per nested value, integers and strings skipped inline): planning walks every footer.
+    (An explicit stack instead of the calls measured slower.)"""
     if kind in (_TRUE, _FALSE):
         return pos
     if kind == _BYTE:
@@ -114,6 +121,13 @@ def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
                 while data[pos] & 0x80:
                     pos += 1
                 pos += 1
+            elif kind == _BINARY:  # (statistics, names) inline too
+                n = data[pos]
+                if n < 0x80:
+                    pos += 1 + n
+                else:
+                    n, pos = _varint(data, pos)
+                    pos += n
             elif kind > _FALSE:
                 pos = _skip(data, pos, kind, depth + 1)
     if kind in (_LIST, _SET):
@@ -122,6 +136,8 @@ def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
         size, element = head >> 4, head & 0x0F
         if size == 15:
             size, pos = _varint(data, pos)
+        if size > len(data) - pos:  # each element takes at least a byte
+            raise _ThriftError(f"a list claims {size} elements")
         if element in (_TRUE, _FALSE):
             return pos + size  # a byte each
         if not _BYTE <= element <= _STRUCT:
@@ -132,12 +148,19 @@ def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
                     pos += 1
                 pos += 1
             return pos
+        if element == _BINARY:
+            for _ in range(size):
+                n, pos = _varint(data, pos)
+                pos += n
+            return pos
         for _ in range(size):
             pos = _skip(data, pos, element, depth + 1)
         return pos
     if kind == _MAP:
         size, pos = _varint(data, pos)
         if size:
+            if size > len(data) - pos:  # each entry takes at least two bytes
+                raise _ThriftError(f"a map claims {size} entries")
             types = data[pos]
             pos += 1
             for _ in range(size):
@@ -147,14 +170,103 @@ def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
     raise _ThriftError(f"unknown Thrift type {kind}")
 
 
-def _struct(
-    data: bytes, pos: int, wanted: dict[int, Any], depth: int
-) -> tuple[dict[int, Any], int]:
-    """The fields of the struct at ``pos`` in ``wanted`` (id → parser, ``None`` for an
-    integer, ``True`` to note only that it is there), the others skipped; and the position
-    after the struct."""
-    if depth > _MAX_DEPTH:
-        raise _ThriftError("the footer nests too deep")
+# The structures planning reads are walked by one function each (below), with the field
+# headers decoded inline: a STOP type ends a struct, a kept integer field must have an integer
+# type, a repeated field's last value wins, a kept list must be a list of structs, and every
+# other field is skipped (integers and strings inline).
+
+
+def _integer(data: bytes, pos: int, kind: int, field: int) -> tuple[int, int]:
+    if not _I16 <= kind <= _I64:
+        raise _ThriftError(f"field {field} is not an integer")
+    return _zigzag(data, pos)
+
+
+def _structs(data: bytes, pos: int, kind: int) -> tuple[int, int]:
+    """The size of the list of structs at ``pos``, and the position of its first element."""
+    if kind != _LIST:
+        raise _ThriftError("a list field is not a list")
+    head = data[pos]
+    pos += 1
+    size, element = head >> 4, head & 0x0F
+    if size == 15:
+        size, pos = _varint(data, pos)
+    if element != _STRUCT:
+        raise _ThriftError("a list of structs holds another type")
+    if size > len(data):  # each struct takes at least a byte
+        raise _ThriftError(f"a list claims {size} elements")
+    return size, pos
+
+
+# ColumnMetaData's fields planning keeps, by id: codec, uncompressed and compressed sizes, data
+# and dictionary page offsets (`_Meta`'s order).
+_META_FIELDS = {4: 0, 6: 1, 7: 2, 9: 3, 11: 4}
+_Meta = list[int | None]
+
+
+def _column_meta(data: bytes, pos: int, kind: int) -> tuple[_Meta, int]:
+    """ColumnMetaData (3 structs deep): codec (4), sizes (6, 7), page offsets (9, 11)."""
+    if kind != _STRUCT:
+        raise _ThriftError("a struct field is not a struct")
+    found: _Meta = [None, None, None, None, None]
+    field = 0
+    while True:
+        head = data[pos]
+        pos += 1
+        kind = head & 0x0F
+        if kind == _STOP:
+            return found, pos
+        if head >> 4:
+            field += head >> 4
+        else:
+            field, pos = _zigzag(data, pos)
+        slot = _META_FIELDS.get(field)
+        if _I16 <= kind <= _I64:
+            if slot is None:
+                while data[pos] & 0x80:
+                    pos += 1
+                pos += 1
+            else:
+                found[slot], pos = _zigzag(data, pos)
+        elif slot is not None:
+            raise _ThriftError(f"field {field} is not an integer")
+        elif kind == _BINARY:
+            n, pos = _varint(data, pos)
+            pos += n
+        elif kind > _FALSE:
+            pos = _skip(data, pos, kind, 4)
+
+
+def _column_chunk(data: bytes, pos: int) -> tuple[_Meta | None, bool, int]:
+    """ColumnChunk (2 structs deep): its metadata (3), whether it is encrypted (8, 9)."""
+    meta = None
+    encrypted = False
+    field = 0
+    while True:
+        head = data[pos]
+        pos += 1
+        kind = head & 0x0F
+        if kind == _STOP:
+            return meta, encrypted, pos
+        if head >> 4:
+            field += head >> 4
+        else:
+            field, pos = _zigzag(data, pos)
+        if field == 3:
+            meta, pos = _column_meta(data, pos, kind)
+        elif field in {8, 9}:
+            pos = _skip(data, pos, kind, 3)
+            encrypted = True
+        elif _I16 <= kind <= _I64:
+            while data[pos] & 0x80:
+                pos += 1
+            pos += 1
+        elif kind > _FALSE:
+            pos = _skip(data, pos, kind, 3)
+
+
+def _row_group(data: bytes, pos: int) -> tuple[dict[int, Any], int]:
+    """RowGroup (1 struct deep): its column chunks (1) and rows (3)."""
     found: dict[int, Any] = {}
     field = 0
     while True:
@@ -163,68 +275,62 @@ def _struct(
         kind = head & 0x0F
         if kind == _STOP:
             return found, pos
-        delta = head >> 4
-        if delta:
-            field += delta
+        if head >> 4:
+            field += head >> 4
         else:
             field, pos = _zigzag(data, pos)
-        parse = wanted.get(field, _SKIP)
-        if parse is _SKIP:
-            if _I16 <= kind <= _I64:  # inline, as in _skip
-                while data[pos] & 0x80:
-                    pos += 1
+        if field == 1:
+            size, pos = _structs(data, pos, kind)
+            chunks = []
+            for _ in range(size):
+                meta, encrypted, pos = _column_chunk(data, pos)
+                chunks.append((meta, encrypted))
+            found[1] = chunks
+        elif field == 3:
+            found[3], pos = _integer(data, pos, kind, field)
+        elif _I16 <= kind <= _I64:
+            while data[pos] & 0x80:
                 pos += 1
-            elif kind > _FALSE:
-                pos = _skip(data, pos, kind, depth + 1)
-        elif parse is None:
-            if not _I16 <= kind <= _I64:
-                raise _ThriftError(f"field {field} is not an integer")
-            found[field], pos = _zigzag(data, pos)
-        elif parse is True:
-            pos = _skip(data, pos, kind, depth + 1)
-            found[field] = True
-        else:
-            found[field], pos = parse(data, pos, kind, depth + 1)
+            pos += 1
+        elif kind > _FALSE:
+            pos = _skip(data, pos, kind, 2)
 
 
-_SKIP = object()
-
-
-def _list_of(item: Any) -> Any:
-    def parse(data: bytes, pos: int, kind: int, depth: int) -> tuple[list[Any], int]:
-        if kind != _LIST:
-            raise _ThriftError("a list field is not a list")
+def _file_meta(data: bytes) -> tuple[dict[int, Any], list[tuple[int, int]], int]:
+    """FileMetaData: rows (3) and row groups (4); the byte spans of those fields' values; and
+    the position after the struct."""
+    found: dict[int, Any] = {}
+    spans: list[tuple[int, int]] = []
+    field = 0
+    pos = 0
+    while True:
         head = data[pos]
         pos += 1
-        size, element = head >> 4, head & 0x0F
-        if size == 15:
-            size, pos = _varint(data, pos)
-        if element != _STRUCT:
-            raise _ThriftError("a list of structs holds another type")
-        if size > len(data):  # each struct takes at least a byte
-            raise _ThriftError(f"a list claims {size} elements")
-        items = []
-        for _ in range(size):
-            value, pos = item(data, pos, element, depth)
-            items.append(value)
-        return items, pos
-
-    return parse
-
-
-def _struct_of(wanted: dict[int, Any]) -> Any:
-    def parse(data: bytes, pos: int, kind: int, depth: int) -> tuple[dict[int, Any], int]:
-        if kind != _STRUCT:
-            raise _ThriftError("a struct field is not a struct")
-        return _struct(data, pos, wanted, depth)
-
-    return parse
-
-
-_COLUMN_META = _struct_of({4: None, 6: None, 7: None, 9: None, 11: None})
-_COLUMN_CHUNK = _struct_of({3: _COLUMN_META, 8: True, 9: True})
-_ROW_GROUP = _struct_of({1: _list_of(_COLUMN_CHUNK), 3: None})
-_FILE = {3: None, 4: _list_of(_ROW_GROUP)}
+        kind = head & 0x0F
+        if kind == _STOP:
+            return found, spans, pos
+        if head >> 4:
+            field += head >> 4
+        else:
+            field, pos = _zigzag(data, pos)
+        start = pos
+        if field == 3:
+            found[3], pos = _integer(data, pos, kind, field)
+            spans.append((start, pos))
+        elif field == 4:
+            size, pos = _structs(data, pos, kind)
+            groups = []
+            for _ in range(size):
+                group, pos = _row_group(data, pos)
+                groups.append(group)
+            found[4] = groups
+            spans.append((start, pos))
+        elif _I16 <= kind <= _I64:
+            while data[pos] & 0x80:
+                pos += 1
+            pos += 1
+        elif kind > _FALSE:
+            pos = _skip(data, pos, kind, 1)
 
 
 def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
@@ -236,7 +342,7 @@ def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
         UnsupportedFileError: a column's metadata is encrypted.
     """
     try:
-        meta, end = _struct(thrift, 0, _FILE, 0)
+        meta, spans, end = _file_meta(thrift)
         if end > len(thrift):
             raise _ThriftError("a field runs past the footer")
     except IndexError:
@@ -256,40 +362,51 @@ def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
         if rows is None or rows < 0:
             raise CorruptFileError(f"{url}: row group {i} gives {rows} rows")
         columns = []
-        for j, chunk in enumerate(group.get(1, [])):
-            where = f"{url}: row group {i} column chunk {j}"
-            if 8 in chunk or 9 in chunk:
+        for j, (meta, encrypted) in enumerate(group.get(1, ())):
+            if encrypted:
                 raise UnsupportedFileError(
-                    f"{where}: the column's metadata is encrypted; encrypted Parquet is not "
-                    "supported (decrypt the file first, e.g. with pyarrow's "
-                    "FileDecryptionProperties, and write it back)"
+                    f"{url}: row group {i} column chunk {j}: the column's metadata is "
+                    "encrypted; encrypted Parquet is not supported (decrypt the file first, "
+                    "e.g. with pyarrow's FileDecryptionProperties, and write it back)"
                 )
-            columns.append(_column(chunk.get(3), where, size, rows))
+            columns.append(_column(meta, url, i, j, size=size, rows=rows))
         groups.append((rows, tuple(columns)))
     # The file's num_rows is not checked against its row groups': real writers leave it 0
     # (parquet-testing's repeated_no_annotation.parquet); rows are the row groups'.
-    return Footer(num_rows, tuple(groups))
+    rest = []
+    cut = 0
+    for start, stop in spans:
+        rest.append(thrift[cut:start])
+        cut = stop
+    rest.append(thrift[cut:end])
+    return Footer(num_rows, tuple(groups), tuple(rest))
 
 
-def _column(meta: dict[int, int] | None, where: str, size: int, rows: int) -> ColumnFacts:
-    if meta is None or any(k not in meta for k in (4, 6, 7, 9)):
-        raise CorruptFileError(f"{where}: the column chunk's metadata is missing")
-    codec, uncompressed, compressed, data = meta[4], meta[6], meta[7], meta[9]
+def _column(meta: _Meta | None, url: str, i: int, j: int, *, size: int, rows: int) -> ColumnFacts:
+    """Row group ``i``'s column chunk ``j``, checked against the file's ``size``."""
+    codec, uncompressed, compressed, data, dictionary = meta or (None, None, None, None, None)
+    if codec is None or uncompressed is None or compressed is None or data is None:
+        raise CorruptFileError(
+            f"{url}: row group {i} column chunk {j}: the column chunk's metadata is missing"
+        )
     if codec not in _CODECS:
-        raise CorruptFileError(f"{where}: unknown compression codec {codec}")
+        raise CorruptFileError(
+            f"{url}: row group {i} column chunk {j}: unknown compression codec {codec}"
+        )
     if compressed < 0 or uncompressed < 0:
         raise CorruptFileError(
-            f"{where}: negative size ({compressed} bytes compressed, {uncompressed} uncompressed)"
+            f"{url}: row group {i} column chunk {j}: negative size ({compressed} bytes "
+            f"compressed, {uncompressed} uncompressed)"
         )
     start = data
-    dictionary = meta.get(11)
     if dictionary is not None and 0 < dictionary < start:
         start = dictionary
     # A row group without rows is never read (pyarrow reads such files as empty too). A chunk
     # may overlap the footer: pyarrow reads such files (some writers padded chunks' sizes).
     if rows and (start < len(MAGIC) or start + compressed > size):
         raise CorruptFileError(
-            f"{where}: bytes [{start}:{start + compressed}) lie outside the file's {size} bytes"
+            f"{url}: row group {i} column chunk {j}: bytes [{start}:{start + compressed}) lie "
+            f"outside the file's {size} bytes"
         )
     return ColumnFacts(start, compressed, uncompressed)
 

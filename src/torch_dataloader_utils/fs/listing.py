@@ -8,6 +8,7 @@ named explicitly is always read. A file reached twice is an error, never read tw
 
 from __future__ import annotations
 
+import logging
 import os
 import posixpath
 from collections.abc import Sequence
@@ -18,6 +19,7 @@ from braceexpand import braceexpand
 from ..errors import InvalidSourceError, StorageError, TorchDataloaderUtilsError
 from .errors import translate_os_error
 from .identity import version_of
+from .progress import LOG_EVERY, Progress
 from .retry import as_os_error, is_sdk_error, scrub
 from .spec import FileSystemSpec
 
@@ -26,6 +28,8 @@ __all__ = ["Source", "SourceFile", "list_files"]
 Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 _GLOB_CHARS = frozenset("*?[")
+
+logger = logging.getLogger("torch_dataloader_utils.planning")
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +53,17 @@ class SourceFile:
 
 def _is_hidden(relative: str) -> bool:
     return any(part.startswith((".", "_")) for part in relative.split("/") if part)
+
+
+def _relative(path: str, base: str) -> str:
+    """``path`` relative to ``base`` (a string cut when it lies under it, as listings return:
+    ``posixpath.relpath`` costs ~40 µs a file)."""
+    if not base:
+        return path
+    cut = len(base) if base.endswith("/") else len(base) + 1
+    if path.startswith(base) and (base.endswith("/") or path[len(base) : cut] == "/"):
+        return path[cut:]
+    return posixpath.relpath(path, base)
 
 
 def _glob_base(pattern: str) -> str:
@@ -84,24 +99,60 @@ def _list_one(path: str, url: str, fs: FileSystemSpec) -> list[SourceFile]:
         files = [
             SourceFile(p, int(info.get("size") or 0), base, version_of(info))
             for p, info in sorted(found.items())
-            if info.get("type") == "file"
-            and not _is_hidden(posixpath.relpath(p, base) if base else p)
+            if info.get("type") == "file" and not _is_hidden(_relative(p, base))
         ]
         if not files:
             raise InvalidSourceError(f"{url}: the pattern matched no files")
         return files
     info = fsys.info(path)
     if info.get("type") == "directory":
-        found = fsys.find(path, detail=True)
-        files = [
-            SourceFile(p, int(i.get("size") or 0), path, version_of(i))
-            for p, i in sorted(found.items())
-            if i.get("type") == "file" and not _is_hidden(posixpath.relpath(p, path))
-        ]
+        if fs.is_local:
+            files = _local_files(path)
+        else:
+            found = fsys.find(path, detail=True)
+            files = [
+                SourceFile(p, int(i.get("size") or 0), path, version_of(i))
+                for p, i in sorted(found.items())
+                if i.get("type") == "file" and not _is_hidden(_relative(p, path))
+            ]
         if not files:
             raise InvalidSourceError(f"{url}: the directory holds no data files")
         return files
     return [SourceFile(path, int(info.get("size") or 0), posixpath.dirname(path), version_of(info))]
+
+
+def _local_files(root: str) -> list[SourceFile]:
+    """The files under the local directory ``root``, as fsspec's ``find`` lists them (regular
+    files, not symbolic links; directories walked, not linked ones; unreadable directories
+    left out), hidden ones left out, sorted by path, with the version fsspec's ``info`` gives
+    (``mtime``). Walked with ``os.scandir``: fsspec's ``find`` builds an 11-field dict per file
+    (about 4x the time, measured on 20,000 files)."""
+    files: list[SourceFile] = []
+    pending = [root]
+    while pending:
+        folder = pending.pop()
+        try:
+            entries = list(os.scandir(folder))
+        except OSError:
+            if folder == root:
+                raise
+            continue  # (fsspec's walk omits what it cannot list)
+        for entry in entries:
+            name = entry.name
+            if name.startswith((".", "_")):
+                continue  # hidden: neither the file nor anything under the directory
+            try:
+                if entry.is_dir(follow_symlinks=False):
+                    pending.append(entry.path)
+                elif entry.is_file(follow_symlinks=False):
+                    stat = entry.stat(follow_symlinks=False)
+                    files.append(
+                        SourceFile(entry.path, stat.st_size, root, f"mtime={stat.st_mtime}")
+                    )
+            except FileNotFoundError:
+                continue  # removed while listed
+    files.sort(key=lambda f: f.path)
+    return files
 
 
 def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:
@@ -123,7 +174,7 @@ def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:
     entries = [source] if isinstance(source, str | os.PathLike) else list(source)
     if not entries:
         raise InvalidSourceError("the source is an empty list")
-    files: list[SourceFile] = []
+    patterns: list[str] = []
     for entry in entries:
         if os.fspath(entry).startswith("pipe:"):
             # webdataset's "pipe:CMD" runs CMD in a shell: a source string must never execute.
@@ -132,8 +183,15 @@ def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:
                 "command); name the files by URL instead (s3://, gs://, abfs://, https://, a "
                 "local path): every fsspec filesystem is read directly, with retries"
             )
-        for pattern in braceexpand(os.fspath(entry)):
-            files.extend(_expand_one(pattern, fs))
+        patterns.extend(braceexpand(os.fspath(entry)))
+    files: list[SourceFile] = []
+    progress = Progress("paths listed", len(patterns))
+    for pattern in patterns:
+        files.extend(_expand_one(pattern, fs))
+        progress.add()
+    progress.finish()
+    if progress.elapsed >= LOG_EVERY:
+        logger.info("planning: listed %d files in %.1f s", len(files), progress.elapsed)
     seen: set[str] = set()
     for f in files:
         if f.path in seen:

@@ -139,8 +139,11 @@ _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 # An HTTP status: after "status"/"code"/"HTTP", or after a bracketed error name (Azure's
 # "[ServerBusy] 503 Server Busy").
 _STATUS = re.compile(r"(?:\b(?:status|code|HTTP)\D{0,12}|\]\s*)(\d{3})\b", re.IGNORECASE)
+# (s3fs turns S3's 503 SlowDown into OSError(EBUSY, "Please reduce your request rate."): its
+# message names neither.)
 _TRANSIENT_WORDS = re.compile(
-    r"SLOW_?DOWN|THROTTL|TOO_?MANY_?REQUESTS|UNAVAILABLE|INTERNAL_?(?:ERROR|FAILURE)|SERVER_?BUSY"
+    r"SLOW_?DOWN|reduce your request rate|THROTTL|TOO_?MANY_?REQUESTS|UNAVAILABLE"
+    r"|INTERNAL_?(?:ERROR|FAILURE)|SERVER_?BUSY"
     r"|RESOURCE_?EXHAUSTED|DEADLINE_?EXCEEDED|OPERATION_?TIMED_?OUT"
     r"|REQUEST_?TIMEOUT|NETWORK_?CONNECTION|timed? ?out|timeout|connection (?:reset|refused|"
     r"aborted|closed)|reset by peer|broken pipe|curl error|unexpected eof|end of file|"
@@ -329,7 +332,7 @@ def retrying(
         StorageError: a transient failure persisted through every attempt (names ``what``).
         Exception: a permanent failure, unchanged (the caller translates it).
     """
-    random_source = rng or random.Random()
+    random_source = rng  # made on the first retry: seeding one costs ~10 µs a request
     for attempt in range(1, policy.max_attempts + 1):
         try:
             return call()
@@ -343,6 +346,8 @@ def retrying(
                 final = StorageError(f"{what}: failed after {attempt} attempt(s): {_describe(exc)}")
                 final.final = True  # type: ignore[attr-defined]  # no more retries upstream
                 raise final from exc
+            if random_source is None:
+                random_source = random.Random()
             delay = policy.backoff(attempt, random_source)
             if counter is not None:
                 counter.add()

@@ -8,7 +8,14 @@ the workers, and stay small.
 
 from __future__ import annotations
 
-__all__ = ["AHEAD_THREADS", "COUNT_THREADS", "FETCH_THREADS", "PLAN_THREADS", "SCAN_THREADS"]
+__all__ = [
+    "AHEAD_THREADS",
+    "COUNT_THREADS",
+    "FETCH_THREADS",
+    "PLAN_THREADS",
+    "READ_THREADS",
+    "SCAN_THREADS",
+]
 
 # Planning reads metadata: Parquet footers, ORC tails, IPC headers, tar indexes, Iceberg
 # footers and delete files. On object storage each is one small request, so the threads spend
@@ -36,3 +43,9 @@ FETCH_THREADS = 8
 # shards, about 8 MiB a request): one thread per read pending. Two keep a request in flight
 # while another is sliced and decoded; more would only hold more bytes.
 AHEAD_THREADS = 2
+
+# Small pieces read ahead of need (`stream.read`), per process: a piece of a small file costs a
+# few requests of tens of milliseconds each (identity check, footer, bytes) and few rows, so
+# reading several at once is what keeps the first batch from waiting on every file of the first
+# block in turn. Each thread holds one small piece (at most 2 MiB decoded, by the estimate).
+READ_THREADS = 16

@@ -1,18 +1,78 @@
-"""Planning once per job: rank 0 plans and the other ranks receive the plan."""
+"""Planning once per job: rank 0 plans and the other ranks receive the plan.
+
+Planning a large source on object storage can take longer than a collective may wait (listing
+and reading a million footers: tens of minutes; the default process-group timeout is 10 minutes
+for NCCL, 30 for gloo). So the ranks do not wait for rank 0 inside the broadcast: rank 0 plans,
+then sets a key in the default process group's store (a few bytes: "planned" or "failed"); the
+other ranks poll that key (`Store.check`, no collective, no timeout of the group's) for up to
+`PLAN_TIMEOUT_ENV` seconds, logging while they wait, and only then join the broadcast, which
+carries the plan (or rank 0's error) and completes as fast as the bytes travel.
+
+Why the store and not a broadcast on a group made with a long ``timeout=``: the default group's
+store already exists on every rank and a key costs one small request per poll, whatever the
+backend; a new group costs every rank a connection to every other (gloo's full mesh: 4,095
+sockets per rank at 4,096 ranks) per dataset built. The plan itself never goes through the
+store (a TCPStore value is limited to 8 MiB, and one server would send it to every rank).
+The ranks poll with ``check`` (at most once a second each) rather than block in ``wait``: a
+``wait`` that times out to let a rank log makes torch print two C++ warnings each time.
+"""
 
 from __future__ import annotations
 
+import itertools
 import logging
+import os
 import pickle
+import time
 from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import torch.distributed as dist
 
-__all__ = ["plan_once"]
+from ..errors import InvalidArgumentError, PlanTimeoutError
+
+__all__ = ["PLAN_TIMEOUT_ENV", "plan_once", "plan_timeout"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+
+# Seconds the other ranks wait for rank 0 to plan, from this environment variable.
+PLAN_TIMEOUT_ENV = "TDU_PLAN_TIMEOUT"
+# Six hours: a million files on object storage at 100 ms a request plan in about two. The wait
+# only matters when rank 0 is stuck without dying (a dead rank 0 ends the job under torchrun,
+# and its store's connections when it hosts the store).
+_DEFAULT_TIMEOUT = 6 * 3600.0
+# Waiting ranks poll the key at most this often, and log this often.
+_POLL_MAX = 1.0
+_LOG_EVERY = 30.0
+_READY = b"planned"
+_FAILED = b"failed"
+
+# Every rank calls plan_once in the same order (every rank builds every dataset), so the n-th
+# call of each process names the same key. A restarted job gets a new store (torchelastic
+# creates one per attempt), so keys of a previous attempt are never seen.
+_calls = itertools.count()
+
+
+def plan_timeout() -> float:
+    """Seconds a rank waits for rank 0's plan: ``$TDU_PLAN_TIMEOUT``, or six hours.
+
+    Raises:
+        InvalidArgumentError: the variable is not a positive number of seconds.
+    """
+    text = os.environ.get(PLAN_TIMEOUT_ENV, "").strip()
+    if not text:
+        return _DEFAULT_TIMEOUT
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = -1.0
+    if not seconds > 0:  # (also NaN)
+        raise InvalidArgumentError(
+            f"{PLAN_TIMEOUT_ENV}={text!r}: expected a positive number of seconds (how long the "
+            "other ranks wait for rank 0 to plan the source)"
+        )
+    return seconds
 
 
 def plan_once(make: Callable[[], T], *, explicit: bool) -> T:
@@ -24,28 +84,90 @@ def plan_once(make: Callable[[], T], *, explicit: bool) -> T:
     (explicit ranks may be a data-parallel subgroup that not every process builds). Every rank
     of the group must build the dataset, as every rank of a DDP job does.
 
-    An error on rank 0 is raised on every rank, so no rank is left waiting.
+    The other ranks wait for rank 0 outside any collective, for up to ``$TDU_PLAN_TIMEOUT``
+    seconds (six hours by default), so a planning longer than the process group's timeout
+    completes. An error on rank 0 is raised on every rank, so no rank is left waiting.
+
+    Raises:
+        PlanTimeoutError: (ranks other than 0) rank 0 did not finish within the timeout.
+        Exception: rank 0's planning error, on every rank.
     """
     if explicit or not (dist.is_available() and dist.is_initialized()):
         return make()
     if dist.get_world_size() == 1:
         return make()
+    timeout = plan_timeout()  # on every rank: a bad value fails before any collective
+    key = f"torch_dataloader_utils/plan/{next(_calls)}"
+    store = _default_store()
     box: list[object] = [None]
     if dist.get_rank() == 0:
         try:
             box[0] = ("ok", make())
         except Exception as exc:
             box[0] = ("error", _portable(exc))
+            _announce(store, key, _FAILED)
             dist.broadcast_object_list(box, src=0)
             raise
+        _announce(store, key, _READY)
         dist.broadcast_object_list(box, src=0)
         logger.debug("plan broadcast from rank 0")
     else:
+        if store is not None:
+            _await(store, key, timeout)
         dist.broadcast_object_list(box, src=0)
     kind, value = cast(tuple[str, Any], box[0])
     if kind == "error":
         raise value
     return cast(T, value)
+
+
+def _default_store() -> Any:
+    """The default process group's store, or ``None`` where torch offers none (the ranks then
+    wait inside the broadcast, under the group's timeout)."""
+    try:
+        return dist.distributed_c10d._get_default_store()
+    except (AttributeError, KeyError, ValueError, RuntimeError):
+        logger.debug("no default store: the ranks wait for the plan inside the broadcast")
+        return None
+
+
+def _announce(store: Any, key: str, value: bytes) -> None:
+    if store is not None:
+        store.set(key, value)
+
+
+def _await(store: Any, key: str, timeout: float) -> None:
+    """Poll ``key`` until rank 0 sets it, logging every `_LOG_EVERY` seconds.
+
+    Raises:
+        PlanTimeoutError: not set within ``timeout`` seconds.
+    """
+    rank = dist.get_rank()
+    start = time.monotonic()
+    logged = start
+    pause = 0.01
+    while not store.check([key]):
+        now = time.monotonic()
+        waited = now - start
+        if waited >= timeout:
+            raise PlanTimeoutError(
+                f"rank {rank}: rank 0 did not finish planning the source within {timeout:.0f} "
+                f"s; set {PLAN_TIMEOUT_ENV} (seconds) to wait longer, or look at rank 0's log "
+                "for its progress"
+            )
+        if now - logged >= _LOG_EVERY:
+            logged = now
+            logger.info(
+                "rank %d: waiting for rank 0 to plan the source (%.0f s so far, at most %.0f s: "
+                "%s)",
+                rank,
+                waited,
+                timeout,
+                PLAN_TIMEOUT_ENV,
+            )
+        time.sleep(min(pause, timeout - waited))
+        pause = min(pause * 2, _POLL_MAX)
+    logger.debug("rank %d: rank 0 planned after %.1f s", rank, time.monotonic() - start)
 
 
 def _portable(exc: Exception) -> Exception:

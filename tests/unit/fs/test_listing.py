@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import uuid
 from collections.abc import Iterator
@@ -106,6 +107,53 @@ def test_explicitly_named_hidden_files_are_read(tmp_path: Path) -> None:
         files = list_files(tmp_path / rel, LOCAL)
         assert paths(files, tmp_path) == [rel]
         assert files[0].base == str((tmp_path / rel).parent)
+
+
+def _as_fsspec_lists(root: Path) -> list[SourceFile]:
+    """What listing a local directory gave through fsspec's ``find`` (before the local walk)."""
+    from torch_dataloader_utils.fs.identity import version_of
+    from torch_dataloader_utils.fs.listing import _is_hidden, _relative
+
+    base = str(root)
+    found = fsspec.filesystem("file").find(base, detail=True)
+    return [
+        SourceFile(p, int(i.get("size") or 0), base, version_of(i))
+        for p, i in sorted(found.items())
+        if i.get("type") == "file" and not _is_hidden(_relative(p, base))
+    ]
+
+
+def test_a_local_directory_lists_as_fsspec_find_does(tmp_path: Path) -> None:
+    touch(tmp_path, "a=1/b=x/f1.parquet", "a=1/f0", "z/ä ü.parquet", "top", "a=1/b=x/.f2")
+    touch(tmp_path, ".hidden/x", "_tmp/y", "_SUCCESS", ".crc", "z/_meta", "deep/" * 12 + "f")
+    touch(tmp_path, "A", "a-b/c", "ab/c", "a.b", "a0", size=5)  # sort order of close names
+    os.symlink(tmp_path / "top", tmp_path / "link-to-file")  # links: not listed, as fsspec
+    os.symlink(tmp_path / "z", tmp_path / "link-to-dir")
+    os.symlink(tmp_path / "nowhere", tmp_path / "broken")
+    os.mkfifo(tmp_path / "fifo")
+    listed = list_files(str(tmp_path), LOCAL)
+    assert listed == _as_fsspec_lists(tmp_path)
+    assert "z/ä ü.parquet" in paths(listed, tmp_path)
+    assert all(f.version.startswith("mtime=") and f.base == str(tmp_path) for f in listed)
+
+
+def test_an_unreadable_local_subdirectory_is_left_out_as_fsspec_does(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    touch(tmp_path, "ok/f", "locked/g")
+    scandir = os.scandir
+
+    def refusing(path: str) -> Iterator[os.DirEntry[str]]:
+        if str(path).endswith("locked"):
+            raise PermissionError(13, "Permission denied", str(path))
+        return scandir(path)
+
+    monkeypatch.setattr(os, "scandir", refusing)  # (tests run as root: chmod refuses nothing)
+    assert paths(list_files(str(tmp_path), LOCAL), tmp_path) == ["ok/f"]
+    assert list_files(str(tmp_path), LOCAL) == _as_fsspec_lists(tmp_path)
+    monkeypatch.setattr(os, "scandir", lambda path: refusing(str(path) + "locked"))
+    with pytest.raises(PermissionError):  # the directory named: an error, as with fsspec
+        list_files(str(tmp_path), LOCAL)
 
 
 def test_empty_directory_is_an_invalid_source(tmp_path: Path) -> None:
@@ -320,3 +368,18 @@ def test_a_shell_pipe_source_is_refused_before_anything_runs(tmp_path: Path, sou
     with pytest.raises(InvalidSourceError, match="pipe: sources are not supported"):
         tdu.create_dataloader(f"{source}; touch {marker}", num_workers=0)
     assert not marker.exists()
+
+
+def test_a_slow_listing_logs_its_progress_and_total(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from torch_dataloader_utils.fs import listing, progress
+
+    touch(tmp_path, "a/x", "b/y", "b/z")
+    monkeypatch.setattr(progress, "LOG_EVERY", 0.0)  # every step counts as slow
+    monkeypatch.setattr(listing, "LOG_EVERY", 0.0)
+    with caplog.at_level(logging.INFO, logger="torch_dataloader_utils.planning"):
+        list_files(str(tmp_path / "{a,b}"), LOCAL)
+    lines = [r.getMessage() for r in caplog.records]
+    assert lines[0].startswith("planning: 1 of 2 paths listed (50%)")
+    assert lines[-1].startswith("planning: listed 3 files in ")
