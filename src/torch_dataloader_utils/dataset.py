@@ -213,6 +213,7 @@ class StructuredDataset(IterableDataset[Any]):
             block_size=shuffle_block_size,
             block_bytes=shuffle_block_bytes,
             row_bytes=max(self.plan.row_bytes, planned.decoded_row_bytes),
+            chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
         )
         # Every option that decides which rows each stream reads and in what order.
         self.layout = Layout(
@@ -351,6 +352,7 @@ class StructuredDataset(IterableDataset[Any]):
             files=self.plan.files,
             on_error=self.on_error,
             failures=self.failure_log,
+            row_bytes=self.plan.row_bytes,
         )
         return stream_segments(stream, reader)
 

@@ -47,5 +47,5 @@ AHEAD_THREADS = 2
 # Small pieces read ahead of need (`stream.read`), per process: a piece of a small file costs a
 # few requests of tens of milliseconds each (identity check, footer, bytes) and few rows, so
 # reading several at once is what keeps the first batch from waiting on every file of the first
-# block in turn. Each thread holds one small piece (at most 2 MiB decoded, by the estimate).
+# block in turn. Each thread holds one small piece (at most 2 MiB, by the estimate).
 READ_THREADS = 16

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import itertools
 from collections.abc import Iterator
 
@@ -12,7 +13,7 @@ import pytest
 from tests.conftest import make_table
 from torch_dataloader_utils.planning import Layout, block_start
 from torch_dataloader_utils.stream.batches import cut_batches
-from torch_dataloader_utils.stream.blocks import Segment, shuffled_blocks
+from torch_dataloader_utils.stream.blocks import Segment, block_sizes, shuffled_blocks
 
 
 def split(table: pa.Table, pieces: int) -> list[pa.RecordBatch]:
@@ -194,3 +195,23 @@ def test_cut_batches_concatenates_and_cuts_exactly(
     assert ids_of(batches) == list(range(sum(sizes)))
     if batches:
         assert pa.Table.from_batches(batches).equals(make_table(np.arange(sum(sizes))))
+
+
+# --- block sizes --------------------------------------------------------------------------------
+
+
+def test_first_block_spans_few_chunks_of_tiny_files() -> None:
+    sizes = functools.partial(block_sizes, block_size=None, block_bytes=64 << 20, row_bytes=20.0)
+    # Large chunks: the first block is 65,536 rows (whole batches), whatever the chunks.
+    assert (
+        sizes(batch_size=1000) == sizes(batch_size=1000, chunk_rows=100_000) == (3_355_000, 65_000)
+    )
+    # Chunks of 50 rows: 64 of them, in whole batches.
+    assert sizes(batch_size=1000, chunk_rows=50.0) == (3_355_000, 3_000)
+    assert sizes(batch_size=32, chunk_rows=50.0) == (3_355_424, 3_200)
+    # At least one batch.
+    assert sizes(batch_size=4096, chunk_rows=1.0) == (3_354_624, 4096)
+    # Rows by count: the first block is never larger than a block.
+    assert block_sizes(
+        batch_size=10, block_size=100, block_bytes=0, row_bytes=1.0, chunk_rows=50.0
+    ) == (100, 100)
