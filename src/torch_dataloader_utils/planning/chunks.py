@@ -208,17 +208,23 @@ class Chunks(Sequence[Chunk]):
         stop: np.ndarray,
         num_rows: np.ndarray,
         num_bytes: np.ndarray,
-        unit_rows: Sequence[Sequence[int]] | tuple[np.ndarray, np.ndarray] | None = None,
+        unit_rows: Sequence[Sequence[int]] | np.ndarray | None = None,
+        unit_offsets: np.ndarray | None = None,
         partitions: Sequence[tuple[tuple[str, Any], ...]] = ((),),
         partition: np.ndarray | None = None,
     ) -> Chunks:
         """Chunks from columns: chunk ``i`` is rows of ``paths[file[i]]``, units
-        ``[start[i], stop[i])``; ``unit_rows`` per chunk (lists, or ``(offsets, values)``)."""
+        ``[start[i], stop[i])``. Each chunk's units' rows are given either per chunk
+        (``unit_rows`` a sequence of sequences) or flat (``unit_rows`` one array of every unit's
+        rows, with ``unit_offsets``, ``len(file) + 1`` bounds into it)."""
         n = len(file)
-        if unit_rows is None:
+        if unit_offsets is not None:
+            if unit_rows is None or len(unit_offsets) != n + 1:
+                raise ValueError("unit_offsets needs unit_rows and len(file) + 1 bounds")
+            unit_offsets = np.asarray(unit_offsets, np.int64)
+            unit_values = np.asarray(unit_rows, np.int64)
+        elif unit_rows is None:
             unit_offsets, unit_values = np.zeros(n + 1, np.int64), np.zeros(0, np.int64)
-        elif isinstance(unit_rows, tuple) and len(unit_rows) == 2 and n != 2:
-            unit_offsets, unit_values = (np.asarray(a, np.int64) for a in unit_rows)
         else:
             lengths = np.fromiter((len(u) for u in unit_rows), np.int64, count=n)
             unit_offsets = np.zeros(n + 1, np.int64)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import atexit
 import queue
 import threading
+import time
+import weakref
 from collections.abc import Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 __all__ = ["Prefetcher"]
 
@@ -13,6 +16,24 @@ T = TypeVar("T")
 
 _DONE = object()
 _POLL_SECONDS = 0.1
+# At interpreter exit, how long the threads still running get to finish the item they make.
+_EXIT_SECONDS = 30.0
+_running: weakref.WeakSet[Prefetcher[Any]] = weakref.WeakSet()
+
+
+@atexit.register
+def _stop_running() -> None:
+    """Stop the threads of iterators left unfinished when the program ends (a loop left with
+    ``break``, then the script ends). Once Python is finalizing, a daemon thread that comes back
+    from pyarrow's native code (which released the GIL) is ended inside it, and the C++ runtime
+    aborts the process ("terminate called without an active exception", exit status 134):
+    measured, 2 in 12 runs of a script that took one batch and ended. atexit runs before that."""
+    running = list(_running)
+    for prefetcher in running:
+        prefetcher._stop.set()
+    deadline = time.monotonic() + _EXIT_SECONDS
+    for prefetcher in running:
+        prefetcher._thread.join(max(0.0, deadline - time.monotonic()))
 
 
 class Prefetcher(Generic[T]):
@@ -66,6 +87,7 @@ class Prefetcher(Generic[T]):
 
     def __iter__(self) -> Iterator[T]:
         if self._thread.ident is None:  # not started yet
+            _running.add(self)
             self._thread.start()
         try:
             while True:

@@ -62,7 +62,8 @@ def test_built_from_arrays_equals_built_from_objects() -> None:
         stop=np.arange(n) % 10 + 1,
         num_rows=rows,
         num_bytes=rows * 8,
-        unit_rows=(np.arange(n + 1), rows),
+        unit_offsets=np.arange(n + 1),
+        unit_rows=rows,
     )
     objects = [
         Chunk(f"/d/f{i // 10}.parquet", i % 10, i % 10 + 1, int(r), int(r) * 8, (int(r),))
@@ -73,6 +74,43 @@ def test_built_from_arrays_equals_built_from_objects() -> None:
     plan_a = Plan(chunks=from_arrays, schema=SCHEMA, row_bytes=8.0)
     plan_b = Plan(chunks=tuple(objects), schema=SCHEMA, row_bytes=8.0)
     assert plan_a.fingerprint == plan_b.fingerprint and plan_a == plan_b
+
+
+def test_two_chunks_with_two_units_each_are_read_per_chunk() -> None:
+    # Two chunks' unit lists once looked like an (offsets, values) pair: the flat form now has
+    # its own keyword.
+    per_chunk = Chunks.from_arrays(
+        paths=["/d/a.parquet"],
+        file=np.zeros(2, np.int64),
+        start=np.array([0, 2]),
+        stop=np.array([2, 4]),
+        num_rows=np.array([7, 9]),
+        num_bytes=np.array([70, 90]),
+        unit_rows=(np.array([3, 4]), np.array([4, 5])),
+    )
+    flat = Chunks.from_arrays(
+        paths=["/d/a.parquet"],
+        file=np.zeros(2, np.int64),
+        start=np.array([0, 2]),
+        stop=np.array([2, 4]),
+        num_rows=np.array([7, 9]),
+        num_bytes=np.array([70, 90]),
+        unit_offsets=np.array([0, 2, 4]),
+        unit_rows=np.array([3, 4, 4, 5]),
+    )
+    assert [c.unit_rows for c in per_chunk] == [(3, 4), (4, 5)]
+    assert per_chunk == flat
+    with pytest.raises(ValueError, match="unit_offsets"):
+        Chunks.from_arrays(
+            paths=["/d/a.parquet"],
+            file=np.zeros(2, np.int64),
+            start=np.array([0, 2]),
+            stop=np.array([2, 4]),
+            num_rows=np.array([7, 9]),
+            num_bytes=np.array([70, 90]),
+            unit_offsets=np.array([0, 4]),
+            unit_rows=np.array([3, 4, 4, 5]),
+        )
 
 
 def test_pickle_round_trips_plans() -> None:
