@@ -58,6 +58,7 @@ from .formats.webdataset import WebDatasetFormat
 from .fs import RetryPolicy
 from .iceberg import IcebergDataset
 from .loader import TabularDataLoader, create_dataloader
+from .mixture import MixtureDataset, Source
 from .planning import Chunk, Piece, Plan, Topology
 from .webdataset import ShardWriter
 
@@ -81,6 +82,7 @@ __all__ = [
     "JsonFormat",
     "MissingComponentError",
     "MissingDependencyError",
+    "MixtureDataset",
     "NullValueError",
     "OrcFormat",
     "ParquetFormat",
@@ -91,6 +93,7 @@ __all__ = [
     "RetryPolicy",
     "SchemaMismatchError",
     "ShardWriter",
+    "Source",
     "StateMismatchError",
     "StorageError",
     "StorageNotFoundError",

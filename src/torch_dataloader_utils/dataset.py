@@ -340,7 +340,7 @@ class StructuredDataset(IterableDataset[Any]):
         stream = resolve(self.plan.chunk_rows, self.layout, Iteration(epoch), topology, done=0)
         return stream.epoch.pieces(stream.runs)
 
-    def _segments(self, stream: Stream) -> Iterator[Segment]:
+    def _segments(self, stream: Any) -> Iterator[Segment]:
         """The batches of ``stream`` before conversion, from where its pass starts."""
         reader = Reader(
             self.plan.chunks,
@@ -361,12 +361,16 @@ class StructuredDataset(IterableDataset[Any]):
         # torchdata's StatefulDataLoader asks a worker's state right after iter(dataset).
         topology = self.topology()
         iteration, done = self.passes.this_pass(topology)
-        stream = resolve(self.plan.chunk_rows, self.layout, iteration, topology, done=done)
+        stream = self._resolve(iteration, topology, done)
         reading = Progress(iteration, stream.done, stream.batches, topology)
         self._reading = reading
         return self._read(stream, reading)
 
-    def _read(self, stream: Stream, reading: Progress) -> Iterator[Any]:
+    def _resolve(self, iteration: Iteration, topology: Topology, done: int | None) -> Any:
+        """The stream ``topology`` reads in ``iteration`` (a `Stream`; a mixture's differs)."""
+        return resolve(self.plan.chunk_rows, self.layout, iteration, topology, done=done)
+
+    def _read(self, stream: Any, reading: Progress) -> Iterator[Any]:
         in_main = get_worker_info() is None
         if not in_main:
             self.failure_log.relayed = bundle_rows() > 0  # a TabularDataLoader's worker
@@ -422,7 +426,12 @@ class StructuredDataset(IterableDataset[Any]):
         """
         rank, world_size = self.resolved_rank()
         strategy = strategy_of(self.layout.strategy)
-        return strategy.rank_batches(self.plan.num_rows, Topology(rank, world_size), self.layout)
+        return strategy.rank_batches(self.epoch_rows, Topology(rank, world_size), self.layout)
+
+    @property
+    def epoch_rows(self) -> int:
+        """Rows an epoch reads across all ranks, before the remainder policy."""
+        return self.plan.num_rows
 
     # --- the options, as the layout holds them ---------------------------------------------------
 

@@ -12,7 +12,7 @@ from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from .dataset import StructuredDataset
-from .errors import TorchDataloaderUtilsError, WorkerDiedError
+from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
 from .formats import Format
 from .fs import Source
 from .options import check_dataloader_options, check_loader_arguments
@@ -405,7 +405,17 @@ def create_dataloader(
         bundle_rows=bundle_rows,
         persistent_workers=persistent_workers,
     )
-    dataset = dataset_class(data, format, **dataset_options)
+    from .mixture import MixtureDataset, Source
+
+    if isinstance(data, Source) or (
+        isinstance(data, list | tuple) and data and all(isinstance(s, Source) for s in data)
+    ):
+        if dataset_class is not StructuredDataset:
+            raise InvalidArgumentError("a mixture of tdu.Source is read by MixtureDataset")
+        sources = [data] if isinstance(data, Source) else list(data)
+        dataset: StructuredDataset = MixtureDataset(sources, **dataset_options)
+    else:
+        dataset = dataset_class(data, format, **dataset_options)
     extra: dict[str, Any] = {}
     if workers > 0:
         extra["persistent_workers"] = persistent_workers

@@ -251,6 +251,37 @@ class Chunks(Sequence[Chunk]):
         )
         return cls(columns, tuple(partitions))
 
+    @classmethod
+    def concat(cls, parts: Sequence[Chunks]) -> Chunks:
+        """The chunks of ``parts`` one after another (a mixture's sources), column by column."""
+        paths: list[str] = []
+        partitions: list[tuple[tuple[str, Any], ...]] = []
+        columns: dict[str, list[np.ndarray]] = {
+            name: [] for name in ("file", "start", "stop", "num_rows", "num_bytes", "partition")
+        }
+        counts: list[np.ndarray] = []
+        units: list[np.ndarray] = []
+        for part in parts:
+            for name, shift in (("file", len(paths)), ("partition", len(partitions))):
+                columns[name].append(part.column(name) + shift)
+            for name in ("start", "stop", "num_rows", "num_bytes"):
+                columns[name].append(part.column(name))
+            counts.append(np.diff(part.column("unit_offsets")))
+            units.append(part.column("unit_rows"))
+            paths.extend(part.paths)
+            partitions.extend(part._partitions)
+        joined = {n: np.concatenate(c) if c else np.zeros(0, np.int64) for n, c in columns.items()}
+        offsets = np.zeros(len(joined["file"]) + 1, np.int64)
+        if counts:
+            np.cumsum(np.concatenate(counts), out=offsets[1:])
+        return cls.from_arrays(
+            paths=paths,
+            unit_offsets=offsets,
+            unit_rows=np.concatenate(units) if units else np.zeros(0, np.int64),
+            partitions=partitions or [()],
+            **joined,
+        )
+
     # --- columns ----------------------------------------------------------------------------
 
     def column(self, name: str) -> np.ndarray:

@@ -23,6 +23,7 @@ from .shuffle import block_of, block_permutation
 __all__ = [
     "Iteration",
     "Leg",
+    "block_rest",
     "block_start",
     "consumed",
     "epoch_sequence",
@@ -140,7 +141,7 @@ def block_start(length: int, position: int, layout: Layout) -> tuple[int, int]:
     return index, start
 
 
-def _block_rest(
+def block_rest(
     items: Sequence[Item], span: tuple[int, int], read: int, layout: Layout, key: dict[str, int]
 ) -> tuple[list[Item], int]:
     """The unread rows of the block a stream stopped in, and where its untouched rows start."""
@@ -198,7 +199,7 @@ def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> lis
                 "stream": rank * leg.num_workers + worker,
                 "leg": depth,
             }
-            partial, untouched = _block_rest(items, span, read, layout, key)
+            partial, untouched = block_rest(items, span, read, layout, key)
             left.extend(partial)
             if untouched < length:
                 a, b = span[0] + untouched, span[0] + length

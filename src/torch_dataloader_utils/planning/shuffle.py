@@ -46,11 +46,21 @@ def block_of(
 
 
 def block_permutation(
-    *, seed: int, epoch: int, stream: int, block: int, n: int, leg: int = 0
+    *,
+    seed: int,
+    epoch: int,
+    stream: int,
+    block: int,
+    n: int,
+    leg: int = 0,
+    source: int | None = None,
 ) -> np.ndarray:
     """The permutation of block ``block`` of ``stream`` in ``epoch``: a function of those alone.
 
     ``leg`` counts elastic resumes inside the epoch (the streams after one are new streams).
+    ``source``: in a mixture, the source whose part of the stream the block is.
     """
     key = [seed, epoch, stream, block] if not leg else [seed, epoch, stream, block, leg]
+    if source is not None:
+        key += [leg, 0x5C, source]
     return np.random.default_rng(key).permutation(n)

@@ -20,6 +20,8 @@ from typing import Any, TypeVar
 from torch.utils.data import get_worker_info
 
 from ..planning import Iteration, Layout, Plan, Ranks, Topology
+from ..planning.mixture import Mixture
+from ..stream.mix import rank_mix_streams
 from ..stream.resolve import rank_streams
 from .codec import (
     decode_state,
@@ -71,12 +73,17 @@ class Passes:
         plan: the plan (the state names its fingerprint and rows).
         layout: the options that order and cut the streams.
         ranks: how the calling process finds its rank.
+        mixture: a mixture's sources (its streams are cut from the mixture's sequence), or
+            ``None``: the plan's chunks are the one source.
     """
 
-    def __init__(self, plan: Plan, layout: Layout, ranks: Ranks) -> None:
+    def __init__(
+        self, plan: Plan, layout: Layout, ranks: Ranks, mixture: Mixture | None = None
+    ) -> None:
         self.plan = plan
         self.layout = layout
         self.ranks = ranks
+        self.mixture = mixture
         # Shared with this rank's DataLoader workers (persistent ones too).
         self.control = PassControl()
         self.pending: Iteration | None = None  # a loaded state, for the next pass
@@ -118,12 +125,11 @@ class Passes:
         """
         iteration = self._begin(for_workers=True)
         rank, world_size = self.ranks.resolve()
-        counts, done = rank_streams(
-            self.plan.chunk_rows,
-            self.layout,
-            iteration,
-            Topology(rank, world_size, 0, max(1, num_workers)),
-        )
+        topology = Topology(rank, world_size, 0, max(1, num_workers))
+        if self.mixture is not None:
+            counts, done = rank_mix_streams(self.mixture, self.layout, iteration, topology)
+        else:
+            counts, done = rank_streams(self.plan.chunk_rows, self.layout, iteration, topology)
         progress = Progress(iteration, iteration.batches, sum(counts), Topology(rank, world_size))
         self.progress = progress
         return progress, counts, done

@@ -99,12 +99,14 @@ def shuffled_blocks(
     stream: int,
     leg: int = 0,
     start: int = 0,
+    source: int | None = None,
 ) -> Iterator[Segment]:
     """Group the stream's ``length`` rows into blocks and draw each block's permutation.
 
     Block boundaries sit at fixed stream positions, so the result is a pure function of
     ``(seed, epoch, stream, leg, rows)``, whatever batch sizes the reader produced. Yields
-    ``(block, permutation)``; the rows are gathered later, straight into the output (see
+    ``(block, permutation)`` (``source``: in a mixture, the source of this part of the stream,
+    which keys the permutations too); the rows are gathered later, straight into the output (see
     ``Converter.fields``). Without shuffling, batches pass through with ``None``.
 
     To resume at output row ``start``, ``batches`` must begin with the first row of the block
@@ -127,7 +129,13 @@ def shuffled_blocks(
         block = pa.concat_batches(group)
         del group  # one copy of the block at a time
         perm = block_permutation(
-            seed=options.seed, epoch=epoch, stream=stream, block=index, n=block.num_rows, leg=leg
+            seed=options.seed,
+            epoch=epoch,
+            stream=stream,
+            block=index,
+            n=block.num_rows,
+            leg=leg,
+            source=source,
         )
         if skip:
             perm, skip = perm[skip:], 0
