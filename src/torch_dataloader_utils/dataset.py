@@ -33,7 +33,7 @@ from .state import Passes, Progress
 from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, Segment, block_sizes
 from .stream.pipeline import stream_segments
 from .stream.read import Reader
-from .stream.resolve import Stream, resolve
+from .stream.resolve import resolve
 from .transport import bundle_rows, worker_messages
 
 if TYPE_CHECKING:

@@ -290,13 +290,10 @@ class MixtureDataset(StructuredDataset):
         else:
             given = None
         self.quotas = tuple(quotas(rows, given, epoch_rows))
-        self.mixture = Mixture(
-            tuple(p.plan.chunk_rows for p in self.parts), self.quotas, mixing
-        )
+        self.mixture = Mixture(tuple(p.plan.chunk_rows for p in self.parts), self.quotas, mixing)
         total = sum(self.quotas)
         row_bytes = (
-            sum(p.plan.row_bytes * q for p, q in zip(self.parts, self.quotas, strict=True))
-            / total
+            sum(p.plan.row_bytes * q for p, q in zip(self.parts, self.quotas, strict=True)) / total
             if total
             else 1.0
         )

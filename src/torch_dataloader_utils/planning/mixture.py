@@ -65,7 +65,9 @@ MIXINGS: tuple[Mixing, ...] = ("random", "stratified")
 WINDOW = 1 << 14
 
 
-def quotas(rows: Sequence[int], weights: Sequence[float] | None, epoch_rows: int | None) -> list[int]:
+def quotas(
+    rows: Sequence[int], weights: Sequence[float] | None, epoch_rows: int | None
+) -> list[int]:
     """Rows each source delivers an epoch.
 
     With neither ``weights`` nor ``epoch_rows``: every row of every source once. Otherwise
@@ -111,7 +113,9 @@ def quotas(rows: Sequence[int], weights: Sequence[float] | None, epoch_rows: int
     return base
 
 
-def source_order(num_chunks: int, *, seed: int, source: int, passes: int, shuffle: bool) -> np.ndarray:
+def source_order(
+    num_chunks: int, *, seed: int, source: int, passes: int, shuffle: bool
+) -> np.ndarray:
     """The chunk order of pass ``passes`` over source ``source``."""
     if not shuffle:
         return np.arange(num_chunks)
@@ -146,7 +150,13 @@ class SourceEpoch(EpochRows):
         first_layout = self.legs[0].layout if self.legs else self.layout
         n = len(self.chunk_rows)
         parts = [
-            source_order(n, seed=first_layout.seed, source=self.source, passes=p, shuffle=first_layout.shuffle)
+            source_order(
+                n,
+                seed=first_layout.seed,
+                source=self.source,
+                passes=p,
+                shuffle=first_layout.shuffle,
+            )
             for p in range(first, stop)
         ]
         out: np.ndarray = np.concatenate(parts).astype(np.int64) if parts else np.zeros(0, np.int64)
@@ -227,7 +237,10 @@ class Interleave:
         """The sources of the positions of window ``w`` (``[w*WINDOW, (w+1)*WINDOW)`` cut at R)."""
         lo, hi = w * WINDOW, min((w + 1) * WINDOW, self.total)
         first, last = self._merged(lo), self._merged(hi)
-        sources = [np.full(int(b - a), i, np.int16) for i, (a, b) in enumerate(zip(first, last, strict=True))]
+        sources = [
+            np.full(int(b - a), i, np.int16)
+            for i, (a, b) in enumerate(zip(first, last, strict=True))
+        ]
         labels = np.concatenate(sources) if sources else np.zeros(0, np.int16)
         if self.mixing == "random":
             seed, epoch, leg = self._key
@@ -279,7 +292,6 @@ class Interleave:
                     hi = mid
             out.append(lo)
         return np.asarray(out, np.int64)
-
 
 
 def source_layouts(layout: Layout, counts: Sequence[int]) -> list[Layout]:
@@ -373,9 +385,7 @@ class MixEpoch:
             for items, a, b in zip(self.items, lo.tolist(), hi.tolist(), strict=True)
         ]
 
-    def _remaining(
-        self, items: list[list[Item]], leg: Leg, depth: int
-    ) -> list[list[Item]]:
+    def _remaining(self, items: list[list[Item]], leg: Leg, depth: int) -> list[list[Item]]:
         """What is left of each source's ``items`` after ``leg`` (its streams' unread rows:
         the rest of the block each stopped in, and the rows after it)."""
         layout = leg.layout
