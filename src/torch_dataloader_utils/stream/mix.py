@@ -160,7 +160,9 @@ def mixed_segments(
         epoch = mix.source_epoch(i)
         source_layout = epoch.layout
         _, first = block_start(length, starts[i], source_layout)
-        pieces = (epoch.run_pieces(run) for run in cut(runs, first, length))
+        # (map binds this source's epoch now; a generator expression would look it up later,
+        # when the loop has moved on to the last source.)
+        pieces = map(epoch.run_pieces, cut(runs, first, length))
         blocks = shuffled_blocks(
             readers[i].read(pieces),
             length,
