@@ -4,10 +4,12 @@ loader, each with its weight, every epoch exactly its quota of rows (`planning.m
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -23,6 +25,7 @@ from .options import check_arguments
 from .planning import Chunks, Iteration, Layout, Plan, Ranks, Remainder, Topology, strategy_of
 from .planning.mixture import MIXINGS, Mixing, Mixture, quotas, source_layouts
 from .skipping import OnError
+from .sources.broadcast import plan_once, planned_by
 from .state import Passes
 from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, Segment, block_sizes
 from .stream.mix import MixStream, mixed_segments, resolve_mix
@@ -123,6 +126,9 @@ class Source:
         )
 
 
+# Sources planned at once (each plans its files in its own threads too).
+_PLAN_SOURCES = 8
+
 # Options create_dataloader may give for every source of a mixture (each Source's own win).
 _DEFAULTS = (
     "columns",
@@ -168,6 +174,43 @@ def _schema(sources: Sequence[Source], schemas: Sequence[pa.Schema]) -> pa.Schem
             f"the sources of a mixture hold columns of types that do not widen to one ({exc}): "
             f"{types}"
         ) from exc
+
+
+def _plan_sources(
+    sources: Sequence[Source], shared: Mapping[str, Any], *, explicit: bool
+) -> tuple[StructuredDataset, ...]:
+    """Each source's dataset. The sources are planned at once, in threads, on rank 0 (or here,
+    without torch.distributed), and their plans reach the other ranks in one broadcast."""
+    built: list[StructuredDataset] = []
+
+    def plan_all() -> list[Any]:
+        plans: list[Any] = [None] * len(sources)
+
+        def build(i: int) -> StructuredDataset:
+            def keep(make: Callable[[], Any]) -> Any:
+                plans[i] = make()
+                return plans[i]
+
+            with planned_by(keep):
+                return sources[i].dataset(**shared)
+
+        with ThreadPoolExecutor(min(len(sources), _PLAN_SOURCES), "tdu-sources") as pool:
+            built.extend(pool.map(build, range(len(sources))))
+        return plans
+
+    plans = plan_once(plan_all, explicit=explicit)
+    if built:  # planned here
+        return tuple(built)
+    parts = []
+    for source, plan in zip(sources, plans, strict=True):
+        with planned_by(functools.partial(_given_plan, plan)):
+            parts.append(source.dataset(**shared))
+    return tuple(parts)
+
+
+def _given_plan(plan: Any, make: Callable[[], Any]) -> Any:
+    """`plan_once` on the other ranks: the plan rank 0 made and broadcast."""
+    return plan
 
 
 class MixtureDataset(StructuredDataset):
@@ -274,7 +317,7 @@ class MixtureDataset(StructuredDataset):
             "world_size": world_size,
             "on_error": on_error,
         }
-        self.parts = tuple(source.dataset(**shared) for source in self.sources)
+        self.parts = _plan_sources(self.sources, shared, explicit=rank is not None)
         schema = _schema(self.sources, [p.plan.schema for p in self.parts])
         if source_column is not None:
             if source_column in schema.names:

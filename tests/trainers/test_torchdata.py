@@ -111,3 +111,42 @@ def test_in_process_state_resumes_a_tdu_loader_with_workers(parquet_dir: Any) ->
 def test_torchdata_example_resumes_exactly(tmp_path: Any) -> None:
     output = run_example("train_torchdata.py", "--data", str(tmp_path / "data"))
     assert "every row read once in each epoch, across the resume" in output
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_mixture_resumes_exactly_under_stateful_dataloader(
+    parquet_dir: Any, tmp_path: Any, workers: int
+) -> None:
+    from tests.conftest import write_parquet
+
+    root, _ = parquet_dir(SIZES)
+    small = tmp_path / "small"
+    write_parquet(small / "a.parquet", list(range(10_000, 10_090)), row_group_size=20)
+
+    def dataset() -> tdu.MixtureDataset:
+        return tdu.MixtureDataset(
+            [
+                tdu.Source(str(root), weight=2, columns=["id"]),
+                tdu.Source(str(small), weight=1, columns=["id"]),
+            ],
+            epoch_rows=600,  # the small source (90 rows) repeats; the other is subsampled
+            batch_size=BATCH,
+            shuffle=True,
+        )
+
+    loader = _loader(dataset(), workers)
+    epoch0 = _ids(list(loader))
+    assert len(epoch0) == 600 and sum(i >= 10_000 for i in epoch0) == 200
+    taken, it = [], iter(loader)  # the second epoch, stopped after 5 batches
+    for _ in range(5):
+        taken.append(next(it))
+    state = loader.state_dict()
+    rest_uninterrupted = list(it)
+    epoch1 = _ids(taken + rest_uninterrupted)
+    assert len(epoch1) == 600 and sum(i >= 10_000 for i in epoch1) == 200
+    # Source 0 (1,000 rows, 400 an epoch) goes on where epoch 0 stopped: no row twice yet.
+    assert not set(i for i in epoch0 if i < 10_000) & set(i for i in epoch1 if i < 10_000)
+
+    resumed = _loader(dataset(), workers)
+    resumed.load_state_dict(state)
+    assert _ids(list(resumed)) == _ids(rest_uninterrupted)
