@@ -412,6 +412,10 @@ def create_dataloader(
     ):
         if dataset_class is not StructuredDataset:
             raise InvalidArgumentError("a mixture of tdu.Source is read by MixtureDataset")
+        if format != "parquet":
+            raise InvalidArgumentError(
+                f"format={format!r} with a list of tdu.Source: give each Source its own format="
+            )
         sources = [data] if isinstance(data, Source) else list(data)
         dataset: StructuredDataset = MixtureDataset(sources, **dataset_options)
     else:

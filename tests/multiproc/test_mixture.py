@@ -183,3 +183,13 @@ def test_a_source_reads_files_or_a_table() -> None:
         tdu.Source()
     with pytest.raises(tdu.InvalidArgumentError, match="weight"):
         tdu.Source("x/", weight=-1)
+
+
+def test_a_format_for_every_source_is_refused(data: tuple[Path, Path]) -> None:
+    with pytest.raises(tdu.InvalidArgumentError, match="its own format"):
+        tdu.create_dataloader(sources(data), format="json", num_workers=0)
+
+
+def test_options_of_one_source_are_refused_for_the_mixture(data: tuple[Path, Path]) -> None:
+    with pytest.raises(tdu.InvalidArgumentError, match="split_strategy"):
+        tdu.create_dataloader(sources(data), split_strategy="round_robin", num_workers=0)

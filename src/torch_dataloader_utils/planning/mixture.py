@@ -220,7 +220,7 @@ class Interleave:
         """The source of each position in ``[start, stop)`` (may pass ``R``: wraps)."""
         parts: list[np.ndarray] = []
         pos = int(start)
-        while pos < stop:
+        while pos < stop and self.total:
             at = pos % self.total if self.total else 0
             w, inside = divmod(at, WINDOW)
             window = self._window(w)

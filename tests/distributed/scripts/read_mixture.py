@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import torch_dataloader_utils as tdu
+from tests.distributed.scripts.ranks import gather, join, leave, spec, watchdog, write
 
 COLUMNS = ["id", "cls", "txt"]  # what every source yields (each selects them with columns=)
 BATCH = 40
@@ -79,8 +80,6 @@ def read_epochs(loader: tdu.TabularDataLoader, epochs: int) -> list[list[dict[st
 
 
 def main() -> None:
-    from tests.distributed.scripts.ranks import gather, join, leave, spec, watchdog, write
-
     job = spec()
     config = json.loads(Path(job["config"]).read_text())
     join()

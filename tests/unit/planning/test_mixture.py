@@ -369,3 +369,8 @@ def test_elastic_legs_read_the_rest_of_each_source_once(seed: int) -> None:
             for i, c in enumerate(stream_rows(mix, a, b)):
                 got[i].update(c)
     assert got == everything
+
+
+def test_an_empty_interleave_has_no_positions() -> None:
+    inter = Interleave([0, 0], "random", seed=0, epoch=0)
+    assert inter.labels(0, 5).tolist() == [] and inter.prefix(7).tolist() == [0, 0]
