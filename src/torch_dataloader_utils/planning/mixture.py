@@ -127,9 +127,9 @@ class SourceEpoch(EpochRows):
     """The rows source ``source`` delivers in an epoch: positions ``[epoch*quota,
     (epoch+1)*quota)`` of its passes concatenated.
 
-    ``order`` and ``rows`` list the chunks of the passes the epoch touches, in order; the
-    epoch's rows are one run of them (`fresh`). ``legs`` are not used here: after an elastic
-    resume the mixture works out what is left of each source (`Interleave` and the resolver).
+    ``order`` and ``rows`` list the chunks of the passes the epoch touches, in order (the
+    first leg's seed and shuffle fix it); the epoch's rows are one run of them (`fresh`). What
+    is left of them after elastic resumes is worked out by the mixture (`MixEpoch.items`).
     """
 
     source: int = 0
@@ -338,8 +338,10 @@ class MixEpoch:
     @cached_property
     def sources(self) -> tuple[SourceEpoch, ...]:
         """Each source's epoch (its chunk order over the passes the epoch touches)."""
+        # (With the legs: a source's chunk order is its first leg's, whatever layout it is
+        # read with now.)
         return tuple(
-            SourceEpoch(rows, self.epoch, (), self.first, source=i, quota=q)
+            SourceEpoch(rows, self.epoch, self.legs, self.layout, source=i, quota=q)
             for i, (rows, q) in enumerate(zip(self.chunk_rows, self.quotas, strict=True))
         )
 
