@@ -46,7 +46,8 @@ class Source:
         format: the format of the files (``"parquet"``, ``"webdataset"``, ...).
         table: an Iceberg table name (``"db.table"``), read through ``catalog_config``.
         weight: the source's share of each epoch's rows, relative to the other sources'
-            (default: in proportion to its rows).
+            (default: 1 when another source has a weight; when none has, the sources share
+            the epoch in proportion to their rows).
         name: a name for messages (default: the path or table).
         columns, filters, storage_options, format_options, partitioning, split_bytes,
             split_rows, storage_backend, retries: as for one source.
