@@ -58,8 +58,9 @@ from .formats.webdataset import WebDatasetFormat
 from .fs import RetryPolicy
 from .iceberg import IcebergDataset
 from .loader import TabularDataLoader, create_dataloader
-from .mixture import MixtureDataset, Source
+from .mixture import MixtureDataset
 from .planning import Chunk, Piece, Plan, Topology
+from .source import Source
 from .webdataset import ShardWriter
 
 __version__ = "0.3.0.dev0"

@@ -340,9 +340,10 @@ class StructuredDataset(IterableDataset[Any]):
         stream = resolve(self.plan.chunk_rows, self.layout, Iteration(epoch), topology, done=0)
         return stream.epoch.pieces(stream.runs)
 
-    def _segments(self, stream: Any) -> Iterator[Segment]:
-        """The batches of ``stream`` before conversion, from where its pass starts."""
-        reader = Reader(
+    def reader(self, failures: FailureLog | None = None) -> Reader:
+        """A reader of this dataset's plan; its skipped reads go to ``failures`` (default: this
+        process's `failure_log`)."""
+        return Reader(
             self.plan.chunks,
             self.format,
             self.fs,
@@ -351,10 +352,13 @@ class StructuredDataset(IterableDataset[Any]):
             check=self.converter.check,
             files=self.plan.files,
             on_error=self.on_error,
-            failures=self.failure_log,
+            failures=self.failure_log if failures is None else failures,
             row_bytes=self.plan.row_bytes,
         )
-        return stream_segments(stream, reader)
+
+    def _segments(self, stream: Any) -> Iterator[Segment]:
+        """The batches of ``stream`` before conversion, from where its pass starts."""
+        return stream_segments(stream, self.reader())
 
     def __iter__(self) -> Iterator[Any]:
         # Not a generator: the pass (its epoch, its start) is fixed when iter() is called, as

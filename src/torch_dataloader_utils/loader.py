@@ -405,7 +405,8 @@ def create_dataloader(
         bundle_rows=bundle_rows,
         persistent_workers=persistent_workers,
     )
-    from .mixture import MixtureDataset, Source
+    from .mixture import MixtureDataset
+    from .source import Source
 
     if isinstance(data, Source) or (
         isinstance(data, list | tuple) and data and all(isinstance(s, Source) for s in data)

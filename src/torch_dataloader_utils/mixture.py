@@ -3,14 +3,11 @@ loader, each with its weight, every epoch exactly its quota of rows (`planning.m
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
@@ -18,136 +15,24 @@ import pyarrow as pa
 from .convert import Converter, Decoding, ListFormat, NullPolicy, OutputFormat
 from .dataset import StructuredDataset
 from .errors import InvalidArgumentError, SchemaMismatchError, UnsupportedTypeError
-from .formats import Format
-from .fs import RetryPolicy, StorageBackend, StorageOptions
-from .fs import Source as Paths
 from .options import check_arguments
 from .planning import Chunks, Iteration, Layout, Plan, Ranks, Remainder, Topology, strategy_of
-from .planning.mixture import MIXINGS, Mixing, Mixture, quotas, source_layouts
+from .planning.interleave import MIXINGS, Mixing
+from .planning.mixture import Mixture, quotas, source_layouts
 from .skipping import OnError
+from .source import SOURCE_DEFAULTS, Source, with_defaults
 from .sources.broadcast import plan_once, planned_by
 from .state import Passes
 from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, Segment, block_sizes
 from .stream.mix import MixStream, mixed_segments, resolve_mix
-from .stream.read import Reader
 
-__all__ = ["MixtureDataset", "Source"]
+__all__ = ["MixtureDataset"]
 
 logger = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Source:
-    """One source of a mixture: files (``path``) or an Iceberg table (``table``), its weight,
-    and the options `create_dataloader` takes for one source.
-
-    Args:
-        path: a path or URL, a directory, a glob, a brace pattern, or a list of them.
-        format: the format of the files (``"parquet"``, ``"webdataset"``, ...).
-        table: an Iceberg table name (``"db.table"``), read through ``catalog_config``.
-        weight: the source's share of each epoch's rows, relative to the other sources'
-            (default: 1 when another source has a weight; when none has, the sources share
-            the epoch in proportion to their rows).
-        name: a name for messages (default: the path or table).
-        columns, filters, storage_options, format_options, partitioning, split_bytes,
-            split_rows, storage_backend, retries: as for one source.
-        catalog_config, snapshot_id, as_of, ref: the Iceberg table's catalog and snapshot.
-
-    Examples:
-        >>> import torch_dataloader_utils as tdu  # doctest: +SKIP
-        >>> loader = tdu.create_dataloader(
-        ...     [tdu.Source("web/", weight=3), tdu.Source("code/", weight=1)],
-        ...     epoch_rows=1_000_000, batch_size=1024, shuffle=True)
-    """
-
-    path: Paths | None = None
-    format: str | Format = "parquet"
-    table: str | None = None
-    weight: float | None = None
-    name: str | None = None
-    columns: Sequence[str] | None = None
-    filters: Any = None
-    storage_options: StorageOptions | None = None
-    format_options: Mapping[str, Any] | None = None
-    partitioning: str | None = None
-    split_bytes: int | None = None
-    split_rows: int | None = None
-    storage_backend: StorageBackend = "auto"
-    retries: RetryPolicy | int | None = None
-    catalog_config: Mapping[str, Any] | None = field(default=None, repr=False)
-    snapshot_id: int | None = None
-    as_of: Any = None
-    ref: str | None = None
-
-    def __post_init__(self) -> None:
-        if (self.path is None) == (self.table is None):
-            raise InvalidArgumentError("a Source reads either path= (files) or table= (Iceberg)")
-        if self.weight is not None and not (self.weight >= 0):
-            raise InvalidArgumentError(f"a Source's weight must be >= 0, got {self.weight}")
-
-    @property
-    def label(self) -> str:
-        """The source's name in messages."""
-        if self.name:
-            return self.name
-        if self.table is not None:
-            return self.table
-        path = self.path
-        if isinstance(path, str | os.PathLike):
-            return os.fspath(path)
-        return ", ".join(os.fspath(p) for p in path or ())
-
-    def dataset(self, **options: Any) -> StructuredDataset:
-        """The one-source dataset that plans this source (``options``: the shared ones)."""
-        mine = {
-            "columns": self.columns,
-            "filters": self.filters,
-            "storage_options": self.storage_options,
-            "format_options": self.format_options,
-            "split_bytes": self.split_bytes,
-            "split_rows": self.split_rows,
-            "storage_backend": self.storage_backend,
-            "retries": self.retries,
-        }
-        if self.table is not None:
-            from .iceberg import IcebergDataset
-
-            return IcebergDataset(
-                self.table,
-                catalog_config=self.catalog_config,
-                snapshot_id=self.snapshot_id,
-                as_of=self.as_of,
-                ref=self.ref,
-                **mine,
-                **options,
-            )
-        assert self.path is not None
-        return StructuredDataset(
-            self.path, self.format, partitioning=self.partitioning, **mine, **options
-        )
-
-
 # Sources planned at once (each plans its files in its own threads too).
 _PLAN_SOURCES = 8
-
-# Options create_dataloader may give for every source of a mixture (each Source's own win).
-_DEFAULTS = (
-    "columns",
-    "filters",
-    "storage_options",
-    "format_options",
-    "partitioning",
-    "split_bytes",
-    "split_rows",
-    "retries",
-    "catalog_config",
-)
-
-
-def _with_defaults(source: Source, defaults: Mapping[str, Any]) -> Source:
-    """``source`` with the options it leaves unset taken from ``defaults``."""
-    unset = {k: v for k, v in defaults.items() if getattr(source, k) is None}
-    return dataclasses.replace(source, **unset) if unset else source
 
 
 def _schema(sources: Sequence[Source], schemas: Sequence[pa.Schema]) -> pa.Schema:
@@ -292,14 +177,14 @@ class MixtureDataset(StructuredDataset):
             num_ranks=None,
             on_error=on_error,
         )
-        unknown = set(defaults) - set(_DEFAULTS)
+        unknown = set(defaults) - set(SOURCE_DEFAULTS)
         if unknown:
             raise InvalidArgumentError(
                 f"options a mixture does not take: {sorted(unknown)} (options of one source go "
                 f"in its tdu.Source; these apply to every source that leaves them unset: "
-                f"{sorted(_DEFAULTS)})"
+                f"{sorted(SOURCE_DEFAULTS)})"
             )
-        self.sources = tuple(_with_defaults(s, defaults) for s in sources)
+        self.sources = tuple(with_defaults(s, defaults) for s in sources)
         self.collate_fn = collate_fn
         self.on_error = on_error
         self._failures = None
@@ -433,21 +318,7 @@ class MixtureDataset(StructuredDataset):
         return resolve_mix(self.mixture, self.layout, iteration, topology, done=done)
 
     def _segments(self, stream: Any) -> Iterator[Segment]:
-        readers = [
-            Reader(
-                p.plan.chunks,
-                p.format,
-                p.fs,
-                p.read_options,
-                output_columns=p._output_columns,
-                check=p.converter.check,
-                files=p.plan.files,
-                on_error=self.on_error,
-                failures=self.failure_log,
-                row_bytes=p.plan.row_bytes,
-            )
-            for p in self.parts
-        ]
+        readers = [part.reader(self.failure_log) for part in self.parts]
         schema = self.schema
         if self.source_column is not None:
             schema = schema.remove(schema.get_field_index(self.source_column))

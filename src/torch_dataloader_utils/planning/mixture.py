@@ -9,19 +9,12 @@ The model, for sources ``0..k-1`` (docs/concepts/mixtures.md, ADR 0013):
   sequence (`SourceEpoch`): a source smaller than its quota repeats, all of its rows before any
   row twice; a larger one goes on next epoch where it stopped. Nothing is kept between epochs:
   the epoch number says where each source stands.
-- The epoch's global sequence interleaves the sources (`Interleave`): ``R = sum(q)`` positions,
-  each a row of one source, the sources in proportion all along it. The streams cut it exactly
-  as they cut one source's epoch: equal spans per rank, batch-aligned spans per worker. A
-  stream's span ``[a, b)`` holds rows ``[P_i(a), P_i(b))`` of each source's sequence (``P``: the
-  interleave's prefix counts), so each source's part of a stream is contiguous and is read,
-  shuffled in blocks and resumed as a one-source stream is.
-
-How the positions of a window of `WINDOW` rows are given to the sources: the window's counts
-are fixed by merging the sources' evenly spaced keys ``(2j + 1) / (2 q_i)`` (exactly, in
-integers), so every window holds each source's share within a row or two. Inside a window,
-``"stratified"`` keeps that merged order (every batch holds each source's share within a row or
-two) and ``"random"`` permutes it by ``(seed, epoch, leg, window)`` (batches vary around the
-shares, as when drawing rows at random, while each window still holds its share).
+- The epoch's global sequence interleaves the sources (`interleave.Interleave`): ``R =
+  sum(q)`` positions, each a row of one source, the sources in proportion all along it. The
+  streams cut it exactly as they cut one source's epoch: equal spans per rank, batch-aligned
+  spans per worker. A stream's span ``[a, b)`` holds rows ``[P_i(a), P_i(b))`` of each
+  source's sequence (``P``: the interleave's prefix counts), so each source's part of a stream
+  is contiguous and is read, shuffled in blocks and resumed as a one-source stream is.
 """
 
 from __future__ import annotations
@@ -32,11 +25,11 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
-from typing import Literal
 
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from .interleave import Interleave, Mixing
 from .layout import Layout
 from .resume import Leg, block_rest, consumed, stream_batches, stream_spans
 from .sequence import Deferred, Item, Run, cut, sequence_length
@@ -44,25 +37,13 @@ from .strategy import EpochRows
 from .topology import Topology
 
 __all__ = [
-    "MIXINGS",
-    "WINDOW",
-    "Interleave",
     "MixEpoch",
     "Mixture",
-    "Mixing",
     "SourceEpoch",
     "quotas",
     "source_layouts",
     "source_order",
 ]
-
-Mixing = Literal["random", "stratified"]
-MIXINGS: tuple[Mixing, ...] = ("random", "stratified")
-
-# Rows of the global sequence whose sources are fixed together: the unit of the exact counts
-# (and, for "random", of the permutation). A stream computes the windows it reads, one at a
-# time: ~1 ms each.
-WINDOW = 1 << 14
 
 
 def quotas(
@@ -128,7 +109,7 @@ class SourceEpoch(EpochRows):
     (epoch+1)*quota)`` of its passes concatenated.
 
     ``order`` and ``rows`` list the chunks of the passes the epoch touches, in order (the
-    first leg's seed and shuffle fix it); the epoch's rows are one run of them (`fresh`). What
+    first leg's seed and shuffle fix it); the epoch's rows are one run of them (`sequence`). What
     is left of them after elastic resumes is worked out by the mixture (`MixEpoch.items`).
     """
 
@@ -163,135 +144,13 @@ class SourceEpoch(EpochRows):
         return out
 
     @cached_property
-    def fresh(self) -> list[Item]:
+    def sequence(self) -> list[Item]:
         """The epoch's rows: one run of the concatenated passes (none for a zero quota)."""
         first, _, total = self._passes
         if not self.quota:
             return []
         start = self.epoch * self.quota - first * total
         return [Run(start, start + self.quota)]
-
-    @cached_property
-    def sequence(self) -> list[Item]:
-        return self.fresh
-
-
-class Interleave:
-    """Which source each position of a leg's global sequence belongs to.
-
-    Args:
-        counts: rows of each source in the leg's sequence (``R = sum(counts)`` positions).
-        mixing: ``"random"`` or ``"stratified"``.
-        seed, epoch, leg: key the ``"random"`` permutations.
-
-    Positions past ``R`` wrap (padding): position ``t`` is position ``t % R`` of the
-    ``t // R``-th repeat of the sequence.
-    """
-
-    def __init__(
-        self, counts: Sequence[int], mixing: Mixing, *, seed: int, epoch: int, leg: int = 0
-    ) -> None:
-        if mixing not in MIXINGS:
-            raise InvalidArgumentError(f"mixing must be one of {MIXINGS}, got {mixing!r}")
-        self.counts = tuple(int(c) for c in counts)
-        self.total = sum(self.counts)
-        self.mixing = mixing
-        self._key = (seed, epoch, leg)
-        self._window = functools.lru_cache(maxsize=4)(self._window_labels)
-        self._merged = functools.lru_cache(maxsize=64)(self._merged_counts)
-
-    # --- prefix counts --------------------------------------------------------------------------
-
-    def prefix(self, t: int) -> np.ndarray:
-        """Rows of each source among positions ``[0, t)`` (``t`` may pass ``R``: wraps)."""
-        k = len(self.counts)
-        if not self.total:
-            return np.zeros(k, np.int64)
-        repeats, t = divmod(int(t), self.total)
-        out = np.asarray(self.counts, np.int64) * repeats
-        w, inside = divmod(t, WINDOW)
-        out += self._merged(w * WINDOW)
-        if inside:
-            labels = self._window(w)[:inside]
-            out += np.bincount(labels, minlength=k)
-        return out
-
-    def labels(self, start: int, stop: int) -> np.ndarray:
-        """The source of each position in ``[start, stop)`` (may pass ``R``: wraps)."""
-        parts: list[np.ndarray] = []
-        pos = int(start)
-        while pos < stop and self.total:
-            at = pos % self.total if self.total else 0
-            w, inside = divmod(at, WINDOW)
-            window = self._window(w)
-            take = min(len(window) - inside, stop - pos, self.total - at)
-            parts.append(window[inside : inside + take])
-            pos += take
-        if not parts:
-            return np.zeros(0, np.int16)
-        return np.concatenate(parts)
-
-    # --- the windows ----------------------------------------------------------------------------
-
-    def _window_labels(self, w: int) -> np.ndarray:
-        """The sources of the positions of window ``w`` (``[w*WINDOW, (w+1)*WINDOW)`` cut at R)."""
-        lo, hi = w * WINDOW, min((w + 1) * WINDOW, self.total)
-        first, last = self._merged(lo), self._merged(hi)
-        sources = [
-            np.full(int(b - a), i, np.int16)
-            for i, (a, b) in enumerate(zip(first, last, strict=True))
-        ]
-        labels = np.concatenate(sources) if sources else np.zeros(0, np.int16)
-        if self.mixing == "random":
-            seed, epoch, leg = self._key
-            rng = np.random.default_rng([seed, epoch, leg, w, 0x313])
-            return labels[rng.permutation(len(labels))]
-        # The merged order inside the window: key (2j + 1) / (2 q_i), ties by source. (Float
-        # keys may order two keys closer than a float tells apart the other way round: the
-        # window's counts stay the exact ones.)
-        keys = np.concatenate(
-            [
-                (2.0 * np.arange(int(a), int(b)) + 1.0) / (2.0 * q)
-                for a, b, q in zip(first, last, self.counts, strict=True)
-                if b > a
-            ]
-            or [np.zeros(0)]
-        )
-        return labels[np.lexsort((labels, keys))]
-
-    def _merged_counts(self, t: int) -> np.ndarray:
-        """How many of the ``t`` first keys of the merge (key ``(2j + 1) / (2 q_i)`` for row
-        ``j`` of source ``i``, ties by source) are each source's, in exact integers."""
-        q = self.counts
-        if t <= 0:
-            return np.zeros(len(q), np.int64)
-        if t >= self.total:
-            return np.asarray(q, np.int64)
-
-        def before(i: int, j: int) -> int:
-            # Keys that come before key (i, j): those smaller, and equal ones of earlier sources.
-            x = 2 * j + 1
-            n = j
-            for i2, q2 in enumerate(q):
-                if i2 == i or not q2:
-                    continue
-                m = -(-(x * q2) // q[i])  # ceil(x * q2 / q_i)
-                n += min(q2, m // 2)
-                if i2 < i and (x * q2) % q[i] == 0 and (x * q2 // q[i]) % 2 == 1:
-                    n += 1  # an equal key of an earlier source
-            return n
-
-        out = []
-        for i, qi in enumerate(q):
-            lo, hi = 0, qi  # the number of source i's keys among the first t
-            while lo < hi:
-                mid = (lo + hi) // 2
-                if before(i, mid) < t:
-                    lo = mid + 1
-                else:
-                    hi = mid
-            out.append(lo)
-        return np.asarray(out, np.int64)
 
 
 def source_layouts(layout: Layout, counts: Sequence[int]) -> list[Layout]:
@@ -353,7 +212,7 @@ class MixEpoch:
     @cached_property
     def items(self) -> list[list[Item]]:
         """What the current leg reads of each source's epoch."""
-        items: list[list[Item]] = [list(s.fresh) for s in self.sources]
+        items: list[list[Item]] = [list(s.sequence) for s in self.sources]
         for depth, leg in enumerate(self.legs):
             items = self._remaining(items, leg, depth)
         return items

@@ -13,8 +13,10 @@ import pytest
 
 from torch_dataloader_utils.errors import InvalidArgumentError
 from torch_dataloader_utils.planning import Iteration, Layout, Leg, Topology, consumed
+from torch_dataloader_utils.planning import interleave as il
 from torch_dataloader_utils.planning import mixture as mx
-from torch_dataloader_utils.planning.mixture import Interleave, Mixture, quotas
+from torch_dataloader_utils.planning.interleave import Interleave
+from torch_dataloader_utils.planning.mixture import Mixture, quotas
 from torch_dataloader_utils.stream.mix import rank_mix_streams, resolve_mix
 
 
@@ -92,7 +94,7 @@ def random_counts(rng: random.Random) -> list[int]:
 def test_window_counts_are_the_exact_merge(
     monkeypatch: pytest.MonkeyPatch, window: int, seed: int
 ) -> None:
-    monkeypatch.setattr(mx, "WINDOW", window)
+    monkeypatch.setattr(il, "WINDOW", window)
     rng = random.Random(seed)
     counts = random_counts(rng)
     reference = merged(counts)
@@ -136,7 +138,7 @@ def test_random_batches_vary_but_each_window_holds_its_share() -> None:
     per_batch = [np.bincount(labels[s : s + 64], minlength=2)[1] for s in range(0, 40_000, 64)]
     assert len(set(per_batch)) > 5  # drawn at random, not stratified
     assert abs(np.mean(per_batch) - 16) < 0.5
-    w = mx.WINDOW
+    w = il.WINDOW
     for start in range(0, 40_000 - w, w):
         got = np.bincount(labels[start : start + w], minlength=2)
         assert np.all(np.abs(got - np.asarray(counts) * w / 40_000) < 2)

@@ -1,4 +1,4 @@
-"""Small pieces read ahead in threads (`stream.read._Ahead`), from storage that is not local
+"""Small pieces read ahead in threads (`stream.ahead.Ahead`), from storage that is not local
 (fsspec's ``memory://`` here): the rows, their order and the errors are those of reading each
 piece in its turn, whatever the threads' timing."""
 
@@ -26,6 +26,7 @@ from torch_dataloader_utils.formats import parquet as parquet_module
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.planning import Piece
 from torch_dataloader_utils.skipping import FailureLog
+from torch_dataloader_utils.stream import ahead as ahead_module
 from torch_dataloader_utils.stream import read as read_module
 from torch_dataloader_utils.stream.read import Reader
 
@@ -74,13 +75,13 @@ def ahead_off(monkeypatch: pytest.MonkeyPatch) -> None:
 def counted_reads(monkeypatch: pytest.MonkeyPatch) -> list[Piece]:
     """The pieces read ahead (by threads), as they start."""
     started: list[Piece] = []
-    real = read_module._Ahead._read
+    real = ahead_module.Ahead._read
 
     def spy(self: Any, piece: Piece, *args: Any) -> Any:
         started.append(piece)
         return real(self, piece, *args)
 
-    monkeypatch.setattr(read_module._Ahead, "_read", spy)
+    monkeypatch.setattr(ahead_module.Ahead, "_read", spy)
     return started
 
 
@@ -208,7 +209,7 @@ def test_skip_counts_a_deleted_file_at_its_piece(
 
 
 def test_reads_ahead_are_bounded(tiny: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(read_module, "_AHEAD_PIECES", 5)
+    monkeypatch.setattr(ahead_module, "AHEAD_PIECES", 5)
     started = counted_reads(monkeypatch)
     reader, parts = reader_of(tiny)
     seen = 0
@@ -222,7 +223,7 @@ def test_reads_ahead_are_bounded(tiny: str, monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def test_large_pieces_are_read_in_turn(tiny: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(read_module, "_AHEAD_PIECE_BYTES", 0)
+    monkeypatch.setattr(ahead_module, "AHEAD_PIECE_BYTES", 0)
     started = counted_reads(monkeypatch)
     reader, parts = reader_of(tiny)
     ids, error = read_until_error(reader, parts)
