@@ -7,6 +7,7 @@ Run it from the repository root (CPU: two processes with gloo; GPUs: ``--acceler
     python examples/train_lightning.py --max-steps 25                   # "crash" after step 25
     python examples/train_lightning.py --resume /tmp/tdu_lightning/ckpt/step=20.ckpt
     python examples/train_lightning.py --predict                        # trainer.predict
+    python examples/train_lightning.py --mixture                        # two sources, mixed
 
 What it shows:
 
@@ -65,6 +66,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--predict", action="store_true", help="run trainer.predict instead")
     parser.add_argument("--out", type=Path, help="write the row ids each rank read here")
     parser.add_argument("--tag", default="run")
+    parser.add_argument(
+        "--mixture", action="store_true", help="read the files as two sources, mixed stratified"
+    )
     return parser.parse_args()
 
 
@@ -85,6 +89,21 @@ def write_data(root: Path, rows: int = 4_000, files: int = 4) -> None:
 
 
 def make_loader(args: argparse.Namespace) -> tdu.TabularDataLoader:
+    if args.mixture:  # the same rows as two sources: every row once per epoch, each batch half-half
+        files = sorted(str(f) for f in args.data.glob("*.parquet"))
+        half = len(files) // 2
+        return tdu.create_dataloader(
+            [
+                tdu.Source(files[:half], format="parquet", name="first"),
+                tdu.Source(files[half:], format="parquet", name="second"),
+            ],
+            mixing="stratified",
+            source_column="source",
+            columns=["id", *FEATURES, "label"],
+            batch_size=args.batch_size,
+            shuffle=True,
+            num_workers=args.workers,
+        )
     return tdu.create_dataloader(
         str(args.data),
         format="parquet",
@@ -115,7 +134,10 @@ class Classifier(L.LightningModule):
     def training_step(self, batch: dict[str, Any], index: int) -> torch.Tensor:
         x = torch.stack([batch[f] for f in FEATURES], dim=1)
         ids = batch["id"].tolist()
-        self.seen.append({"epoch": self.current_epoch, "step": self.global_step, "ids": ids})
+        record = {"epoch": self.current_epoch, "step": self.global_step, "ids": ids}
+        if "source" in batch:  # --mixture: which source each row came from
+            record["sources"] = batch["source"].tolist()
+        self.seen.append(record)
         return nn.functional.cross_entropy(self.net(x), batch["label"])
 
     def predict_step(self, batch: dict[str, Any], index: int) -> list[int]:

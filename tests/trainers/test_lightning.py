@@ -92,3 +92,30 @@ def test_predict_rebuilds_the_loader_and_reads_every_row_once(tmp_path: Path) ->
     epoch = report[0]
     assert (epoch.seen, epoch.duplicated, epoch.missing) == (ROWS, 0, 0)
     assert epoch.batches == (BATCHES, BATCHES)
+
+
+def _assert_mixed_by_source(ranks: dict[int, list[dict]]) -> None:
+    # The first two files (ids below ROWS / 2) are source 0: every row is labelled with its
+    # source, and each full batch holds half of each (stratified, equal weights: ±1 row).
+    for records in ranks.values():
+        for record in records:
+            assert record["sources"] == [int(i >= ROWS // 2) for i in record["ids"]]
+            if len(record["ids"]) == BATCH:
+                assert abs(sum(record["sources"]) - BATCH // 2) <= 1
+
+
+def test_a_mixture_fits_and_resumes_from_a_mid_epoch_checkpoint_exactly(tmp_path: Path) -> None:
+    mixture = ["--mixture", "--epochs", "2"]
+    run_example(
+        "train_lightning.py", *_options(tmp_path, *mixture, "--max-steps", "25", "--tag", "first")
+    )
+    checkpoint = tmp_path / "ckpt" / "step=20.ckpt"
+    assert checkpoint.is_file()
+    run_example("train_lightning.py", *_options(tmp_path, *mixture, "--resume", str(checkpoint)))
+    first = read_ranks(tmp_path / "out", "first")
+    before = {rank: [r for r in records if r["step"] < 20] for rank, records in first.items()}
+    second = read_ranks(tmp_path / "out", "run")
+    _assert_mixed_by_source(first)
+    _assert_mixed_by_source(second)
+    report = epoch_report(merge(before, second), ROWS)
+    _assert_exactly_once_and_reshuffled(report, 2)
