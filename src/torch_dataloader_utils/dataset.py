@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from torch.utils.data import IterableDataset, get_worker_info
 
+from .cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
 from .convert import Converter, Decoding, ListFormat, NullPolicy, OutputFormat
 from .errors import InvalidArgumentError, UnsupportedTypeError
 from .formats import Format, ReadOptions, get_format
@@ -98,6 +99,13 @@ class StructuredDataset(IterableDataset[Any]):
             the file and rows. ``"skip"``: its rows are left out, their places taken by copies
             of rows read before them (every rank keeps its batch count), and each failure is
             logged and counted (`TabularDataLoader.read_failures`); see docs/adr/0011.
+        cache_dir: a node-local directory where what is read from object storage is kept
+            (byte ranges of the files, footers, tar indexes), shared by every rank and worker
+            on the machine, so later epochs and runs read it from disk (docs/how-to/cache.md).
+            Default: ``$TDU_CACHE_DIR``, else no cache; ``""`` turns it off. Local files are
+            never cached.
+        cache_limit: bytes the cache may hold: an int or ``"50GB"``, ``"512MiB"`` (default:
+            ``$TDU_CACHE_LIMIT``, else what the disk holds while a tenth of it stays free).
 
     Raises:
         UnknownFormatError: ``format`` is not registered.
@@ -148,6 +156,8 @@ class StructuredDataset(IterableDataset[Any]):
         retries: RetryPolicy | int | None = None,
         format_options: Mapping[str, Any] | None = None,
         on_error: OnError = "raise",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         super().__init__()
         world_size = check_arguments(
@@ -174,6 +184,7 @@ class StructuredDataset(IterableDataset[Any]):
         self._failures: FailureLog | None = None  # this process's, made when first used
         self._ranks = Ranks(rank, world_size)  # validates an explicit rank now
         self._reading: Progress | None = None  # the pass this process reads
+        self._use_cache(cache_dir, cache_limit)
 
         # Listing, footers and row counting happen once: on rank 0 when torch.distributed is up
         # (the others receive the result), else here.
@@ -272,7 +283,45 @@ class StructuredDataset(IterableDataset[Any]):
             partitioning=partitioning,
             split_bytes=split_bytes,
             split_rows=split_rows,
+            cached=self._cached if self.cache is not None else None,
         )
+
+    # --- the node-local cache ------------------------------------------------------------------
+
+    # Whether the source never rewrites a file under its name (an Iceberg table's data files):
+    # then a file's size alone identifies it for the cache.
+    _immutable_files = False
+
+    def _use_cache(
+        self, cache_dir: str | os.PathLike[str] | None, cache_limit: int | str | None
+    ) -> None:
+        """Set up the node-local cache (``cache_dir``, else ``TDU_CACHE_DIR``; none: off)."""
+        self.cache: CacheConfig | None = CacheConfig.of(cache_dir, cache_limit)
+        self._cache_counter = CacheCounter() if self.cache is not None else None
+        if self.cache is not None:
+            open_store(self.cache)  # a directory that cannot be made fails here, named
+
+    def _cached(
+        self, fs: FileSystemSpec, files: Mapping[str, tuple[int, str]], *, trusted: bool = False
+    ) -> FileSystemSpec:
+        """``fs`` with its reads of ``files`` through the cache (remote storage only)."""
+        if self.cache is None or fs.is_local:
+            return fs
+        assert self._cache_counter is not None
+        return CachingFileSystem(
+            fs,
+            self.cache,
+            self._cache_counter,
+            files,
+            immutable=self._immutable_files,
+            trusted=trusted,
+        )
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the node-local cache did for this dataset so far (every process, planning
+        included); None without a cache."""
+        return None if self._cache_counter is None else self._cache_counter.snapshot()
 
     @property
     def storage_retries(self) -> int:
@@ -346,7 +395,7 @@ class StructuredDataset(IterableDataset[Any]):
         return Reader(
             self.plan.chunks,
             self.format,
-            self.fs,
+            self._cached(self.fs, self.plan.files),
             self.read_options,
             output_columns=self._output_columns,
             check=self.converter.check,

@@ -11,6 +11,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
+from .cache import CacheStats
 from .dataset import StructuredDataset
 from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
 from .formats import Format
@@ -115,6 +116,9 @@ class TabularDataLoader(DataLoader[Any]):
         # accumulation syncs on the last batch; gather_for_metrics reads the remainder).
         self.end_of_dataloader = False
         self.remainder = -1
+        # What the node-local cache did in each epoch this loader read (passes of one epoch
+        # add up).
+        self._cache_epochs: dict[int, CacheStats] = {}
         # Reads skipped under on_error="skip" (this process's and its workers'), and the counts
         # a loaded state carried.
         self._read_failures: list[ReadFailure] = []
@@ -140,6 +144,29 @@ class TabularDataLoader(DataLoader[Any]):
         """The reads skipped under ``on_error="skip"``, oldest first, each with its file, rows,
         the rows replaced and the error (a worker's arrive with its next batches)."""
         return list(self._read_failures)
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the node-local cache (``cache_dir``) did so far: hits, misses, bytes from the
+        cache and from the store, requests, evictions; planning included; every worker
+        counted. None without a cache."""
+        stats: CacheStats | None = self.dataset.cache_stats
+        return stats
+
+    @property
+    def cache_epochs(self) -> dict[int, CacheStats]:
+        """`cache_stats` per epoch this loader read (what each epoch's passes added)."""
+        return dict(self._cache_epochs)
+
+    def _cache_counted(self, batches: Iterator[Any], epoch: int) -> Iterator[Any]:
+        before = self.cache_stats
+        try:
+            yield from batches
+        finally:
+            after = self.cache_stats
+            if before is not None and after is not None:
+                earlier = self._cache_epochs.get(epoch, CacheStats())
+                self._cache_epochs[epoch] = earlier + (after - before)
 
     # --- state ----------------------------------------------------------------------------------
 
@@ -275,6 +302,8 @@ class TabularDataLoader(DataLoader[Any]):
             batches = self._tracked(batches, self._gradient_state)
         if not self.num_workers:
             batches = _collected(batches, dataset.failure_log, self._read_failures)
+        if dataset.cache_stats is not None:
+            batches = self._cache_counted(batches, progress.iteration.epoch)
         return passes.counted(batches, progress)
 
     def _tracked(self, batches: Iterator[Any], state: Any) -> Iterator[Any]:

@@ -6,12 +6,14 @@ from __future__ import annotations
 import functools
 import json
 import logging
+import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pyarrow as pa
 
+from .cache import CacheStats
 from .convert import Converter, Decoding, ListFormat, NullPolicy, OutputFormat
 from .dataset import StructuredDataset
 from .errors import InvalidArgumentError, SchemaMismatchError, UnsupportedTypeError
@@ -119,7 +121,8 @@ class MixtureDataset(StructuredDataset):
         source_column: also yield each row's source number (its index in ``sources``) under
             this name.
         **options: what `StructuredDataset` takes besides the per-source ones (``batch_size``,
-            ``shuffle``, ``shuffle_seed``, ``output_format``, ``drop_last``, ``rank``, ...).
+            ``shuffle``, ``shuffle_seed``, ``output_format``, ``drop_last``, ``rank``,
+            ``cache_dir``, ``cache_limit``, ...). One cache serves every source.
 
     Raises:
         SchemaMismatchError: the sources yield different columns, or types that do not widen
@@ -150,6 +153,8 @@ class MixtureDataset(StructuredDataset):
         remainder: Remainder = "drop",
         collate_fn: Callable[[Any], Any] | None = None,
         on_error: OnError = "raise",
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
         **defaults: Any,
     ) -> None:
         # (Not StructuredDataset.__init__: each source is planned by its own dataset.)
@@ -202,6 +207,8 @@ class MixtureDataset(StructuredDataset):
             "rank": rank,
             "world_size": world_size,
             "on_error": on_error,
+            "cache_dir": cache_dir,
+            "cache_limit": cache_limit,
         }
         self.parts = _plan_sources(self.sources, shared, explicit=rank is not None)
         schema = _schema(self.sources, [p.plan.schema for p in self.parts])
@@ -290,6 +297,8 @@ class MixtureDataset(StructuredDataset):
         # Attributes of one source that a mixture has as a whole.
         self.format = self.parts[0].format
         self.fs = self.parts[0].fs
+        self.cache = self.parts[0].cache
+        self._cache_counter = None  # each source counts its own: `cache_stats` sums them
         self.read_options = self.parts[0].read_options
         self._output_columns = None
         logger.info(
@@ -309,6 +318,13 @@ class MixtureDataset(StructuredDataset):
     def storage_retries(self) -> int:
         """Storage requests retried so far, over every source."""
         return sum(p.fs.retries.total for p in self.parts)
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the node-local cache did, over every source; None without a cache."""
+        counts = [p.cache_stats for p in self.parts]
+        found = [c for c in counts if c is not None]
+        return functools.reduce(lambda a, b: a + b, found) if found else None
 
     def source_layouts(self) -> list[Layout]:
         """Each source's block sizes in a fresh epoch."""

@@ -37,7 +37,7 @@ def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:
     any error while parsing afterwards means the bytes are bad (pyarrow raises some parse
     errors, like a footer that does not deserialize, as ``OSError``)."""
     try:
-        return fs.arrow().open_input_file(path)
+        return fs.open_input(path)
     except OSError as exc:
         raise translate_os_error(exc, fs.url(path)) from exc
 

@@ -278,7 +278,7 @@ def open_decompressed(path: str, codec: str, fs: FileSystemSpec) -> pa.NativeFil
     url = fs.url(path)
 
     def opened() -> pa.NativeFile:
-        raw = fs.arrow().open_input_stream(path, compression=None)
+        raw = fs.open_input_stream(path)
         if codec == "xz":
             return pa.PythonFile(lzma.LZMAFile(raw), mode="r")
         return pa.CompressedInputStream(raw, codec)

@@ -177,7 +177,7 @@ class CsvFormat(TextFormat):
             source = open_decompressed(file.path, codec, fs)
         else:
             try:
-                source = fs.request(lambda: fs.arrow().open_input_stream(file.path), what=url)
+                source = fs.request(lambda: fs.open_input_stream(file.path), what=url)
             except OSError as exc:
                 raise translate_os_error(exc, url) from exc
         try:

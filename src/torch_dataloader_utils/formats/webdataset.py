@@ -126,14 +126,14 @@ class WebDatasetFormat(Format):
             fs,
             size=size,
             lowercase=not self.case_sensitive_extensions,
-            cache_dir=self.index_cache_dir,
+            cache_dir=fs.metadata_dir("wds-index", self.index_cache_dir),
+            version=fs.pinned_version(path),
         )
         return ShardTable(path, fs.url(path), size, index.arrays())
 
     def _shard(self, path: str, fs: FileSystemSpec) -> ShardTable:
         def load() -> ShardTable:
-            info = fs.request(lambda: fs.arrow().get_file_info(path), what=fs.url(path))
-            return self._load(path, int(info.size or 0), fs)
+            return self._load(path, fs.file_size(path), fs)
 
         return self._shards.get(path, load)
 
@@ -385,11 +385,11 @@ class WebDatasetFormat(Format):
         except OSError as exc:
             # A short read: the shard may have shrunk since its index was loaded (kept
             # across epochs). Ask its size now rather than guess from the message.
-            info = fs.request(lambda: fs.arrow().get_file_info(shard.path), what=shard.url)
-            if info.size is not None and info.size < end:
+            size = FileSystemSpec.file_size(fs, shard.path)  # (from the store, not a plan)
+            if size < end:
                 self._shards.forget(shard.path)
                 raise CorruptFileError(
-                    f"{shard.url}: bytes {base}-{end} are past its end ({info.size} bytes "
+                    f"{shard.url}: bytes {base}-{end} are past its end ({size} bytes "
                     "now): the shard changed since planning"
                 ) from exc
             raise

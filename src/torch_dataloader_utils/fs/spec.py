@@ -248,6 +248,38 @@ class FileSystemSpec:
             raise OSError(f"{what}: got {len(data)} bytes, the object is shorter than expected")
         return data
 
+    def open_input(self, path: str) -> pa.NativeFile:
+        """``path`` opened for random access (a native open: one metadata request remotely)."""
+        return self.arrow().open_input_file(path)
+
+    def open_input_stream(self, path: str) -> pa.NativeFile:
+        """``path`` opened to read through once, undecompressed."""
+        return self.arrow().open_input_stream(path, compression=None)
+
+    def file_size(self, path: str) -> int:
+        """``path``'s size as the store reports it now (one request, retried)."""
+        info = self.request(lambda: self.arrow().get_file_info(path), what=self.url(path))
+        return int(info.size or 0)
+
+    def pinned_version(self, path: str) -> str | None:
+        """The version token the plan pinned for ``path``, when this filesystem knows it
+        without a request (a cached read's does); None otherwise."""
+        del path
+        return None
+
+    def metadata_dir(self, name: str, given: str | None) -> str | None:
+        """Where metadata ``name`` (tar indexes) is cached: ``given`` (the user's choice), else
+        under a node-local cache's directory when reads are cached, else None (the kind's
+        default)."""
+        del name
+        return given
+
+    @property
+    def checks_identity(self) -> bool:
+        """Whether reads check each file's pinned identity themselves (a reader then need
+        not): False here."""
+        return False
+
     def _native_file(self, path: str) -> pa.NativeFile:
         clients = self._local.get()
         with clients.lock:
@@ -261,8 +293,10 @@ class FileSystemSpec:
         with clients.lock:
             clients.files[path] = handle
             while len(clients.files) > _OPEN_FILES:
-                _, old = clients.files.popitem(last=False)
-                old.close()
+                # Not closed here: another thread may be reading it; it closes when the last
+                # reader lets go of it (closing it under a reader failed planning with "I/O
+                # operation on closed file" once range reads of many files ran in threads).
+                clients.files.popitem(last=False)
         return handle
 
     def strip(self, path: str | os.PathLike[str]) -> str:

@@ -78,6 +78,10 @@ class IcebergDataset(StructuredDataset):
         ...         ...
     """
 
+    # Data files of an Iceberg table are never rewritten under their names (a change writes
+    # new files): their size identifies them for the cache.
+    _immutable_files = True
+
     def __init__(
         self,
         table: TableName,

@@ -7,7 +7,7 @@ Everything here reads storage; it runs once per job (on rank 0 under torch.distr
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,8 +74,12 @@ def plan_source(
     partitioning: str | None,
     split_bytes: int | None,
     split_rows: int | None,
+    cached: Callable[..., FileSystemSpec] | None = None,
 ) -> Planned:
     """List, read footers, count filtered rows, measure rows: everything planning reads.
+
+    ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local cache, so a
+    second plan of the same files reads their footers, indexes and scans from it.
 
     Raises:
         StorageNotFoundError: ``path`` does not exist.
@@ -85,6 +89,8 @@ def plan_source(
     files = [f for f in list_files(path, fs) if not fmt.companion(f.path)]
     if not files:
         raise InvalidSourceError(f"{path!r} lists no {fmt.name} files, only their companions")
+    if cached is not None:  # (the listing just told each identity: nothing to check)
+        fs = cached(fs, {f.path: (f.size, f.version) for f in files}, trusted=True)
     # The column names come from the first file with bytes: an empty text file has none.
     probe = next((f for f in files if f.size), files[0])
     if partitioning == "hive":

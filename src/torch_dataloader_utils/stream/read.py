@@ -243,7 +243,7 @@ class Reader:
         chunk = self._chunk(piece.chunk)
         # (Pieces of one file read ahead at once may each check it: a request more, never
         # rows of a file not checked.)
-        if chunk.path not in self._checked:
+        if chunk.path not in self._checked and not self.fs.checks_identity:
             pinned = self.files.get(chunk.path)
             if pinned is not None:
                 check_identity(chunk.path, pinned, self.fs)

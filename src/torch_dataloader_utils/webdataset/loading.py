@@ -75,6 +75,12 @@ def load_index(
             and the line), or the shard is corrupt (names it and the offset).
         StorageError: reading failed (names the shard's URL).
     """
+    cache_file = None
+    if cache_dir != "" and version is not None:  # known without a request: try the cache first
+        cache_file = _cache_file(cache_dir, fs.url(path), size, version, lowercase)
+        cached = _read_cache(cache_file, size, lowercase)
+        if cached is not None:
+            return cached
     sibling = index_path(path)
     text = _read_optional(fs, sibling)
     if text is not None:
@@ -82,15 +88,14 @@ def load_index(
         index = parse_index(text, where=where, lowercase=lowercase)
         if index.version == VERSION:
             index.check(size, where=where)
+            if cache_file is not None:  # a node-local cache keeps it: no request next time
+                _write_cache(cache_file, index, fs.url(path))
             return index
         logger.info("%s: a %s index has no member names; scanning the shard", where, index.version)
-    cache_file = None
-    if cache_dir != "":
-        version = version if version is not None else _version(fs, path)
+    if cache_dir != "" and cache_file is None:
+        version = _version(fs, path)
         if version is not None:
-            material = "\0".join([_CACHE_SCHEMA, fs.url(path), str(size), version, str(lowercase)])
-            name = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
-            cache_file = os.path.join(cache_dir or default_cache_dir(), name + ".idx")
+            cache_file = _cache_file(cache_dir, fs.url(path), size, version, lowercase)
             cached = _read_cache(cache_file, size, lowercase)
             if cached is not None:
                 return cached
@@ -108,6 +113,12 @@ def load_index(
     else:
         _write_cache(cache_file, index, fs.url(path))
     return index
+
+
+def _cache_file(cache_dir: str | None, url: str, size: int, version: str, lowercase: bool) -> str:
+    material = "\0".join([_CACHE_SCHEMA, url, str(size), version, str(lowercase)])
+    name = hashlib.sha256(material.encode("utf-8", "surrogateescape")).hexdigest()
+    return os.path.join(cache_dir or default_cache_dir(), name + ".idx")
 
 
 def _uncached(url: str, why: str) -> None:
