@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from .cache import CacheStats
 from .convert import Converter
 from .dataset import StructuredDataset
 from .errors import (
@@ -66,6 +67,7 @@ from .webdataset import ShardWriter
 __version__ = "0.3.0.dev0"
 
 __all__ = [
+    "CacheStats",
     "Chunk",
     "ColumnNotFoundError",
     "Converter",

@@ -1,4 +1,5 @@
-"""The ``tdu`` command line: ``tdu demo``, ``tdu plan`` and ``tdu index``."""
+"""The ``tdu`` command line: ``tdu demo``, ``tdu plan``, ``tdu read``, ``tdu index`` and
+``tdu cache``."""
 
 from __future__ import annotations
 
@@ -139,6 +140,73 @@ def _index(args: argparse.Namespace) -> int:
     return 0
 
 
+def _read(args: argparse.Namespace) -> int:
+    """Read epochs of a source; per epoch: rows, rows/s and what the cache did."""
+    import json
+
+    from . import create_dataloader
+
+    options = json.loads(args.storage_options) if args.storage_options else None
+    start = time.perf_counter()
+    loader = create_dataloader(
+        args.path,
+        format=args.format,
+        batch_size=args.batch_size,
+        shuffle=True,
+        num_workers=args.workers,
+        storage_options=options,
+        cache_dir=args.cache_dir,
+        cache_limit=args.cache_limit,
+    )
+    print(f"planned in {time.perf_counter() - start:.2f} s: {loader.dataset.plan.summary()}")
+    planning = loader.cache_stats
+    if planning is not None:
+        print(f"  planning: {_cache_line(planning)}")
+    for epoch in range(args.epochs):
+        loader.set_epoch(epoch)
+        began, rows = time.perf_counter(), 0
+        for batch in _progress(loader, len(loader), f"epoch {epoch}"):
+            rows += len(next(iter(batch.values())))
+        elapsed = time.perf_counter() - began
+        line = f"epoch {epoch}: {rows:,} rows in {elapsed:.2f} s = {rows / elapsed:,.0f} rows/s"
+        stats = loader.cache_epochs.get(epoch)
+        print(line + (f"; {_cache_line(stats)}" if stats is not None else ""))
+    return 0
+
+
+def _cache_line(stats: Any) -> str:
+    return (
+        f"cache hits {stats.hits:,}, misses {stats.misses:,}, "
+        f"{stats.bytes_from_cache / 1e6:,.1f} MB from the cache, "
+        f"{stats.bytes_from_store / 1e6:,.1f} MB from the store, {stats.requests:,} requests"
+        + (f", {stats.bypassed:,} not stored (full)" if stats.bypassed else "")
+        + (f", {stats.evicted:,} evicted" if stats.evicted else "")
+    )
+
+
+def _cache(args: argparse.Namespace) -> int:
+    """Show or clear a node-local cache."""
+    from .cache import CacheConfig, open_store
+
+    config = CacheConfig.of(args.dir, None)
+    if config is None:
+        print("tdu cache: no cache directory: pass --dir or set TDU_CACHE_DIR", file=sys.stderr)
+        return 2
+    store = open_store(config)
+    if args.action == "clear":
+        before = store.summary()
+        store.clear()
+        print(f"cleared {config.directory}: {before.ranges:,} ranges, {before.bytes / 1e6:,.1f} MB")
+        return 0
+    held = store.summary()
+    print(
+        f"{held.directory}: {held.bytes / 1e6:,.1f} MB in {held.ranges:,} ranges of "
+        f"{held.files:,} files, {held.metadata:,} metadata entries"
+        + (f", {held.leftovers} unfinished writes" if held.leftovers else "")
+    )
+    return 0
+
+
 def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
@@ -170,6 +238,22 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="extensions differing in case are distinct (checked for repeats; written as is)",
     )
     index.set_defaults(run=_index)
+    read = commands.add_parser(
+        "read", help="read epochs of a source: throughput and, with a cache, what it did"
+    )
+    read.add_argument("path", help="a path, URL, directory or glob")
+    read.add_argument("--format", default="parquet")
+    read.add_argument("--epochs", type=int, default=2)
+    read.add_argument("--batch-size", type=int, default=1024)
+    read.add_argument("--workers", type=int, default=2)
+    read.add_argument("--storage-options", default=None, help="JSON, e.g. '{\"anon\": true}'")
+    read.add_argument("--cache-dir", default=None, help="default: $TDU_CACHE_DIR")
+    read.add_argument("--cache-limit", default=None, help="bytes or e.g. 50GB")
+    read.set_defaults(run=_read)
+    cache = commands.add_parser("cache", help="show or clear a node-local cache")
+    cache.add_argument("action", nargs="?", choices=["show", "clear"], default="show")
+    cache.add_argument("--dir", default=None, help="the cache_dir (default: $TDU_CACHE_DIR)")
+    cache.set_defaults(run=_cache)
     args = parser.parse_args(argv)
     status: int = args.run(args)
     return status

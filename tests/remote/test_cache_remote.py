@@ -5,6 +5,8 @@ a file changed between runs is read again; a second plan reads no footer."""
 
 from __future__ import annotations
 
+import json
+import threading
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -14,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
+from tests.distributed.conftest import run_script
 from tests.services.gcs import FakeGCS
+from tests.services.proxy import Request
 from torch_dataloader_utils import RetryPolicy
 from torch_dataloader_utils.cache import CacheConfig, RangeStore
 
@@ -160,3 +164,150 @@ def test_no_name_in_the_cache_holds_a_path_or_a_secret(
         assert not [n for n in names if word in n], word
     # and nothing was written outside the cache directory
     assert sorted(p.name for p in tmp_path.iterdir()) == ["cache"]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_two_torchrun_ranks_and_their_workers_share_one_cache(
+    s3_data: RemoteData, fault_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    ranges: Counter[tuple[str, str]] = Counter()
+    lock = threading.Lock()
+
+    def record(request: Request) -> bool:  # every ranged GET, by object and range
+        if request.ranged:
+            with lock:
+                ranges[(request.target.split("?", 1)[0], str(request.header("range")))] += 1
+        return False  # (no faults)
+
+    proxy = fault_proxy(match=record)
+    config = tmp_path / "config.json"  # the credentials go in a file, not the command line
+    config.touch(mode=0o600)
+    options = {**s3_data.storage_options, "endpoint_url": proxy.endpoint_url}
+    config.write_text(json.dumps({"url": s3_data.url, "storage_options": options}))
+    spec = {
+        "config": str(config),
+        "cache_dir": str(tmp_path / "cache"),
+        "epochs": 3,
+        "batch_size": 250,
+        "num_workers": 2,
+        "out": str(tmp_path / "out.json"),
+    }
+    ranks, _ = run_script("read_cached.py", 2, spec, timeout=240)
+    assert len(ranks) == 2
+    for epoch in range(3):
+        per_rank = [rank["epochs"][epoch] for rank in ranks]
+        assert len(per_rank[0]) == len(per_rank[1])  # equal batches
+        union = Counter(i for batches in per_rank for batch in batches for i in batch)
+        assert union == Counter(s3_data.ids), f"epoch {epoch}"
+        if epoch:  # a cached epoch: nothing from the store, on any rank or worker
+            for rank in ranks:
+                stats = rank["cache"][str(epoch)]
+                assert (stats["misses"], stats["requests"], stats["bytes_from_store"]) == (0, 0, 0)
+                assert stats["hits"] > 0
+    # No range was downloaded twice, by any of the 2 ranks x 2 workers (rank 0 planned first).
+    assert ranges and max(ranges.values()) == 1, ranges.most_common(3)
+    assert ranks[0]["planning"]["misses"] > 0 and ranks[1]["planning"]["misses"] == 0
+
+
+def _write_formats(root: Path) -> dict[str, str]:
+    """Rows with ids 0..599 in each format: format name -> folder under ``root``."""
+    import pyarrow as pa
+    import pyarrow.csv as pacsv
+    import pyarrow.orc as orc
+
+    from torch_dataloader_utils.webdataset.writer import ShardWriter
+
+    folders = {}
+    for name in ("csv", "json", "orc", "ipc", "webdataset"):
+        (root / name).mkdir(parents=True)
+        folders[name] = name
+    for part in range(3):
+        table = pa.table({"id": np.arange(part * 200, (part + 1) * 200), "x": np.ones(200)})
+        pacsv.write_csv(table, root / "csv" / f"p{part}.csv")
+        lines = "".join(f'{{"id": {i}, "x": 1.0}}\n' for i in table["id"].to_pylist())
+        (root / "json" / f"p{part}.jsonl").write_text(lines)
+        orc.write_table(table, root / "orc" / f"p{part}.orc", stripe_size=4096)
+        with pa.ipc.new_file(root / "ipc" / f"p{part}.arrow", table.schema) as writer:
+            for batch in table.to_batches(max_chunksize=50):
+                writer.write_batch(batch)
+    with ShardWriter(str(root / "webdataset" / "s-%03d.tar"), maxcount=250) as sink:
+        for i in range(600):
+            sink.write({"__key__": f"k{i:05d}", "id": i, "bin": bytes(i % 300)})
+    return folders
+
+
+@pytest.fixture(scope="module")
+def s3_formats(s3_data: RemoteData, tmp_path_factory: pytest.TempPathFactory) -> str:
+    local = tmp_path_factory.mktemp("formats")
+    _write_formats(local)
+    for path in sorted(local.rglob("*")):
+        if path.is_file():
+            s3_data.fs.put_file(str(path), f"{BUCKET}/formats/{path.relative_to(local)}")
+    s3_data.fs.invalidate_cache()
+    return f"s3://{BUCKET}/formats"
+
+
+@pytest.mark.parametrize("fmt", ["csv", "json", "orc", "ipc", "webdataset"])
+def test_every_format_reads_a_cached_epoch_without_the_store(
+    s3_data: RemoteData, s3_formats: str, fault_proxy: MakeProxy, tmp_path: Path, fmt: str
+) -> None:
+    proxy = fault_proxy()
+    storage = {**s3_data.storage_options, "endpoint_url": proxy.endpoint_url}
+    loader = tdu.create_dataloader(
+        f"{s3_formats}/{fmt}/",
+        format=fmt,
+        columns=["id"],
+        batch_size=64,
+        shuffle=True,
+        num_workers=2,
+        storage_options=storage,
+        retries=FAST,
+        cache_dir=tmp_path,
+    )
+    everything = Counter(range(600))
+    assert _epoch(loader, 0) == everything
+    proxy.reset_counts()
+    assert _epoch(loader, 1) == everything
+    assert proxy.counts["requests"] == 0, sorted(set(proxy.events))[:5]
+    stats = loader.cache_epochs[1]
+    assert (stats.misses, stats.requests) == (0, 0) and stats.hits > 0
+
+
+def test_tdu_read_reports_what_the_cache_did_per_epoch(
+    s3_data: RemoteData, fault_proxy: MakeProxy, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from torch_dataloader_utils.cli import main
+
+    proxy = fault_proxy()
+    storage = json.dumps({**s3_data.storage_options, "endpoint_url": proxy.endpoint_url})
+    argv = ["read", s3_data.url, "--storage-options", storage, "--workers", "0"]
+    assert main([*argv, "--cache-dir", str(tmp_path), "--epochs", "2"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    epochs = [line for line in lines if line.startswith("epoch ")]
+    assert len(epochs) == 2 and all(f"{len(s3_data.ids):,} rows" in e for e in epochs)
+    assert "misses 0," in epochs[1] and "0.0 MB from the store, 0 requests" in epochs[1]
+    assert main(["cache", "--dir", str(tmp_path)]) == 0
+    assert "ranges of 8 files" in capsys.readouterr().out
+
+
+def test_a_mixture_shares_one_cache_across_its_sources(
+    s3_data: RemoteData, fault_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    proxy = fault_proxy()
+    storage = {**s3_data.storage_options, "endpoint_url": proxy.endpoint_url}
+    halves = [[s3_data.file_url(i) for i in range(4)], [s3_data.file_url(i) for i in range(4, 8)]]
+    loader = tdu.create_dataloader(
+        [tdu.Source(files, format="parquet") for files in halves],
+        storage_options=storage,
+        batch_size=500,
+        shuffle=True,
+        num_workers=2,
+        cache_dir=tmp_path,
+    )
+    assert _epoch(loader, 0) == Counter(s3_data.ids)
+    proxy.reset_counts()
+    assert _epoch(loader, 1) == Counter(s3_data.ids)
+    assert proxy.counts["requests"] == 0
+    stats = loader.cache_epochs[1]
+    assert (stats.misses, stats.requests) == (0, 0) and stats.hits >= 8

@@ -27,7 +27,6 @@ from __future__ import annotations
 import bisect
 import contextlib
 import errno
-import fcntl
 import hashlib
 import logging
 import os
@@ -39,6 +38,11 @@ import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
 from dataclasses import dataclass
+
+try:
+    import fcntl
+except ImportError:  # Windows: no cache (see `open_store`)
+    fcntl = None  # type: ignore[assignment]
 
 from ..errors import InvalidArgumentError
 from .config import CacheConfig
@@ -418,6 +422,10 @@ def open_store(config: CacheConfig, counter: CacheCounter | None = None) -> Rang
     Raises:
         InvalidArgumentError: the directory cannot be made or written (names it and why).
     """
+    if fcntl is None:
+        raise InvalidArgumentError(
+            "cache_dir needs file locks (fcntl), which this platform lacks: read without a cache"
+        )
     try:
         store = RangeStore(config, counter)
     except OSError as exc:
