@@ -57,8 +57,8 @@ _HEADER = struct.Struct("<4sIQ")  # magic, CRC-32 of the payload, payload bytes
 _MAGIC = b"TDUc"
 _STRIPES = 1024
 # Entries read back whole and checked, kept per process so that many small reads of one entry
-# (pyarrow reading a column chunk in pages) check it once.
-_VERIFIED_BYTES = 64 << 20
+# (pyarrow reading a column chunk in pages) check it once. Entries up to an eighth of it.
+_VERIFIED_BYTES = 32 << 20
 # After an eviction scan found no room, misses do not scan again for this long.
 _FULL_PAUSE_S = 5.0
 # A temporary file this old belongs to a process that died (writes take milliseconds).
@@ -210,29 +210,28 @@ class RangeStore:
                 return found
         try:
             with open(path, "rb") as f:
-                raw = f.read()
+                head = f.read(_HEADER.size)
+                data = f.read()  # the payload, read into its own bytes (no copy after)
                 mtime = os.fstat(f.fileno()).st_mtime
         except FileNotFoundError:
             return None
         except OSError as exc:
             logger.warning("%s: cache entry unreadable (%s); reading from the store", path, exc)
             return None
-        payload = memoryview(raw)[_HEADER.size :]
-        ok = len(raw) >= _HEADER.size
+        ok = len(head) == _HEADER.size
         if ok:
-            magic, crc, size = _HEADER.unpack_from(raw)
-            ok = magic == _MAGIC and size == len(payload) and zlib.crc32(payload) == crc
+            magic, crc, size = _HEADER.unpack(head)
+            ok = magic == _MAGIC and size == len(data) and zlib.crc32(data) == crc
         if not ok:
             logger.warning("%s: cache entry failed its check; removed, read from the store", path)
             self.counter.add(corrupt=1)
             with contextlib.suppress(OSError):
                 os.unlink(path)
-                self._release(len(raw))
+                self._release(len(head) + len(data))
             return None
         if mtime < self.config.since:  # used by this run from now on: kept (see the module)
             with contextlib.suppress(OSError):
                 os.utime(path)
-        data = payload.tobytes() if len(payload) < len(raw) else raw
         if len(data) <= _VERIFIED_BYTES // 8:
             with self._lock:
                 self._verified[path] = data

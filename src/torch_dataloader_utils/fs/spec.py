@@ -293,9 +293,9 @@ class FileSystemSpec:
         with clients.lock:
             clients.files[path] = handle
             while len(clients.files) > _OPEN_FILES:
-                # Not closed here: another thread may be reading it; it closes when the last
-                # reader lets go of it (closing it under a reader failed planning with "I/O
-                # operation on closed file" once range reads of many files ran in threads).
+                # Not closed here: with more than _OPEN_FILES files read at once in threads,
+                # another thread may still be reading it. It closes when its last reader lets
+                # go of it.
                 clients.files.popitem(last=False)
         return handle
 
