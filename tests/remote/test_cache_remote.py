@@ -55,14 +55,26 @@ def _data_bytes(data: RemoteData) -> int:
 
 
 @pytest.mark.parametrize(
-    ("backend", "workers"), [("arrow", 2), ("fsspec", 2), ("arrow", 0)], ids=str
+    ("backend", "workers", "context"),
+    [("arrow", 2, "fork"), ("fsspec", 2, "fork"), ("arrow", 2, "spawn"), ("arrow", 0, None)],
+    ids=str,
 )
 def test_a_cached_epoch_asks_the_store_nothing_and_survives_it_gone(
-    s3_data: RemoteData, fault_proxy: MakeProxy, tmp_path: Path, backend: str, workers: int
+    s3_data: RemoteData,
+    fault_proxy: MakeProxy,
+    tmp_path: Path,
+    backend: str,
+    workers: int,
+    context: str | None,
 ) -> None:
     proxy = fault_proxy()
     loader = _loader(
-        s3_data, proxy.endpoint_url, tmp_path, storage_backend=backend, num_workers=workers
+        s3_data,
+        proxy.endpoint_url,
+        tmp_path,
+        storage_backend=backend,
+        num_workers=workers,
+        multiprocessing_context=context,
     )
     assert _epoch(loader, 0) == Counter(s3_data.ids)
     first = loader.cache_stats  # planning and epoch 0 (planning's footer reads may hold it all)

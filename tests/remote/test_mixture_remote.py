@@ -29,8 +29,10 @@ from pyiceberg.exceptions import NoSuchNamespaceError
 
 import torch_dataloader_utils as tdu
 from tests.distributed.conftest import run_script
-from tests.distributed.scripts.read_mixture import BATCH, make_loader, read_epochs
+from tests.distributed.scripts.read_mixture import BATCH, COLUMNS, make_loader, read_epochs
 from tests.services.seaweedfs import SeaweedFS
+
+from .conftest import MakeProxy
 
 pytestmark = [
     pytest.mark.remote,
@@ -241,3 +243,38 @@ def test_two_torchrun_ranks_read_equal_batches_and_together_the_whole_epoch(
     assert_quotas_and_once_before_twice(
         [[b for rank in ranks for b in rank["epochs"][epoch]] for epoch in range(EPOCHS)]
     )
+
+
+def test_an_iceberg_tables_data_files_are_cached_by_size(
+    mixture: dict[str, Any], fault_proxy: MakeProxy, tmp_path: Path
+) -> None:
+    # An Iceberg table never rewrites a data file under its name: cached with no version token.
+    proxy = fault_proxy()
+    loader = tdu.create_dataloader(
+        [
+            tdu.Source(
+                table=mixture["table"],
+                catalog_config=mixture["catalog_config"],
+                storage_options={"endpoint_url": proxy.endpoint_url},
+                columns=COLUMNS,
+            )
+        ],
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=2,
+        cache_dir=tmp_path,
+    )
+    first, count = TABLE
+    every = Counter(range(first, first + count))
+
+    def epoch(e: int) -> Counter[int]:
+        loader.set_epoch(e)
+        return Counter(i for batch in loader for i in batch["id"].tolist())
+
+    assert epoch(0) == every
+    assert proxy.counts["requests"] > 0  # the data files were read through the proxy
+    proxy.reset_counts()
+    assert epoch(1) == every
+    assert proxy.counts["requests"] == 0, sorted(set(proxy.events))[:5]
+    stats = loader.cache_epochs[1]
+    assert (stats.misses, stats.requests) == (0, 0) and stats.hits > 0
