@@ -33,8 +33,10 @@ class CacheStats:
         corrupt: entries that failed their check when read (removed, read from the store).
         write_errors: entries that could not be written (disk full, permissions): read on
             from the store, logged once per process.
-        requests: requests made to the store by cached reads (range reads and identity
-            checks).
+        requests: calls to the store made by cached reads: range reads on a miss, and the
+            identity check before a file's first download in a process. (A client may send
+            more or fewer: pyarrow's S3 client asks for a file's size when it first opens it,
+            and s3fs answers a check from the listing it holds.) 0 means nothing was asked.
     """
 
     hits: int = 0
