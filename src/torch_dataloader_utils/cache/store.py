@@ -6,7 +6,7 @@ Layout under ``<cache_dir>/tdu-cache-v1/``::
     data/<k[:2]>/<k>/<offset>-<size>   a byte range of the file keyed <k>
     meta/<k[:2]>/<k>                   planning metadata (a footer's facts, a tar index)
     locks/<n>                          striped locks: one download of a range at a time
-    usage                              bytes held, kept under locks/usage
+    usage                              bytes held (locked with flock while changed)
 
 A key is a hash of the file's URL and the identity the plan pinned (size and ETag, generation
 or mtime), never of storage options: no secret reaches a name, and a changed file has another
@@ -55,7 +55,9 @@ logger = logging.getLogger("torch_dataloader_utils.cache")
 ROOT = "tdu-cache-v1"
 _HEADER = struct.Struct("<4sIQ")  # magic, CRC-32 of the payload, payload bytes
 _MAGIC = b"TDUc"
-_STRIPES = 1024
+# Download locks: one file each, opened once per process (a lock is a thread lock plus an
+# `flock`, which does not exclude threads sharing the file).
+_STRIPES = 128
 # Entries read back whole and checked, kept per process so that many small reads of one entry
 # (pyarrow reading a column chunk in pages) check it once. Entries up to an eighth of it.
 _VERIFIED_BYTES = 32 << 20
@@ -111,6 +113,10 @@ class RangeStore:
         self._lock = threading.Lock()
         self._full_until = 0.0
         self._warned = False
+        self._stripes = [threading.Lock() for _ in range(_STRIPES)]
+        self._stripe_fds: dict[int, int] = {}
+        self._usage_fd: int | None = None
+        self._usage_thread = threading.Lock()
 
     # --- byte ranges -----------------------------------------------------------------------
 
@@ -155,12 +161,16 @@ class RangeStore:
         """Held while one process downloads this range: others asking for it wait, then find
         it stored. (Striped: an unrelated range may wait too, rarely.)"""
         stripe = zlib.crc32(f"{key}:{offset}:{size}".encode()) % _STRIPES
-        fd = os.open(os.path.join(self._locks, str(stripe)), os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # released when fd closes, or the process dies
-            yield
-        finally:
-            os.close(fd)
+        with self._stripes[stripe]:
+            fd = self._stripe_fds.get(stripe)
+            if fd is None:
+                path = os.path.join(self._locks, str(stripe))
+                fd = self._stripe_fds[stripe] = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(fd, fcntl.LOCK_EX)  # released below, or when the process dies
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
 
     # --- planning metadata -----------------------------------------------------------------
 
@@ -245,15 +255,15 @@ class RangeStore:
         n = _HEADER.size + len(data)
         tmp = os.path.join(folder, f".{name}.{os.getpid()}-{threading.get_ident()}.{n}.tmp")
         try:
-            reserved = self._reserve(n, tmp)
+            fd = self._reserve(n, tmp)
         except OSError as exc:
-            reserved = False
+            fd = None
             self._failed(exc)
-        if not reserved:
+        if fd is None:
             self.counter.add(bypassed=1)
             return False
         try:
-            with open(tmp, "wb") as f:  # created with the user's umask
+            with os.fdopen(fd, "wb") as f:
                 f.write(_HEADER.pack(_MAGIC, zlib.crc32(data), len(data)))
                 f.write(data)
             os.replace(tmp, os.path.join(folder, name))
@@ -311,17 +321,21 @@ class RangeStore:
     # --- room ------------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _usage_lock(self) -> Iterator[str]:
-        fd = os.open(os.path.join(self._locks, "usage"), os.O_RDWR | os.O_CREAT, 0o666)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            yield os.path.join(self.root, "usage")
-        finally:
-            os.close(fd)
+    def _usage_lock(self) -> Iterator[int]:
+        """The usage file (8 bytes: bytes held), locked against every thread and process."""
+        with self._usage_thread:
+            if self._usage_fd is None:
+                path = os.path.join(self.root, "usage")
+                self._usage_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
+            fcntl.flock(self._usage_fd, fcntl.LOCK_EX)
+            try:
+                yield self._usage_fd
+            finally:
+                fcntl.flock(self._usage_fd, fcntl.LOCK_UN)
 
-    def _reserve(self, n: int, tmp: str) -> bool:
+    def _reserve(self, n: int, tmp: str) -> int | None:
         """Count ``n`` bytes into the cache's usage, making room if needed, and create the
-        temporary file ``tmp`` that will hold them; False: no room.
+        temporary file ``tmp`` that will hold them; its descriptor, or None: no room.
 
         The file is made while the usage lock is held, so every eviction scan (which holds it
         too) sees the reservation in the file's name: none counts the cache lower than it is.
@@ -331,26 +345,25 @@ class RangeStore:
         if limit is None:
             disk = shutil.disk_usage(self.root)
             if disk.free - n < _FREE_SHARE * disk.total:
-                return False
-            open(tmp, "wb").close()
-            return True
+                return None
+            return _create(tmp)
         if n > limit:
-            return False
+            return None
         with self._usage_lock() as usage:
             used = _read_usage(usage)
-            if used is None:  # (absent or torn: recounted, writes in flight included)
+            if used is None:  # (new or torn: recounted, writes in flight included)
                 used = sum(e.size for e in self._scan(clean=True)[0]) + self._in_flight
             if used + n > limit:
                 if time.monotonic() < self._full_until:
-                    return False
+                    return None
                 used = self._evict(target=limit - n, limit=limit)
                 if used + n > limit:
                     self._full_until = time.monotonic() + _FULL_PAUSE_S
                     _write_usage(usage, used)
-                    return False
-            open(tmp, "wb").close()
+                    return None
+            fd = _create(tmp)
             _write_usage(usage, used + n)
-        return True
+        return fd
 
     def _release(self, n: int) -> None:
         if self.config.limit is None:
@@ -466,16 +479,21 @@ def _alive(pid: int) -> bool:
     return True
 
 
-def _read_usage(path: str) -> int | None:
-    try:
-        with open(path) as f:
-            return int(f.read().strip())
-    except (OSError, ValueError):
-        return None  # absent or torn: recounted
+def _create(path: str) -> int:
+    """A new file for writing (with the user's umask)."""
+    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
 
 
-def _write_usage(path: str, used: int) -> None:
-    tmp = f"{path}.{os.getpid()}.tmp"
-    with open(tmp, "w") as f:
-        f.write(str(used))
-    os.replace(tmp, path)
+_USAGE = struct.Struct("<4sQ")  # magic, bytes held
+
+
+def _read_usage(fd: int) -> int | None:
+    raw = os.pread(fd, _USAGE.size, 0)
+    if len(raw) != _USAGE.size:
+        return None  # new, or torn: recounted
+    magic, used = _USAGE.unpack(raw)
+    return int(used) if magic == _MAGIC else None
+
+
+def _write_usage(fd: int, used: int) -> None:
+    os.pwrite(fd, _USAGE.pack(_MAGIC, used), 0)  # in place, under the usage lock
