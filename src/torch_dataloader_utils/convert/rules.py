@@ -24,7 +24,7 @@ from ..arrow_values import (
 )
 from ..errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
 from .fields import Field, Gather, as_numpy, as_tensor
-from .lists import fixed_values, pad_rows
+from .lists import fixed_values, gather_rows, pad_rows
 
 __all__ = [
     "LIST_FORMATS",
@@ -321,16 +321,15 @@ class Converter:
         values, starts, lengths, valid = self._list_parts(name, array, rows, n)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
-        gather = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
         total = int(offsets[-1])
         fields = [
-            Field(name, values[gather], (total,)),
+            Field(name, gather_rows(values, starts, lengths), (total,)),
             Field(f"{name}_offsets", offsets, (n + 1,)),
         ]
         if valid is not None:
             fields += [
                 *self._row_mask(name, take(array, rows), n),
-                Field(f"{name}_values_valid", valid[gather], (total,)),
+                Field(f"{name}_values_valid", gather_rows(valid, starts, lengths), (total,)),
             ]
         return fields
 
