@@ -4,6 +4,7 @@ package docstring). One class, ~430 lines: its rules share the converter's optio
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 from typing import Any, Literal, TypeAlias
 
@@ -115,6 +116,9 @@ class Converter:
         self.null_policy = null_policy
         self.pad_value = pad_value
         self._rules: list[tuple[str, _Rule]] = []
+        # The columns of the record batch converted last, by name: small batches are cut from
+        # one shuffle block thousands of times, and making 9 columns' wrappers costs ~12 µs.
+        self._columns: tuple[weakref.ref[pa.RecordBatch], dict[str, pa.Array]] | None = None
         self._nested: list[str] = []
         self._no_nulls: list[str] = []  # columns whose nulls are an error (see check)
         # Columns some of whose values become Python objects (strings checked to be UTF-8),
@@ -172,6 +176,17 @@ class Converter:
             self._no_nulls.append(name)
         # Under "mask", a numeric list column adds its rows' validity and its values'.
         list_masks = [f"{name}_valid", f"{name}_values_valid"] if self.null_policy == "mask" else []
+        if _is_numeric(t) and self.null_policy != "mask":
+            # The common case first, in as few steps as possible (small batches: ~13 µs a
+            # column a batch before, most of it these checks; measured at batch size 8).
+            def plain(a: pa.Array, r: Rows, n: int) -> list[Field]:
+                if a.null_count:
+                    return self._primitive(name, a, r, n)
+                if r is None:
+                    return [Field(name, a, (n,))]
+                return [Field(name, Gather(a.to_numpy(zero_copy_only=True), r), (n,))]
+
+            return plain, []
         if _is_numeric(t) or pa.types.is_boolean(t):
             added = [f"{name}_valid"] if self.null_policy == "mask" else []
             return (lambda a, r, n: self._primitive(name, a, r, n)), added
@@ -393,9 +408,15 @@ class Converter:
             rows: indices of the rows to convert, in output order (``None``: all, in order).
         """
         n = batch.num_rows if rows is None else len(rows)
+        last = self._columns
+        if last is not None and last[0]() is batch:
+            columns = last[1]
+        else:
+            columns = dict(zip(batch.schema.names, batch.columns, strict=True))
+            self._columns = (weakref.ref(batch), columns)
         out: list[Field] = []
         for name, rule in self._rules:
-            out.extend(rule(batch.column(name), rows, n))
+            out.extend(rule(columns[name], rows, n))
         return out
 
     def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:
