@@ -191,6 +191,10 @@ class PackedBundle:
             own = _landing.take(self.tensors_end)
             own[_HEADER:] = buffer[_HEADER : self.tensors_end]
         batches = []
+        # The bundle's bytes viewed once per dtype: each value is then one slice of its dtype's
+        # view (every value starts at a multiple of _ALIGN), not a slice and two views
+        # (small batches: ~5 µs a value less in the main process).
+        typed: dict[np.dtype[Any], torch.Tensor] = {}
         for layout in self.layouts:
             batch: dict[str, Any] = {}
             for key, dtype, shape, where in layout:
@@ -198,9 +202,17 @@ class PackedBundle:
                     batch[key] = (
                         where.to_pylist(raw) if isinstance(where, _Strings) else where.load()
                     )
+                    continue
+                view = typed.get(dtype)
+                if view is None:
+                    usable = own.numel() - own.numel() % dtype.itemsize
+                    view = typed[dtype] = own[:usable].view(_torch_dtype(dtype))
+                start = where // dtype.itemsize
+                if len(shape) == 1:
+                    batch[key] = view[start : start + shape[0]]
                 else:
-                    nbytes = _nbytes(shape, dtype)
-                    batch[key] = own[where : where + nbytes].view(_torch_dtype(dtype)).view(shape)
+                    count = _nbytes(shape, dtype) // dtype.itemsize
+                    batch[key] = view[start : start + count].view(shape)
             batches.append(batch)
         # Every copy out of the buffer (tensors, string lists) is complete before the flag is
         # cleared (program order; on weakly ordered CPUs the refcount atomics around these
