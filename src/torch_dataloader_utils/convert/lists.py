@@ -11,14 +11,16 @@ from numpy.lib.stride_tricks import sliding_window_view
 __all__ = ["fixed_values", "gather_rows", "pad_rows"]
 
 # Rows of a list column are copied one slice each (a memcpy plus ~0.7 µs of Python a row) or
-# by one vectorised gather whose cost grows with the values it touches. Measured (best of 3,
-# batches of 1,024 int32 lists, ms a batch, vectorised / a row at a time):
-# - laid end to end (list_format="offsets"): 4-64 values 0.27 / 0.63, 16-256 0.65 / 0.71,
-#   32-992 (LLM-like) 2.25 / 1.02: rows of 256+ values on average are copied as slices;
-# - padded, a window per row (the padded width for every row) against a row at a time: width
-#   64 0.35 / 0.83, 256 0.73 / 0.92, 992 2.75 / 1.42: rows wider than 512 a row at a time.
-_SLICE_MEAN = 256
-_WINDOW_WIDTH = 512
+# by one vectorised gather whose cost grows with the values it touches (and, padded, with the
+# padded width of every row). Measured through the loader (in-process, shuffled, batches of
+# 1,024 int32 lists, best of 3, k rows/s vectorised / a row at a time):
+#   lengths      4-64           16-128       16-256       32-992
+#   offsets      1,085 / 797    719 / 588    435 / 491    159 / 212
+#   padded       1,305 / 839    792 / 503    340 / 425    126 / 195
+# so rows of 100+ values on average are copied as slices, and rows padded wider than 192 a row
+# at a time.
+_SLICE_MEAN = 100
+_WINDOW_WIDTH = 192
 
 
 def fixed_values(array: pa.Array, size: int) -> pa.Array:
