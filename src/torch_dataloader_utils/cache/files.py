@@ -62,13 +62,14 @@ class CachingFileSystem(FileSystemSpec):
         self._files = files
         self._immutable = immutable
         self._trusted = trusted
-        self._store: ProcessLocal[RangeStore] = ProcessLocal(self._new_store)
+        # (Built from the config, not a bound method: no cycle keeps a dropped reader's handle,
+        # and its lock files, open until the garbage collector runs.)
+        self._store: ProcessLocal[RangeStore] = ProcessLocal(
+            functools.partial(RangeStore, config, counter)
+        )
         self._keys: dict[str, str | None] = {}
         self._checked: set[str] = set()
         self._keys_lock = threading.Lock()
-
-    def _new_store(self) -> RangeStore:
-        return RangeStore(self.config, self.counter)
 
     @property
     def store(self) -> RangeStore:

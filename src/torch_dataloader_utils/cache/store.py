@@ -118,6 +118,19 @@ class RangeStore:
         self._usage_fd: int | None = None
         self._usage_thread = threading.Lock()
 
+    def close(self) -> None:
+        """Close this handle's lock files (the cache stays; a handle is made per reader)."""
+        fds = [*self._stripe_fds.values(), self._usage_fd]
+        self._stripe_fds, self._usage_fd = {}, None
+        for fd in fds:
+            if fd is not None:
+                with contextlib.suppress(OSError):
+                    os.close(fd)
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):  # (at interpreter exit, os may be gone)
+            self.close()
+
     # --- byte ranges -----------------------------------------------------------------------
 
     def get(self, key: str, offset: int, size: int) -> bytes | None:

@@ -247,3 +247,24 @@ def test_entries_are_made_with_the_users_umask(tmp_path: Path) -> None:
     (entry,) = _entries(tmp_path)
     assert entry.stat().st_mode & 0o777 == 0o600
     assert entry.parent.stat().st_mode & 0o777 == 0o700
+
+
+def test_handles_give_their_lock_files_back(tmp_path: Path) -> None:
+    # A reader (each epoch's, in each worker) makes its own handle: none may keep descriptors.
+    import gc
+
+    def open_fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    config = CacheConfig(str(tmp_path), 10**9)
+    RangeStore(config).put(file_key("s3://b/warm", 10, "v"), 0, b"x")  # directories made
+    gc.collect()
+    before = open_fds()
+    for i in range(300):
+        store = RangeStore(config)
+        key = file_key(f"s3://b/{i}", 10, "v")
+        with store.claim(key, 0, 10):
+            store.put(key, 0, b"0123456789")
+        del store
+    gc.collect()
+    assert open_fds() <= before + 2
