@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
-import threading
 from dataclasses import dataclass
 
-import torch
-from torch.utils.data import get_worker_info
-
-from ..fs.forks import ProcessLocal
+from ..fs.counts import SharedCounts
 
 __all__ = ["CacheCounter", "CacheStats"]
-
-# Counted per process slot (the main process, then each worker), summed when read.
-_SLOTS = 64
 
 
 @dataclass(frozen=True)
@@ -69,32 +62,16 @@ class CacheStats:
 _FIELDS = tuple(f.name for f in dataclasses.fields(CacheStats))
 
 
-class CacheCounter:
-    """`CacheStats` in shared memory: a worker's counts are visible in the main process, with
-    fork and spawn alike (as `fs.retry.RetryCounter`)."""
+class CacheCounter(SharedCounts):
+    """`CacheStats` counted over the main process and its workers (`fs.counts`)."""
 
     def __init__(self) -> None:
-        self._counts = torch.zeros((_SLOTS, len(_FIELDS)), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
-        self._lock: ProcessLocal[threading.Lock] = ProcessLocal(threading.Lock)
+        super().__init__(len(_FIELDS))
 
-    def add(self, **counts: int) -> None:
-        """Add ``counts`` (field name → amount) to this process's slot."""
-        info = get_worker_info()
-        slot = 0 if info is None else (info.id + 1) % _SLOTS
-        with self._lock.get():
-            row = self._counts[slot]
-            for name, n in counts.items():
-                row[_FIELDS.index(name)] += n
+    def add(self, **counts: int) -> None:  # type: ignore[override]
+        """Add ``counts`` (field name → amount) to this process's counts."""
+        super().add({_FIELDS.index(name): n for name, n in counts.items()})
 
     def snapshot(self) -> CacheStats:
         """The counts so far, summed over processes."""
-        return CacheStats(*(int(v) for v in self._counts.sum(dim=0).tolist()))
-
-    def __getstate__(self) -> dict[str, object]:
-        return {"counts": self._counts}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        counts = state["counts"]
-        assert isinstance(counts, torch.Tensor)
-        self._counts = counts
-        self._lock = ProcessLocal(threading.Lock)
+        return CacheStats(*self.totals())

@@ -33,7 +33,6 @@ import os
 import shutil
 import struct
 import threading
-import time
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -46,6 +45,7 @@ except ImportError:  # Windows: no cache (see `open_store`)
 
 from ..errors import InvalidArgumentError
 from .config import CacheConfig
+from .room import Room
 from .stats import CacheCounter
 
 __all__ = ["ROOT", "CacheSummary", "RangeStore", "file_key", "open_store"]
@@ -61,12 +61,6 @@ _STRIPES = 128
 # Entries read back whole and checked, kept per process so that many small reads of one entry
 # (pyarrow reading a column chunk in pages) check it once. Entries up to an eighth of it.
 _VERIFIED_BYTES = 32 << 20
-# After an eviction scan found no room, misses do not scan again for this long.
-_FULL_PAUSE_S = 5.0
-# A temporary file this old belongs to a process that died (writes take milliseconds).
-_STALE_TMP_S = 600.0
-# With no limit, keep this share of the disk free.
-_FREE_SHARE = 0.10
 
 
 def file_key(url: str, size: int, version: str) -> str:
@@ -88,13 +82,6 @@ class CacheSummary:
     leftovers: int  # temporary files of writes that did not finish
 
 
-@dataclass(frozen=True)
-class _Found:
-    path: str
-    mtime: float
-    size: int
-
-
 class RangeStore:
     """One process's handle on a cache directory (threads share it)."""
 
@@ -111,21 +98,18 @@ class RangeStore:
         self._verified: OrderedDict[str, bytes] = OrderedDict()
         self._verified_bytes = 0
         self._lock = threading.Lock()
-        self._full_until = 0.0
         self._warned = False
         self._stripes = [threading.Lock() for _ in range(_STRIPES)]
         self._stripe_fds: dict[int, int] = {}
-        self._usage_fd: int | None = None
-        self._usage_thread = threading.Lock()
+        self.room = Room(self.root, (self._data, self._meta), config, self.counter, self._forget)
 
     def close(self) -> None:
         """Close this handle's lock files (the cache stays; a handle is made per reader)."""
-        fds = [*self._stripe_fds.values(), self._usage_fd]
-        self._stripe_fds, self._usage_fd = {}, None
+        fds, self._stripe_fds = list(self._stripe_fds.values()), {}
         for fd in fds:
-            if fd is not None:
-                with contextlib.suppress(OSError):
-                    os.close(fd)
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.room.close()
 
     def __del__(self) -> None:
         with contextlib.suppress(Exception):  # (at interpreter exit, os may be gone)
@@ -140,7 +124,10 @@ class RangeStore:
         exact = self._read(os.path.join(folder, f"{offset}-{size}"))
         if exact is not None:
             return exact
-        for fresh in (False, True):
+        # What this process listed of the file first; listed again (others may have written
+        # since) only if that was not just now.
+        passes = (False, True) if key in self._lists else (True,)
+        for fresh in passes:
             cover = self._cover(key, offset, size, fresh=fresh)
             if cover is None:
                 continue
@@ -199,7 +186,8 @@ class RangeStore:
 
     def summary(self) -> CacheSummary:
         """What the directory holds now (a scan)."""
-        entries, leftovers = self._scan(clean=False)
+        scan = self.room.scan(clean=False)
+        entries, leftovers = scan.entries, scan.leftovers
         data = [e for e in entries if e.path.startswith(self._data)]
         return CacheSummary(
             directory=self.config.directory,
@@ -210,6 +198,11 @@ class RangeStore:
             limit=self.config.limit,
             leftovers=leftovers,
         )
+
+    def _forget(self) -> None:
+        """Forget the entries listed (some were evicted)."""
+        with self._lock:
+            self._lists.clear()
 
     def clear(self) -> None:
         """Remove every entry (the directory's ``tdu-cache-v1`` folder)."""
@@ -250,7 +243,7 @@ class RangeStore:
             self.counter.add(corrupt=1)
             with contextlib.suppress(OSError):
                 os.unlink(path)
-                self._release(len(head) + len(data))
+                self.room.release(len(head) + len(data))
             return None
         if mtime < self.config.since:  # used by this run from now on: kept (see the module)
             with contextlib.suppress(OSError):
@@ -268,7 +261,7 @@ class RangeStore:
         n = _HEADER.size + len(data)
         tmp = os.path.join(folder, f".{name}.{os.getpid()}-{threading.get_ident()}.{n}.tmp")
         try:
-            fd = self._reserve(n, tmp)
+            fd = self.room.reserve(n, tmp)
         except OSError as exc:
             fd = None
             self._failed(exc)
@@ -283,7 +276,7 @@ class RangeStore:
         except OSError as exc:
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
-            self._release(n)
+            self.room.release(n)
             self._failed(exc)
             return False
         return True
@@ -333,113 +326,6 @@ class RangeStore:
 
     # --- room ------------------------------------------------------------------------------
 
-    @contextlib.contextmanager
-    def _usage_lock(self) -> Iterator[int]:
-        """The usage file (8 bytes: bytes held), locked against every thread and process."""
-        with self._usage_thread:
-            if self._usage_fd is None:
-                path = os.path.join(self.root, "usage")
-                self._usage_fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-            fcntl.flock(self._usage_fd, fcntl.LOCK_EX)
-            try:
-                yield self._usage_fd
-            finally:
-                fcntl.flock(self._usage_fd, fcntl.LOCK_UN)
-
-    def _reserve(self, n: int, tmp: str) -> int | None:
-        """Count ``n`` bytes into the cache's usage, making room if needed, and create the
-        temporary file ``tmp`` that will hold them; its descriptor, or None: no room.
-
-        The file is made while the usage lock is held, so every eviction scan (which holds it
-        too) sees the reservation in the file's name: none counts the cache lower than it is.
-        """
-        os.makedirs(os.path.dirname(tmp), exist_ok=True)
-        limit = self.config.limit
-        if limit is None:
-            disk = shutil.disk_usage(self.root)
-            if disk.free - n < _FREE_SHARE * disk.total:
-                return None
-            return _create(tmp)
-        if n > limit:
-            return None
-        with self._usage_lock() as usage:
-            used = _read_usage(usage)
-            if used is None:  # (new or torn: recounted, writes in flight included)
-                used = sum(e.size for e in self._scan(clean=True)[0]) + self._in_flight
-            if used + n > limit:
-                if time.monotonic() < self._full_until:
-                    return None
-                used = self._evict(target=limit - n, limit=limit)
-                if used + n > limit:
-                    self._full_until = time.monotonic() + _FULL_PAUSE_S
-                    _write_usage(usage, used)
-                    return None
-            fd = _create(tmp)
-            _write_usage(usage, used + n)
-        return fd
-
-    def _release(self, n: int) -> None:
-        if self.config.limit is None:
-            return
-        with self._usage_lock() as usage:
-            used = _read_usage(usage)
-            if used is not None:
-                _write_usage(usage, max(0, used - n))
-
-    def _evict(self, *, target: int, limit: int) -> int:
-        """Remove entries not used by this run, least recently used first, until at most
-        ``target`` bytes are held (a tenth of the limit lower, to scan less often); the bytes
-        held after (recounted by the scan, writes in flight included)."""
-        entries, _ = self._scan(clean=True)
-        reserved = self._in_flight
-        used = sum(e.size for e in entries) + reserved
-        goal = max(0, target - limit // 10)
-        evicted = 0
-        for entry in sorted(
-            (e for e in entries if e.mtime < self.config.since), key=lambda e: e.mtime
-        ):
-            if used <= goal:
-                break
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(entry.path)
-                used -= entry.size
-                evicted += 1
-        if evicted:
-            self.counter.add(evicted=evicted)
-            with self._lock:
-                self._lists.clear()
-        return used
-
-    _in_flight = 0  # set by `_scan`: bytes reserved by writes not finished
-
-    def _scan(self, *, clean: bool) -> tuple[list[_Found], int]:
-        """Every entry; temporary files of live writes counted in ``_in_flight`` (by the
-        reservation in their name), those of dead processes removed when ``clean``."""
-        found: list[_Found] = []
-        leftovers = in_flight = 0
-        now = time.time()
-        for top in (self._data, self._meta):
-            for path, names in _walk(top):
-                for name in names:
-                    full = os.path.join(path, name)
-                    try:
-                        st = os.stat(full)
-                    except FileNotFoundError:
-                        continue
-                    if not name.startswith("."):
-                        found.append(_Found(full, st.st_mtime, st.st_size))
-                        continue
-                    pid, reserved = _writer(name)
-                    if now - st.st_mtime < _STALE_TMP_S and (pid is None or _alive(pid)):
-                        in_flight += reserved if reserved is not None else st.st_size
-                    elif clean:
-                        with contextlib.suppress(OSError):
-                            os.unlink(full)
-                    else:
-                        leftovers += 1
-        self._in_flight = in_flight
-        return found, leftovers
-
 
 def open_store(config: CacheConfig, counter: CacheCounter | None = None) -> RangeStore:
     """A handle on ``config``'s directory, made if needed.
@@ -460,53 +346,3 @@ def open_store(config: CacheConfig, counter: CacheCounter | None = None) -> Rang
     if not os.access(store.root, os.W_OK | os.X_OK):
         raise InvalidArgumentError(f"cache_dir {config.directory!r}: not writable")
     return store
-
-
-def _walk(top: str) -> Iterator[tuple[str, list[str]]]:
-    """Folders under ``top`` and the files in each."""
-    for path, _, names in os.walk(top):
-        yield path, names
-
-
-def _writer(name: str) -> tuple[int | None, int | None]:
-    """The process and reservation of a temporary file ``.<name>.<pid>-<thread>.<n>.tmp``
-    (Nones for another kind: a tar index's)."""
-    parts = name.rsplit(".", 3)
-    if len(parts) != 4 or parts[3] != "tmp":
-        return None, None
-    pid, _, _ = parts[1].partition("-")
-    if not (pid.isdigit() and parts[2].isdigit()):
-        return None, None
-    return int(pid), int(parts[2])
-
-
-def _alive(pid: int) -> bool:
-    if pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _create(path: str) -> int:
-    """A new file for writing (with the user's umask)."""
-    return os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
-
-
-_USAGE = struct.Struct("<4sQ")  # magic, bytes held
-
-
-def _read_usage(fd: int) -> int | None:
-    raw = os.pread(fd, _USAGE.size, 0)
-    if len(raw) != _USAGE.size:
-        return None  # new, or torn: recounted
-    magic, used = _USAGE.unpack(raw)
-    return int(used) if magic == _MAGIC else None
-
-
-def _write_usage(fd: int, used: int) -> None:
-    os.pwrite(fd, _USAGE.pack(_MAGIC, used), 0)  # in place, under the usage lock

@@ -16,18 +16,15 @@ import errno
 import logging
 import random
 import re
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
 
 import pyarrow as pa
-import torch
-from torch.utils.data import get_worker_info
 
 from ..errors import InvalidArgumentError, StorageError
-from .forks import ProcessLocal
+from .counts import SharedCounts
 
 __all__ = [
     "RetryCounter",
@@ -96,43 +93,18 @@ class RetryPolicy:
         return rng.uniform(0.0, cap)
 
 
-# One slot per process of a rank (main process = slot 0, worker w = slot w + 1), so processes
-# never write the same memory; threads of one process share a lock.
-_SLOTS = 256
+class RetryCounter(SharedCounts):
+    """Retries made, summed over the main process and its DataLoader workers
+    (``dataset.storage_retries``)."""
 
-
-class RetryCounter:
-    """Retries made, summed over the main process and its DataLoader workers.
-
-    The counts live in shared memory, so a worker's retries are visible in the main process
-    (``dataset.storage_retries``), with fork and spawn alike.
-    """
-
-    def __init__(self) -> None:
-        self._counts = torch.zeros(_SLOTS, dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
-        # Per process (`fs.forks`): a fork may have copied the lock held.
-        self._lock: ProcessLocal[threading.Lock] = ProcessLocal(threading.Lock)
-
-    def add(self, n: int = 1) -> None:
+    def add(self, n: int = 1) -> None:  # type: ignore[override]
         """Count ``n`` retries made by this process."""
-        info = get_worker_info()
-        slot = 0 if info is None else (info.id + 1) % _SLOTS
-        with self._lock.get():
-            self._counts[slot] += n
+        super().add({0: n})
 
     @property
     def total(self) -> int:
         """Retries so far, in all processes."""
-        return int(self._counts.sum())
-
-    def __getstate__(self) -> dict[str, object]:
-        return {"counts": self._counts}
-
-    def __setstate__(self, state: dict[str, object]) -> None:
-        counts = state["counts"]
-        assert isinstance(counts, torch.Tensor)
-        self._counts = counts
-        self._lock = ProcessLocal(threading.Lock)
+        return self.totals()[0]
 
 
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")

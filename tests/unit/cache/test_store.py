@@ -208,7 +208,7 @@ def test_a_killed_writer_leaves_no_entry_that_is_served(tmp_path: Path) -> None:
         assert store.get(key, 0, 256 << 20) is None
         assert store.get(key, 0, 100) is None
     assert store.summary().leftovers >= 1  # the dead writer's temporary file, never read
-    store._evict(target=0, limit=10**10)  # an eviction scan removes it
+    store.room.evict(target=0, limit=10**10)  # an eviction scan removes it
     assert store.summary().leftovers == 0
 
 
