@@ -5,7 +5,8 @@ no shuffle (with and without pyarrow's threads; the faster is the limit). Ours:
 ``create_dataloader`` with shuffle on, ``num_workers`` 0 and 2 (persistent). Every configuration
 runs in its own subprocess, so its peak RSS is its own, for two epochs: rows/s and MB/s (decoded
 Arrow bytes) are the warm second epoch's, time to first batch the cold first epoch's (process
-start excluded, planning and worker start included).
+start excluded, planning and worker start included). CPU per row is the warm epoch's process
+CPU time (user + system) over its rows: the main process's, and the total with the workers'.
 
 Usage::
 
@@ -57,9 +58,13 @@ def make_tabular(root: Path, rows: int, files: int = 8) -> Path:
     return out
 
 
-def make_tokens(root: Path, rows: int, files: int = 4) -> Path:
-    """Variable-length int32 token lists (16..256 tokens) plus an id."""
-    out = root / f"tokens-{rows}"
+def make_tokens(
+    root: Path, rows: int, files: int = 4, lengths: tuple[int, int] = (32, 992)
+) -> Path:
+    """Variable-length int32 token lists (``lengths``: shortest and longest, like an LLM's
+    documents cut at a context of about 1k) plus an id."""
+    low, high = lengths
+    out = root / f"tokens-{rows}-{low}-{high}"
     if (out / "_done").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -67,7 +72,7 @@ def make_tokens(root: Path, rows: int, files: int = 4) -> Path:
     per = rows // files
     for f in range(files):
         n = per if f < files - 1 else rows - per * (files - 1)
-        lengths = rng.integers(16, 257, n)
+        lengths = rng.integers(low, high + 1, n)
         offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
         values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
         table = pa.table(
@@ -138,8 +143,25 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
             for batch in loader:
                 yield len(batch["id"]), 0
 
+    import psutil
+
+    me = psutil.Process()
+
+    def cpu() -> tuple[float, float]:
+        """CPU seconds so far of this process and of its live children (the workers)."""
+        own = me.cpu_times()
+        workers = 0.0
+        for child in me.children(recursive=True):
+            try:
+                times = child.cpu_times()
+            except psutil.NoSuchProcess:
+                continue
+            workers += times.user + times.system
+        return own.user + own.system, workers
+
     first = float("nan")
     for number in range(2):
+        cpu_start = cpu()
         start = time.perf_counter()
         rows = nbytes = 0
         for n, b in epoch():
@@ -148,6 +170,9 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
             rows += n
             nbytes += b
         elapsed = time.perf_counter() - start
+        cpu_end = cpu()
+    main_cpu = cpu_end[0] - cpu_start[0]
+    workers_cpu = cpu_end[1] - cpu_start[1]
     del epoch
     loader = None  # the persistent workers exit and are reaped, so their peak RSS is counted
     gc.collect()
@@ -159,6 +184,8 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
         "rows_per_s": rows / elapsed,
         "mb_per_s": nbytes / elapsed / 1e6,
         "first_batch_s": first,
+        "main_us_per_row": main_cpu / rows * 1e6,
+        "total_us_per_row": (main_cpu + workers_cpu) / rows * 1e6,
         "rss_mb": rss_self,
         "worker_rss_mb": rss_children,
     }
@@ -185,7 +212,7 @@ def _subprocess(kind: str, data: Path, batch_size: int, list_format: str) -> dic
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=2_000_000)
-    parser.add_argument("--token-rows", type=int, default=400_000)
+    parser.add_argument("--token-rows", type=int, default=125_000)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=2, help="runs per config; best is kept")
     parser.add_argument("--one", help=argparse.SUPPRESS)
@@ -206,7 +233,10 @@ def main() -> None:
     print("limit = the faster raw pyarrow run (iter_batches + zero-copy torch, one process);")
     print("MB/s = rows/s x decoded Arrow bytes per row of the raw run")
     header = f"{'dataset':18} {'config':11} {'rows/s':>11} {'MB/s':>7} {'1st batch':>10} "
-    print(header + f"{'RSS MB':>7} {'wrk RSS':>8} {'x limit':>8}")
+    print(
+        header
+        + f"{'RSS MB':>7} {'wrk RSS':>8} {'x limit':>8} {'main µs/row':>12} {'total µs/row':>13}"
+    )
     limits: dict[Path, float] = {}
     row_bytes: dict[Path, float] = {}
     for label, data, list_format, kinds in cases:
@@ -223,7 +253,8 @@ def main() -> None:
                 f"{label:18} {kind:11} {best['rows_per_s']:11,.0f} "
                 f"{best['rows_per_s'] * row_bytes[data]:7.0f} "
                 f"{best['first_batch_s']:9.3f}s {best['rss_mb']:7.0f} "
-                f"{best['worker_rss_mb']:8.0f} {ratio:8.2f}",
+                f"{best['worker_rss_mb']:8.0f} {ratio:8.2f} "
+                f"{best['main_us_per_row']:12.3f} {best['total_us_per_row']:13.3f}",
                 flush=True,
             )
 
