@@ -45,9 +45,16 @@ def temporal_int(t: pa.DataType) -> pa.DataType | None:
 def take(data: Any, rows: np.ndarray | None) -> Any:
     """Rows ``rows`` of an array or record batch (``None``: all). Types pyarrow's ``take``
     has no kernel for (views, run-end encoded) are taken through their plain form and
-    converted back, so shuffling them keeps their type."""
+    converted back, so shuffling them keeps their type.
+
+    A table (a shuffle block left in parts) gives a record batch, a chunked array an array,
+    taken from each chunk: pyarrow's own ``take`` of a chunked array first joins its chunks
+    (measured, 1,024 rows of 3 chunks of 65k: 1.2 ms instead of 0.16 for strings, 7.4
+    instead of 0.5 for lists)."""
     if rows is None:
         return data
+    if isinstance(data, pa.Table | pa.ChunkedArray):
+        return _take_chunked(data, rows)
     indices = pa.array(rows)
     try:
         return data.take(indices)
@@ -62,6 +69,37 @@ def take(data: Any, rows: np.ndarray | None) -> Any:
         if pa.types.is_run_end_encoded(data.type):
             return pc.run_end_encode(taken, run_end_type=data.type.run_end_type)
         return taken.cast(data.type)
+
+
+def _take_chunked(data: pa.Table | pa.ChunkedArray, rows: np.ndarray) -> Any:
+    """Rows of a table (as a record batch) or chunked array (as an array), each chunk's taken
+    from it, joined, then put in order."""
+    chunks = data.to_batches() if isinstance(data, pa.Table) else data.chunks
+    if len(chunks) == 1:
+        return take(chunks[0], rows)
+    if not chunks:  # (so no rows either)
+        if isinstance(data, pa.Table):
+            schema = data.schema
+            return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
+        return pa.array([], data.type)
+    starts = np.cumsum([0] + [len(c) for c in chunks[:-1]])
+    part = np.searchsorted(starts, rows, side="right") - 1
+    order = np.argsort(part, kind="stable")
+    bounds = np.searchsorted(part[order], np.arange(len(chunks) + 1))
+    pieces = [
+        take(chunk, rows[order[a:b]] - start)
+        for chunk, start, a, b in zip(chunks, starts, bounds[:-1], bounds[1:], strict=True)
+        if b > a
+    ]
+    if not pieces:
+        joined = chunks[0].slice(0, 0)
+    elif isinstance(data, pa.Table):
+        joined = pa.concat_batches(pieces)
+    else:
+        joined = pa.concat_arrays(pieces)
+    where = np.empty(len(rows), np.int64)
+    where[order] = np.arange(len(rows))  # output row i is row where[i] of the joined pieces
+    return take(joined, where)
 
 
 def python_type(t: pa.DataType, *, keep_temporal: bool = False) -> pa.DataType:

@@ -31,11 +31,14 @@ shaped like ``col``).
 
 - `rules`: one rule per column, decided from the schema (`Converter`);
 - `fields`: a converted column before it becomes a tensor (`Field`, `Gather`);
+- `parts`: gathering from a shuffle block left in parts (`Picks`, `GatherParts`);
 - `decoders`: a format's per-value decoders, applied and stacked (`Decoding`).
 """
 
 from .decoders import Decoding
 from .fields import Field, Gather, as_numpy, as_tensor
+from .lists import ListRows
+from .parts import GatherParts, Picks
 from .rules import (
     LIST_FORMATS,
     NULL_POLICIES,
@@ -54,9 +57,12 @@ __all__ = [
     "Decoding",
     "Field",
     "Gather",
+    "GatherParts",
     "ListFormat",
+    "ListRows",
     "NullPolicy",
     "OutputFormat",
+    "Picks",
     "as_numpy",
     "as_tensor",
 ]

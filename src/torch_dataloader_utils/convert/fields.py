@@ -10,6 +10,9 @@ import pyarrow as pa
 import torch
 from torch.utils.dlpack import from_dlpack
 
+from .lists import ListRows
+from .parts import GatherParts
+
 __all__ = ["Field", "Gather", "as_numpy", "as_tensor"]
 
 
@@ -22,7 +25,7 @@ class Gather:
     rows: np.ndarray
 
 
-Data: TypeAlias = "pa.Array | np.ndarray | Gather | list[Any]"
+Data: TypeAlias = "pa.Array | np.ndarray | Gather | GatherParts | ListRows | list[Any]"
 
 
 @dataclass(slots=True)
@@ -32,8 +35,10 @@ class Field:
     Attributes:
         key: the output key.
         data: a null-free primitive Arrow array (zero-copy source), a numpy array, a
-            `Gather` of rows of a numpy array; or, when ``shape`` is ``None``, a Python list or
-            a string/binary Arrow array that becomes one.
+            `Gather` of rows of a numpy array (`GatherParts`: of a block's parts), list rows
+            to lay out (`ListRows`); or, when
+            ``shape`` is ``None``, a Python list or a string/binary Arrow array that becomes
+            one.
         shape: the output shape.
     """
 
@@ -50,6 +55,10 @@ def as_numpy(field: Field) -> Any:
     if isinstance(data, Gather):
         taken = data.source.take(data.rows, axis=0)  # (the method: no wrapper's µs)
         return taken if taken.shape == field.shape else taken.reshape(field.shape)
+    if isinstance(data, GatherParts | ListRows):
+        out = np.empty(field.shape, data.dtype)
+        data.into(out)
+        return out
     if isinstance(data, pa.Array):
         data = data.to_numpy(zero_copy_only=True)
     return np.asarray(data).reshape(field.shape)

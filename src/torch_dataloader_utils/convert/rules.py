@@ -25,7 +25,8 @@ from ..arrow_values import (
 )
 from ..errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
 from .fields import Field, Gather, as_numpy, as_tensor
-from .lists import fixed_values, gather_rows, pad_rows
+from .lists import ListRows, fixed_values
+from .parts import GatherParts, Picks
 
 __all__ = [
     "LIST_FORMATS",
@@ -119,6 +120,11 @@ class Converter:
         # The columns of the record batch converted last, by name: small batches are cut from
         # one shuffle block thousands of times, and making 9 columns' wrappers costs ~12 µs.
         self._columns: tuple[weakref.ref[pa.RecordBatch], dict[str, pa.Array]] | None = None
+        # The same for a shuffle block left in parts (a table; see `_Parts`).
+        self._parts: tuple[weakref.ref[pa.Table], _Parts] | None = None
+        # Columns gathered straight from a block's parts: their row width (0: one value;
+        # else a fixed-size list's size). The others are joined once per block.
+        self._gathered: dict[str, int] = {}
         self._nested: list[str] = []
         self._no_nulls: list[str] = []  # columns whose nulls are an error (see check)
         # Columns some of whose values become Python objects (strings checked to be UTF-8),
@@ -142,6 +148,13 @@ class Converter:
                         )
                     keys.add(key)
                 self._rules.append((field.name, rule))
+                t = field.type
+                if null_policy == "mask":
+                    continue  # (masks come from the rules)
+                if _is_numeric(t):
+                    self._gathered[field.name] = 0
+                elif pa.types.is_fixed_size_list(t) and _is_numeric(t.value_type):
+                    self._gathered[field.name] = t.list_size
 
     def __getstate__(self) -> dict[str, Any]:
         # Rules are closures; rebuild them from the arguments in the receiving process.
@@ -284,7 +297,10 @@ class Converter:
     def _fixed_list(self, name: str, array: pa.Array, rows: Rows, n: int, size: int) -> list[Field]:
         if array.null_count and self.null_policy == "error":
             self._nulls(name, array)
-        if rows is not None and (array.null_count or array.flatten().null_count):
+        if rows is not None and (
+            self.null_policy == "mask" or array.null_count or array.flatten().null_count
+        ):
+            # (Masks and filled values are made for the batch's rows, not the whole block.)
             array, rows = take(array, rows), None
         values = array.flatten()  # .values would ignore the slice offset; nulls: zeros
         masks: list[Field] = self._row_mask(name, array, n)
@@ -338,25 +354,25 @@ class Converter:
         np.cumsum(lengths, out=offsets[1:])
         total = int(offsets[-1])
         fields = [
-            Field(name, gather_rows(values, starts, lengths), (total,)),
+            Field(name, ListRows(values, starts, lengths), (total,)),
             Field(f"{name}_offsets", offsets, (n + 1,)),
         ]
         if valid is not None:
             fields += [
                 *self._row_mask(name, take(array, rows), n),
-                Field(f"{name}_values_valid", gather_rows(valid, starts, lengths), (total,)),
+                Field(f"{name}_values_valid", ListRows(valid, starts, lengths), (total,)),
             ]
         return fields
 
     def _padded(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
         values, starts, lengths, valid = self._list_parts(name, array, rows, n)
-        padded = pad_rows(values, starts, lengths, self.pad_value)
-        fields = [Field(name, padded, padded.shape), Field(f"{name}_lengths", lengths, (n,))]
+        padded = ListRows(values, starts, lengths, self.pad_value)
+        shape = padded.shape()
+        fields = [Field(name, padded, shape), Field(f"{name}_lengths", lengths, (n,))]
         if valid is not None:
-            mask = pad_rows(valid, starts, lengths, False)
             fields += [
                 *self._row_mask(name, take(array, rows), n),
-                Field(f"{name}_values_valid", mask, mask.shape),
+                Field(f"{name}_values_valid", ListRows(valid, starts, lengths, False), shape),
             ]
         return fields
 
@@ -400,13 +416,15 @@ class Converter:
                         return DataError, reason
         return None
 
-    def fields(self, batch: pa.RecordBatch, rows: Rows = None) -> list[Field]:
+    def fields(self, batch: pa.RecordBatch | pa.Table, rows: Rows = None) -> list[Field]:
         """The converted fields of ``batch`` (torch/numpy output formats).
 
         Args:
-            batch: the record batch.
+            batch: the record batch, or a shuffle block left in parts (a table).
             rows: indices of the rows to convert, in output order (``None``: all, in order).
         """
+        if isinstance(batch, pa.Table):
+            return self._fields_of_parts(batch, rows)
         n = batch.num_rows if rows is None else len(rows)
         last = self._columns
         if last is not None and last[0]() is batch:
@@ -419,6 +437,32 @@ class Converter:
             out.extend(rule(columns[name], rows, n))
         return out
 
+    def _fields_of_parts(self, table: pa.Table, rows: Rows) -> list[Field]:
+        """`fields` of a block left in parts: numeric and fixed-size list columns without
+        nulls are gathered from the parts (`GatherParts`); any other column is joined once per
+        block (as a block read in more parts is) and converted as usual."""
+        last = self._parts
+        if last is not None and last[0]() is table:
+            parts = last[1]
+        else:
+            parts = _Parts(table, self._gathered)
+            self._parts = (weakref.ref(table), parts)
+        if rows is None:
+            rows = np.arange(table.num_rows)
+        n = len(rows)
+        picks: Picks | None = None
+        out: list[Field] = []
+        for name, rule in self._rules:
+            sources = parts.sources.get(name)
+            if sources is None:
+                out.extend(rule(parts.joined(name), rows, n))
+                continue
+            if picks is None:
+                picks = Picks(parts.starts, rows)
+            size = self._gathered[name]
+            out.append(Field(name, GatherParts(sources, picks), (n, size) if size else (n,)))
+        return out
+
     def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Build nested tensors from values and offsets (``list_format="nested"``)."""
         for name in self._nested:
@@ -429,8 +473,9 @@ class Converter:
             )
         return batch
 
-    def __call__(self, batch: pa.RecordBatch, rows: Rows = None) -> Any:
-        """Convert rows ``rows`` (``None``: all) of one record batch to the output format."""
+    def __call__(self, batch: pa.RecordBatch | pa.Table, rows: Rows = None) -> Any:
+        """Convert rows ``rows`` (``None``: all) of one record batch (or a shuffle block left
+        in parts, a table) to the output format."""
         if self.output_format == "arrow":
             return take(batch, rows)
         if self.output_format == "dict":
@@ -444,3 +489,39 @@ class Converter:
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}
         return self.finish_torch({f.key: as_tensor(f) for f in fields})
+
+
+class _Parts:
+    """A shuffle block left in parts (a table over the batches read), as `Converter` uses it:
+    where each part starts, the numpy arrays of the columns gathered from the parts (a column
+    with nulls is not: its rule fills or masks them), and the other columns joined, each
+    once."""
+
+    def __init__(self, table: pa.Table, gathered: dict[str, int]) -> None:
+        self._table = table
+        self._joined: dict[str, pa.Array] = {}
+        lengths = [len(c) for c in table.column(0).chunks] if table.num_columns else []
+        self.starts = np.cumsum([0, *lengths[:-1]]).astype(np.int64)
+        self.sources: dict[str, tuple[np.ndarray, ...]] = {}
+        for name, size in gathered.items():
+            chunks = table.column(name).chunks
+            if not chunks or any(c.null_count for c in chunks):
+                continue
+            if size:
+                values = [c.flatten() for c in chunks]  # (respects a chunk's slice offset)
+                if any(v.null_count for v in values):
+                    continue
+                arrays = [
+                    v.to_numpy(zero_copy_only=True).reshape(len(c), size)
+                    for v, c in zip(values, chunks, strict=True)
+                ]
+            else:
+                arrays = [c.to_numpy(zero_copy_only=True) for c in chunks]
+            self.sources[name] = tuple(arrays)
+
+    def joined(self, name: str) -> pa.Array:
+        """Column ``name`` as one array (joined on first use)."""
+        array = self._joined.get(name)
+        if array is None:
+            array = self._joined[name] = self._table.column(name).combine_chunks()
+        return array

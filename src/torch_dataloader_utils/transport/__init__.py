@@ -11,13 +11,13 @@ Bundling is switched on per worker process by the loader's ``worker_init_fn``; a
 iterated by a plain ``DataLoader`` (or in the main process) yields plain batches.
 
 - `wire`: the messages (`Bundle`, `PackedBundle`), packed and unpacked;
-- `buffers`: the shared memory they live in (`BufferPool` in a worker, `Landing` in the main
-  process);
+- `buffers`: the shared memory they live in (`BufferPool` in a worker, `Lent` in the main
+  process: buffers whose views the batches are, given back once those are gone);
 - `worker`: the worker side (`worker_messages`, `init_worker`);
 - `main`: the main-process side (`Unbundler`, `in_order`).
 """
 
-from .buffers import BufferPool, Landing
+from .buffers import BufferPool, Lent
 from .main import Unbundler, in_order
 from .wire import Bundle, PackedBundle, map_tensors, pack, packed_nbytes
 from .worker import BUNDLE_BYTES, bundle_rows, enable_bundles, init_worker, worker_messages
@@ -26,7 +26,7 @@ __all__ = [
     "BUNDLE_BYTES",
     "Bundle",
     "BufferPool",
-    "Landing",
+    "Lent",
     "PackedBundle",
     "Unbundler",
     "bundle_rows",

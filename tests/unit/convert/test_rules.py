@@ -440,6 +440,19 @@ def test_fixed_size_lists_with_nulls_raise_naming_the_column() -> None:
             convert(batch(vec=column))
 
 
+def test_fixed_size_list_masks_of_shuffled_rows_without_nulls() -> None:
+    rb = batch(emb=pa.FixedSizeListArray.from_arrays(pa.array(np.arange(30, dtype=np.float32)), 3))
+    out = convert_rows(rb, np.array([3, 1]), null_policy="mask")
+    assert out["emb"].tolist() == [[9, 10, 11], [3, 4, 5]]
+    assert out["emb_valid"].tolist() == [True, True]
+    assert out["emb_values_valid"].tolist() == [[True] * 3] * 2  # (once a reshape error)
+
+
+def convert_rows(rb: pa.RecordBatch, rows: np.ndarray, **kw: Any) -> dict[str, Any]:
+    out: dict[str, Any] = Converter(rb.schema, **kw)(rb, rows)
+    return out
+
+
 def test_fixed_size_lists_with_nulls_fill_and_mask() -> None:
     column = pa.array([[1, 2], None, [None, 5]], pa.list_(pa.float32(), 2))
     out = convert(batch(vec=column), null_policy="mask")

@@ -11,6 +11,7 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import make_table
+from torch_dataloader_utils.arrow_values import take
 from torch_dataloader_utils.planning import Layout, block_start
 from torch_dataloader_utils.stream.batches import cut_batches
 from torch_dataloader_utils.stream.blocks import Segment, block_sizes, shuffled_blocks
@@ -34,19 +35,33 @@ def run(
     pieces: int = 7,
     epoch: int = 0,
     stream: int = 0,
+    parts: int = 1,
 ) -> list[pa.RecordBatch]:
     blocks = shuffled_blocks(
-        iter(split(table, pieces)), table.num_rows, options, epoch=epoch, stream=stream
+        iter(split(table, pieces)),
+        table.num_rows,
+        options,
+        epoch=epoch,
+        stream=stream,
+        parts=parts,
     )
     return materialize(cut_batches(blocks, options.batch_size))
 
 
 def materialize(segments: Iterator[Segment]) -> list[pa.RecordBatch]:
-    """Each ``(batch, rows)`` segment as the record batch of those rows in that order."""
+    """Each ``(batch, rows)`` segment as the record batch of those rows in that order (a
+    block left in parts, a table, taken from its parts)."""
     out = []
     for batch, rows in segments:
-        assert isinstance(batch, pa.RecordBatch)
-        out.append(batch if rows is None else batch.take(pa.array(rows)))
+        if isinstance(batch, pa.Table):
+            assert rows is not None, "only shuffled blocks are left in parts"
+            assert 1 < batch.column(0).num_chunks <= 8
+            got = take(batch, rows)
+            assert got.equals(batch.combine_chunks().to_batches()[0].take(pa.array(rows)))
+        else:
+            assert isinstance(batch, pa.RecordBatch)
+            got = batch if rows is None else batch.take(pa.array(rows))
+        out.append(got)
     return out
 
 
@@ -135,7 +150,11 @@ def test_deterministic_for_the_same_seed_epoch_and_stream() -> None:
     ids=["shuffle", "ramp", "no-shuffle"],
 )
 def test_result_does_not_depend_on_how_the_input_was_split(opts: Layout) -> None:
-    outputs = [run(TABLE, opts, pieces=pieces, epoch=2, stream=3) for pieces in (1, 7, 100)]
+    outputs = [
+        run(TABLE, opts, pieces=pieces, epoch=2, stream=3, parts=parts)
+        for pieces in (1, 7, 100)
+        for parts in (1, 8)  # blocks joined, or left in up to 8 parts
+    ]
     for other in outputs[1:]:
         assert [b.num_rows for b in other] == [b.num_rows for b in outputs[0]]
         assert all(a.equals(b) for a, b in zip(outputs[0], other, strict=True))
@@ -143,14 +162,17 @@ def test_result_does_not_depend_on_how_the_input_was_split(opts: Layout) -> None
 
 @pytest.mark.parametrize("shuffle", [True, False])
 @pytest.mark.parametrize("start", [0, 1, 12, 13, 99, 100, 101, 300, 536, 537])
-def test_starting_inside_a_block_continues_the_same_order(shuffle: bool, start: int) -> None:
+@pytest.mark.parametrize("parts", [1, 8])
+def test_starting_inside_a_block_continues_the_same_order(
+    shuffle: bool, start: int, parts: int
+) -> None:
     """A resumed stream re-reads the block that holds ``start`` and skips what was delivered."""
     opts = options(shuffle=shuffle, first_block_rows=13, batch_size=1)
     full = ids_of(run(TABLE, opts))
     _, first = block_start(TABLE.num_rows, start, opts)
     rest = TABLE.slice(first)
     blocks = shuffled_blocks(
-        iter(split(rest, 5)), TABLE.num_rows, opts, epoch=0, stream=0, start=start
+        iter(split(rest, 5)), TABLE.num_rows, opts, epoch=0, stream=0, start=start, parts=parts
     )
     assert ids_of(materialize(cut_batches(blocks, 1))) == full[start:]
 

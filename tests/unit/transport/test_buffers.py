@@ -1,5 +1,5 @@
-"""Buffers: the landing reuses only regions nothing views; the pool works without torch's
-private shared-storage constructor."""
+"""Buffers: a lent buffer goes back to its pool only when nothing views it; the pool works
+without torch's private shared-storage constructor."""
 
 from __future__ import annotations
 
@@ -13,71 +13,64 @@ import pytest
 import torch
 import torch.multiprocessing  # registers torch's shared-memory reductions with ForkingPickler
 
-from tests.unit.transport.test_wire import assert_same_batch, direct, record_batches
+from tests.unit.transport.test_wire import (  # noqa: F401  (fresh: a fixture)
+    assert_same_batch,
+    direct,
+    fresh,
+    record_batches,
+)
 from torch_dataloader_utils import transport
 from torch_dataloader_utils.transport import (
     BufferPool,
-    Landing,
+    Lent,
     pack,
 )
 
-# --- the landing: private regions reused only when nothing views them --------------------------
+# --- lent buffers: given back to the pool only when no view of them is left ---------------------
 
 
-def region_of(tensor: torch.Tensor) -> int:
-    """The address of the region (storage) a landing view lies in."""
+def memory_of(tensor: torch.Tensor) -> int:
+    """The address of the memory (a shared buffer, or a copy) a batch's tensor lies in."""
     return int(tensor.untyped_storage().data_ptr())
 
 
-HOLDERS: dict[str, Any] = {
-    "the view": lambda v: v,
-    "a numpy array of the view": lambda v: v.numpy(),
-    "a slice of the view": lambda v: v[10:20],
-    "a typed view of a slice": lambda v: v[64:128].view(torch.int64),
+# What a program keeps of a batch's tensor, and how its values are read back.
+HOLDERS: dict[str, tuple[Any, Any]] = {
+    "the tensor": (lambda t: t, lambda h: h.numpy()),
+    "a numpy array of it": (lambda t: t.numpy(), lambda h: h),
+    "a slice of it": (lambda t: t[10:20], lambda h: h.numpy()),
+    "a typed view of a slice": (
+        lambda t: t.view(torch.uint8)[64:128].view(torch.int64),
+        lambda h: h.numpy(),
+    ),
+    "the batch dict": (lambda t: {"id": t}, lambda h: h["id"].numpy()),
 }
 
 
 @pytest.mark.parametrize("holder", HOLDERS)
-def test_landing_region_is_not_reused_while_anything_views_it(holder: str) -> None:
-    landing = Landing()
-    first = landing.take(1000)
-    assert first.numel() == 1000 and first.dtype == torch.uint8
-    assert first.untyped_storage().nbytes() >= 1000
-    assert first._base is not None  # a view: it alone marks the region in use
-    region = region_of(first)
-    held = HOLDERS[holder](first)
-    del first
-    other = landing.take(1000)
-    assert region_of(other) != region  # something still views the first region
-    del other, held
-    again = landing.take(1000)
-    assert region_of(again) == region  # every view dropped: the region is reused
-
-
-def test_landing_hands_out_distinct_regions_while_views_are_held() -> None:
-    landing = Landing()
-    held = []
-    for k in range(8):  # more than the landing keeps
-        view = landing.take(512)
-        view.fill_(k)
-        held.append(view)
-    assert len({region_of(v) for v in held}) == len(held)
-    for k, view in enumerate(held):
-        assert bool((view == k).all()), k
-
-
-def test_landing_without_a_use_count_never_reuses_a_region(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.delattr(torch._C, "_storage_Use_Count")
-    landing = Landing()
-    held = []
-    for k in range(6):
-        view = landing.take(256)
-        view.fill_(k + 1)
-        held.append(view.numpy())  # only an array of the view is kept: no count can see it
-        del view
-    assert len({a.ctypes.data for a in held}) == len(held)  # never the same region twice
-    for k, array in enumerate(held):
-        assert (array == k + 1).all(), k  # nothing held was overwritten
+@pytest.mark.usefixtures("fresh")
+def test_a_lent_buffer_is_reused_only_once_nothing_views_it(holder: str) -> None:
+    hold, read = HOLDERS[holder]
+    converter, batches = record_batches()
+    first = pack([converter.fields(rb) for rb in batches])
+    buffer = memory_of(first.buffer)
+    unpacked = first.unpack()
+    ids = unpacked[0]["id"]
+    assert buffer <= ids.data_ptr() < buffer + first.buffer.numel()  # a view: no copy
+    held = hold(ids)
+    want = read(hold(ids.clone())).copy()
+    del unpacked, ids
+    for _ in range(3):  # each unpack settles the lent buffers: the first is still viewed
+        again = pack([converter.fields(rb) for rb in reversed(batches)])
+        assert memory_of(again.buffer) != buffer
+        again.unpack()
+    np.testing.assert_array_equal(read(held), want)  # nothing wrote into what is held
+    del held
+    pack([converter.fields(batches[0])]).unpack()  # settles: the first buffer goes back
+    reused = pack([converter.fields(rb) for rb in batches])
+    assert memory_of(reused.buffer) == buffer
+    for got, rb in zip(reused.unpack(), batches, strict=True):
+        assert_same_batch(got, direct(converter, rb))
 
 
 def test_unpacking_without_a_use_count_keeps_held_batches_intact(
@@ -93,38 +86,66 @@ def test_unpacking_without_a_use_count_keeps_held_batches_intact(
         np.testing.assert_array_equal(array, rb.column("id").to_numpy())
 
 
-def test_landing_take_from_two_threads_never_shares_a_region() -> None:
-    landing = Landing()
-    landing.take(4096)  # one free region: both threads look at it first
-    rounds = 300
-    barrier = threading.Barrier(2, timeout=30)
-    regions: list[list[int]] = [[], []]
+@pytest.mark.usefixtures("fresh")
+def test_without_a_use_count_batches_are_copied_and_the_buffer_released_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delattr(torch._C, "_storage_Use_Count")
+    converter, batches = record_batches()
+    first = pack([converter.fields(rb) for rb in batches])
+    buffer = memory_of(first.buffer)
+    held = first.unpack()
+    assert all(
+        memory_of(v) != buffer for b in held for v in b.values() if isinstance(v, torch.Tensor)
+    )
+    second = pack([converter.fields(rb) for rb in reversed(batches)])
+    assert memory_of(second.buffer) == buffer  # released by the unpack itself
+    second.unpack()
+    for got, rb in zip(held, batches, strict=True):
+        assert_same_batch(got, direct(converter, rb))
+
+
+@pytest.mark.usefixtures("fresh")
+def test_a_program_keeping_every_batch_keeps_them_intact_and_the_list_bounded() -> None:
+    converter, batches = record_batches()
+    kept = []
+    for k in range(Lent.size + 10):
+        rows = np.random.default_rng(k).permutation(64)
+        kept.append((rows, pack([converter.fields(batches[0], rows)]).unpack()[0]))
+    assert len(transport.wire._lent._lent) <= Lent.size
+    for rows, got in kept:
+        assert_same_batch(got, converter(batches[0], rows))
+
+
+def test_lending_from_two_threads_never_gives_back_a_viewed_buffer() -> None:
+    converter, batches = record_batches()
+    rounds = 60
+    # Bundles made up front (packing runs in a worker, one thread), unpacked by two threads of
+    # the main process at once (two loaders iterated in two threads).
+    bundles = [
+        [pack([converter.fields(rb) for rb in batches]) for _ in range(rounds)] for _ in range(2)
+    ]
     errors: list[BaseException] = []
 
     def run(me: int) -> None:
         try:
-            for _ in range(rounds):
-                barrier.wait()
-                view = landing.take(4096)  # both threads take at once
-                view.fill_(me)
-                regions[me].append(region_of(view))
-                barrier.wait()  # both views are alive here
-                assert bool((view == me).all()), "the other thread wrote into my region"
-                barrier.wait()
-                del view  # both dropped: the next round may reuse the regions
+            held = []
+            for k, bundle in enumerate(bundles[me]):
+                unpacked = bundle.unpack()
+                if k % 3 == 0:
+                    held.append(unpacked)
+            for unpacked in held:
+                for got, rb in zip(unpacked, batches, strict=True):
+                    assert_same_batch(got, direct(converter, rb))
         except BaseException as exc:
             errors.append(exc)
-            barrier.abort()
 
     threads = [threading.Thread(target=run, args=(me,)) for me in (0, 1)]
     for t in threads:
         t.start()
     for t in threads:
-        t.join(timeout=60)
+        t.join(timeout=120)
     assert not errors, errors
-    assert len(regions[0]) == len(regions[1]) == rounds
-    assert all(a != b for a, b in zip(regions[0], regions[1], strict=True))
-    assert len(set(regions[0]) | set(regions[1])) <= landing.size  # and regions were reused
 
 
 # --- the buffer pool without torch's private shared-storage constructor -------------------------
@@ -148,6 +169,8 @@ def test_buffer_pool_without_new_shared_still_shares_and_round_trips(
         assert copy.buffer.is_shared()
         for got, rb in zip(copy.unpack(), batches, strict=True):
             assert_same_batch(got, direct(converter, rb))
+    del copy, got
+    pack([converter.fields(batches[0])]).unpack()  # gives back the buffers nothing views
     again = pack([converter.fields(batches[0])])  # released buffers are reused
     assert again.buffer.untyped_storage().data_ptr() in {
         b.buffer.untyped_storage().data_ptr() for b in bundles

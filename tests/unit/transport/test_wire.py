@@ -80,7 +80,15 @@ def test_pack_unpack_round_trip_equals_direct_conversion() -> None:
         )
 
 
-def test_one_shared_buffer_crosses_and_batches_view_one_private_region() -> None:
+@pytest.fixture
+def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A pool and a list of lent buffers of this test's own (the buffers other tests left in
+    the process's pool would be taken first)."""
+    monkeypatch.setattr(transport.wire, "_pool", transport.BufferPool())
+    monkeypatch.setattr(transport.wire, "_lent", transport.Lent())
+
+
+def test_one_shared_buffer_crosses_and_batches_are_views_of_it() -> None:
     converter, batches = record_batches()
     bundle = pack([converter.fields(rb) for rb in batches])
     assert isinstance(bundle.buffer, torch.Tensor)
@@ -89,17 +97,17 @@ def test_one_shared_buffer_crosses_and_batches_view_one_private_region() -> None
     unpacked = bundle.unpack()
     tensors = [v for b in unpacked for v in b.values() if isinstance(v, torch.Tensor)]
     assert tensors
-    bases = {t.untyped_storage().data_ptr() for t in tensors}
-    assert len(bases) == 1  # one region per bundle: one allocation, not one per tensor
-    assert bases != {bundle.buffer.untyped_storage().data_ptr()}  # the user owns a copy
-    assert not any(t.is_shared() for t in tensors)
-    # The views do not overlap: writing through one changes no other.
+    start = bundle.buffer.data_ptr()
     nonempty = [t for t in tensors if t.numel()]
+    # No copy: every tensor lies in the shared buffer's memory.
+    assert all(start <= t.data_ptr() < start + bundle.buffer.numel() for t in nonempty)
+    # The views do not overlap: writing through one changes no other.
     spans = sorted((t.data_ptr(), t.data_ptr() + t.numel() * t.element_size()) for t in nonempty)
     assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
 
 
-def test_released_buffers_are_reused_and_held_batches_stay_intact() -> None:
+@pytest.mark.usefixtures("fresh")
+def test_a_buffer_goes_back_once_its_batches_are_dropped_and_held_ones_stay_intact() -> None:
     converter, batches = record_batches()
     first = pack([converter.fields(rb) for rb in batches])
     shared = first.buffer.untyped_storage().data_ptr()
@@ -107,19 +115,20 @@ def test_released_buffers_are_reused_and_held_batches_stay_intact() -> None:
     expected = [
         {k: (v.clone() if isinstance(v, torch.Tensor) else v) for k, v in b.items()} for b in held
     ]
-    # The shared buffer went back to the pool: the next message reuses it...
-    second = pack([converter.fields(rb) for rb in reversed(batches)])
-    assert second.buffer.untyped_storage().data_ptr() == shared
-    # ...while the private region the held batches view is not handed out again.
+    # While they are held the buffer stays out of the pool...
     for _ in range(3):
-        pack([converter.fields(rb) for rb in batches]).unpack()
-    second.unpack()
+        other = pack([converter.fields(rb) for rb in batches])
+        assert other.buffer.untyped_storage().data_ptr() != shared
+        other.unpack()
     for batch, reference in zip(held, expected, strict=True):
-        for key, value in reference.items():
-            if isinstance(value, torch.Tensor):
-                torch.testing.assert_close(batch[key], value, equal_nan=True, rtol=0, atol=0)
-            else:
-                assert batch[key] == value, key
+        assert_same_batch(batch, reference)
+    # ...and once dropped, the next unpack gives it back: the message after reuses it.
+    del held, batch
+    pack([converter.fields(batches[0])]).unpack()
+    again = pack([converter.fields(rb) for rb in reversed(batches)])
+    assert again.buffer.untyped_storage().data_ptr() == shared
+    for got, rb in zip(again.unpack(), reversed(batches), strict=True):
+        assert_same_batch(got, direct(converter, rb))
 
 
 def test_an_unreleased_buffer_is_not_reused() -> None:
@@ -499,11 +508,11 @@ WIDE_ROWS, WIDE_BATCH = 64, 16
 
 
 def wide_value(i: int) -> bytes | None:
-    """Row ``i``'s ``bin``: empty, small, or 700 kB (rows 16-31: one batch > BUNDLE_BYTES);
+    """Row ``i``'s ``bin``: empty, small, or 1.4 MB (rows 16-31: one batch > BUNDLE_BYTES);
     null in some rows of the last batch only, so the other batches take the buffer path."""
     if i >= 48 and i % 3 == 0:
         return None
-    size = 0 if i % 5 == 0 else 700_000 if 16 <= i < 32 else 1 + i * 37 % 300
+    size = 0 if i % 5 == 0 else 1_400_000 if 16 <= i < 32 else 1 + i * 37 % 300
     return (i.to_bytes(4, "little") * (size // 4 + 1))[:size]
 
 
@@ -543,7 +552,10 @@ def test_wide_binary_batches_pack_strings_after_the_tensors(tmp_path: Any) -> No
     for got, rb in zip(unpacked, batches, strict=True):
         assert_same_batch(got, converter(rb))
         assert got["bin"] == [wide_value(i) for i in rb.column("id").to_pylist()]
-    assert int(bundle.buffer[0]) == 0  # released once the lists were made
+    assert int(bundle.buffer[0]) == 1  # its batches are alive: not released
+    del unpacked, got
+    pack([]).unpack()  # (an unpack gives back the buffers nothing views)
+    assert int(bundle.buffer[0]) == 0
 
 
 @pytest.mark.timeout(120)
