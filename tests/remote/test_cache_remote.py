@@ -75,6 +75,9 @@ def test_a_cached_epoch_asks_the_store_nothing_and_survives_it_gone(
         storage_backend=backend,
         num_workers=workers,
         multiprocessing_context=context,
+        # Spawned workers started once (~3.5 s each); forked ones anew each epoch, so new
+        # processes still find the cache and ask nothing.
+        persistent_workers=context == "spawn",
     )
     assert _epoch(loader, 0) == Counter(s3_data.ids)
     first = loader.cache_stats  # planning and epoch 0 (planning's footer reads may hold it all)

@@ -45,45 +45,43 @@ def _assert_exactly_once_and_reshuffled(report: dict, epochs: int) -> None:
 
 
 @pytest.mark.parametrize(
-    "options",
-    [[], ["--set-epoch"], ["--strategy", "ddp_spawn"]],
+    ("options", "epochs"),
+    [([], 3), (["--set-epoch"], 2), (["--strategy", "ddp_spawn"], 2)],
     ids=["ddp", "ddp-user-set-epoch", "ddp_spawn-loader-built-in-parent"],
 )
 def test_fit_reads_every_row_once_per_epoch_in_a_new_order(
-    tmp_path: Path, options: list[str]
+    tmp_path: Path, options: list[str], epochs: int
 ) -> None:
-    run_example("train_lightning.py", *_options(tmp_path, "--epochs", "3", *options))
+    run_example("train_lightning.py", *_options(tmp_path, "--epochs", str(epochs), *options))
     report = epoch_report(read_ranks(tmp_path / "out", "run"), ROWS)
-    _assert_exactly_once_and_reshuffled(report, 3)
+    _assert_exactly_once_and_reshuffled(report, epochs)
 
 
-def test_fit_resumes_from_a_mid_epoch_checkpoint_exactly(tmp_path: Path) -> None:
-    run_example("train_lightning.py", *_options(tmp_path, "--max-steps", "25", "--tag", "first"))
-    checkpoint = tmp_path / "ckpt" / "step=20.ckpt"
-    assert checkpoint.is_file()
-    run_example("train_lightning.py", *_options(tmp_path, "--resume", str(checkpoint)))
-    first = read_ranks(tmp_path / "out", "first")
+def test_fit_resumes_exactly_mid_epoch_and_from_the_last_step_of_an_epoch(
+    tmp_path: Path,
+) -> None:
+    # One run of epoch 0 saves every 4 steps: step 20 is mid-epoch, the last step ends it.
+    every = ["--save-every", "4"]
+    run_example("train_lightning.py", *_options(tmp_path, "--epochs", "1", *every, "--tag", "a"))
+    first = read_ranks(tmp_path / "out", "a")
+    middle, end = (tmp_path / "ckpt" / f"step={step}.ckpt" for step in (20, BATCHES))
+    assert middle.is_file() and end.is_file()
+
+    # From step 20: the rest of epoch 0, then epoch 1, as if steps 20 on had never been read.
+    run_example("train_lightning.py", *_options(tmp_path, "--resume", str(middle), "--tag", "b"))
     before = {  # what the checkpoint covered: steps 0-19 of epoch 0
         rank: [r for r in records if r["step"] < 20] for rank, records in first.items()
     }
     assert all(len(records) == 20 for records in before.values())
-    second = read_ranks(tmp_path / "out", "run")
+    second = read_ranks(tmp_path / "out", "b")
     assert all(r["step"] >= 20 for records in second.values() for r in records)
-    report = epoch_report(merge(before, second), ROWS)
-    _assert_exactly_once_and_reshuffled(report, 2)
+    _assert_exactly_once_and_reshuffled(epoch_report(merge(before, second), ROWS), 2)
 
-
-def test_resume_from_the_last_step_of_an_epoch_reads_the_next_epoch(tmp_path: Path) -> None:
-    # A checkpoint at the epoch's last step holds a complete epoch: resuming reads epoch 1.
-    every = ["--save-every", str(BATCHES)]
-    run_example("train_lightning.py", *_options(tmp_path, "--epochs", "1", *every, "--tag", "a"))
-    end = tmp_path / "ckpt" / f"step={BATCHES}.ckpt"
-    assert end.is_file()
-    run_example("train_lightning.py", *_options(tmp_path, "--resume", str(end), *every))
-    second = read_ranks(tmp_path / "out", "run")
-    assert {r["epoch"] for records in second.values() for r in records} == {1}
-    report = epoch_report(merge(read_ranks(tmp_path / "out", "a"), second), ROWS)
-    _assert_exactly_once_and_reshuffled(report, 2)
+    # From the epoch's last step: the checkpoint holds a complete epoch, so epoch 1 is read.
+    run_example("train_lightning.py", *_options(tmp_path, "--resume", str(end), "--tag", "c"))
+    third = read_ranks(tmp_path / "out", "c")
+    assert {r["epoch"] for records in third.values() for r in records} == {1}
+    _assert_exactly_once_and_reshuffled(epoch_report(merge(first, third), ROWS), 2)
 
 
 def test_predict_rebuilds_the_loader_and_reads_every_row_once(tmp_path: Path) -> None:

@@ -45,6 +45,7 @@ def _ids(batches: list[Any]) -> list[int]:
 
 @pytest.mark.parametrize(
     ("workers", "options"),
+    # (spawned workers persistent: spawned once, not each epoch: ~3.5 s a worker)
     [(0, {}), (2, {}), (2, {"persistent_workers": True}), (2, {"mp": "spawn"})],
     ids=["in-process", "2-workers", "2-persistent", "2-spawn"],
 )
@@ -53,7 +54,7 @@ def test_resume_seeks_and_keeps_the_epoch(
 ) -> None:
     root, _ = parquet_dir(SIZES)
     if options.pop("mp", None) == "spawn":
-        options["multiprocessing_context"] = "spawn"
+        options.update(multiprocessing_context="spawn", persistent_workers=True)
     loader = _loader(_dataset(str(root)), workers, **options)
     epoch0 = list(loader)
     first = list(loader)  # no set_epoch: the next epoch, in a new order

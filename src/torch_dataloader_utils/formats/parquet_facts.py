@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.dataset as ds
 import pyarrow.parquet as pq
 
 from ..errors import CorruptFileError, SchemaMismatchError
@@ -16,6 +16,9 @@ from ..fs import FileSystemSpec, SourceFile
 from .base import ReadOptions
 from .opening import open_input, parsing
 from .parquet_footer import MAGIC, Footer, footer_file, read_footer
+
+if TYPE_CHECKING:
+    import pyarrow.dataset as ds
 
 __all__ = ["FileFacts", "chunk_ranges", "leaf_owners", "read_facts"]
 
@@ -67,6 +70,10 @@ def read_facts(
             # pyarrow parses the footer again for the statistics: remote, from the bytes
             # already read (no second request); local, from the file.
             parsed = source if fs.is_local else footer_file(source, size, start, thrift)
+            # (Imported here: pyarrow.dataset imports pandas, 0.4 s a process, and workers and
+            # ranks that do not plan never need it.)
+            import pyarrow.dataset as ds
+
             fragment = ds.ParquetFileFormat().make_fragment(
                 parsed, partition_expression=_partition_expression(partition)
             )

@@ -40,6 +40,10 @@ _FIRST_BLOCK_CHUNKS = 64
 # of the decoding, on the thread that decodes. More parts would cost every output batch a pass
 # per part; a block of many small batches (small files) is still copied.
 BLOCK_PARTS = 8
+# ... when joining it cannot overflow a 32-bit offset column: the converter joins some columns of
+# a block left in parts (strings, lists), and such a block is joined here instead, where an
+# overflow becomes a clear error naming the files (`stream.pipeline`).
+_JOINABLE_BYTES = 2**31 - 1
 
 # Rows of a record batch (or a shuffle block left in parts, a `pa.Table`): all of them in order
 # (None), or these indices in this order.
@@ -144,7 +148,7 @@ def shuffled_blocks(
         block: pa.RecordBatch | pa.Table
         if len(group) == 1:
             block = group[0]
-        elif len(group) <= parts:
+        elif len(group) <= parts and sum(b.nbytes for b in group) < _JOINABLE_BYTES:
             block = pa.Table.from_batches(group)
         else:
             block = pa.concat_batches(group)

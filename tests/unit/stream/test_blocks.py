@@ -237,3 +237,29 @@ def test_first_block_spans_few_chunks_of_tiny_files() -> None:
     assert block_sizes(
         batch_size=10, block_size=100, block_bytes=0, row_bytes=1.0, chunk_rows=50.0
     ) == (100, 100)
+
+
+def test_a_block_that_could_overflow_when_joined_is_joined_at_once(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The converter joins some columns of a block left in parts; a block whose columns could
+    overflow 32-bit offsets is joined where the overflow becomes a clear error (the pipeline)."""
+    from torch_dataloader_utils.stream import blocks
+
+    opts = options()
+    kinds = {
+        type(b)
+        for b, _ in shuffled_blocks(
+            iter(split(TABLE, 20)), TABLE.num_rows, opts, epoch=0, stream=0, parts=8
+        )
+    }
+    assert pa.Table in kinds  # small blocks of a few batches stay in parts
+    monkeypatch.setattr(blocks, "_JOINABLE_BYTES", 1)
+    joined = [
+        b
+        for b, _ in shuffled_blocks(
+            iter(split(TABLE, 20)), TABLE.num_rows, opts, epoch=0, stream=0, parts=8
+        )
+    ]
+    assert all(isinstance(b, pa.RecordBatch) for b in joined)
+    assert sorted(ids_of(joined)) == TABLE.column("id").to_pylist()
