@@ -36,9 +36,8 @@ class Field:
         key: the output key.
         data: a null-free primitive Arrow array (zero-copy source), a numpy array, a
             `Gather` of rows of a numpy array (`GatherParts`: of a block's parts), list rows
-            to lay out (`ListRows`); or, when
-            ``shape`` is ``None``, a Python list or a string/binary Arrow array that becomes
-            one.
+            to lay out (`ListRows`); or, when ``shape`` is ``None``, a Python list or a
+            string/binary Arrow array that becomes one.
         shape: the output shape.
     """
 

@@ -48,7 +48,8 @@ NULL_POLICIES: tuple[NullPolicy, ...] = ("error", "fill", "mask")
 Rows: TypeAlias = "np.ndarray | None"
 
 # Batches of fewer rows than this (the block's first) gather from a block left in parts
-# through joined columns (see `Converter._fields_of_parts`).
+# through joined columns (see `Converter._fields_of_parts`; the stream leaves blocks in parts
+# only for batches this large, `stream.blocks.BLOCK_PARTS_MIN_BATCH`).
 _GATHER_ROWS = 128
 
 
@@ -452,8 +453,11 @@ class Converter:
         if last is not None and last[0]() is table:
             parts = last[1]
         else:
-            # Small batches join every column once per block instead: finding each row's
-            # part costs ~10 µs a batch, joining ~0.05 µs a row of the block.
+            # Small batches join every column once per block instead. Measured, tabular
+            # block of 3 parts: 8-row batches took 183 µs each gathering from the parts, 133
+            # through joined columns; 1,024-row ones the same either way in one thread, and
+            # with 2 workers gathering from the parts cost 2.16 µs of CPU a row in all
+            # processes against 2.50 joining (the join's copy is saved).
             gathered = self._gathered if n >= _GATHER_ROWS else {}
             parts = _Parts(table, gathered)
             self._parts = (weakref.ref(table), parts)

@@ -9,7 +9,7 @@ import pyarrow as pa
 from ..errors import DataError
 from ..planning import block_start, cut, strategy_of
 from .batches import cut_batches
-from .blocks import BLOCK_PARTS, Segment, shuffled_blocks
+from .blocks import BLOCK_PARTS, BLOCK_PARTS_MIN_BATCH, Segment, shuffled_blocks
 from .prefetch import Prefetcher
 from .read import Reader
 from .resolve import Stream
@@ -39,7 +39,7 @@ def stream_segments(stream: Stream, reader: Reader) -> Iterator[Segment]:
         stream=stream.topology.stream,
         leg=len(iteration.legs),
         start=start,
-        parts=BLOCK_PARTS,
+        parts=BLOCK_PARTS if layout.batch_size >= BLOCK_PARTS_MIN_BATCH else 1,
     )
     # The thread reads and assembles whole blocks while this one gathers, converts
     # and packs the previous block. A queue of read batches instead let the reader get only

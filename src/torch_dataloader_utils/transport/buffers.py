@@ -95,8 +95,8 @@ class Lent:
         self._lock = threading.Lock()
 
     def lend(self, buffer: torch.Tensor) -> torch.Tensor | None:
-        """A tensor over ``buffer``'s memory, whose views are handed out; ``buffer`` is
-        released once they and it are gone. None when torch gives no use count: the caller
+        """A tensor over ``buffer``'s memory to hand out views of; ``buffer`` is released
+        once no view of it is left. None when torch gives no use count: the caller
         copies instead (a buffer lent then could never be released)."""
         own = torch.from_numpy(buffer.numpy())  # a storage of its own, the same memory
         base = _use_count(own)

