@@ -1,30 +1,5 @@
 #!/usr/bin/env bash
-# Make the peers' virtualenvs for benchmarks/mixing.py under benchmarks/peers_mixing/.venv/
-# (ignored by the repository's `.venv/` pattern): one per line of requirements.txt, named for the
-# package (.venv/datasets, .venv/mosaicml-streaming), apart from the project's .venv and from
-# each other, since their pins clash (Streaming's transformers<5 wants huggingface-hub<1, HF
-# datasets 5.2 wants >=1.31). Every install goes through constraints.txt (torch pinned). A peer
-# that fails to install leaves .venv/failed-<name>.txt (pip's last lines), which the benchmark
-# reports; the others are installed all the same. Idempotent.
-set -uo pipefail
-cd "$(dirname "$0")"
-python="${PYTHON:-python3}"
-mkdir -p .venv
-status=0
-while read -r requirement; do
-  case "$requirement" in '' | '#'*) continue ;; esac
-  name="${requirement%%[=<>!~ ]*}"
-  venv=".venv/$name"
-  [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$requirement" ] && continue
-  rm -f ".venv/failed-$name.txt"
-  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt)
-  if { [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"; } &&
-    "${pip[@]}" torch==2.13.0 pyarrow "$requirement" >".venv/install-$name.log" 2>&1; then
-    echo "$requirement" >"$venv/.installed"
-  else
-    tail -n 20 ".venv/install-$name.log" >".venv/failed-$name.txt"
-    echo "could not install $requirement: see benchmarks/peers_mixing/.venv/failed-$name.txt" >&2
-    status=2
-  fi
-done <requirements.txt
-exit "$status"
+# The peers benchmarks/mixing.py compares with (HF datasets, MosaicML Streaming): one virtualenv
+# each under .venv/ here, made by ../peer_venvs.sh (see there): their pins clash (Streaming's
+# transformers<5 wants huggingface-hub<1, HF datasets 5.2 wants >=1.31).
+exec bash "$(dirname "$0")/../peer_venvs.sh" "$(dirname "$0")"

@@ -17,6 +17,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 __all__ = [
+    "Picks",
     "as_plain",
     "holds_interval",
     "intervals",
@@ -71,6 +72,24 @@ def take(data: Any, rows: np.ndarray | None) -> Any:
         return taken.cast(data.type)
 
 
+class Picks:
+    """Where rows lie among the consecutive parts of something chunked (a shuffle block left
+    in parts, a chunked array): for each part, the output positions it fills and its own rows
+    that fill them (in output order)."""
+
+    __slots__ = ("parts",)
+
+    def __init__(self, starts: np.ndarray, rows: np.ndarray) -> None:
+        """``starts``: the first row of each part; ``rows``: the rows to output."""
+        part = np.searchsorted(starts, rows, side="right") - 1
+        order = np.argsort(part, kind="stable")
+        bounds = np.searchsorted(part[order], np.arange(len(starts) + 1)).tolist()
+        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
+        for k, start in enumerate(starts.tolist()):
+            positions = order[bounds[k] : bounds[k + 1]]
+            self.parts.append((positions, rows[positions] - start))
+
+
 def _take_chunked(data: pa.Table | pa.ChunkedArray, rows: np.ndarray) -> Any:
     """Rows of a table (as a record batch) or chunked array (as an array), each chunk's taken
     from it, joined, then put in order."""
@@ -83,20 +102,15 @@ def _take_chunked(data: pa.Table | pa.ChunkedArray, rows: np.ndarray) -> Any:
             return pa.RecordBatch.from_arrays([pa.array([], f.type) for f in schema], schema=schema)
         return pa.array([], data.type)
     starts = np.cumsum([0] + [len(c) for c in chunks[:-1]])
-    part = np.searchsorted(starts, rows, side="right") - 1
-    order = np.argsort(part, kind="stable")
-    bounds = np.searchsorted(part[order], np.arange(len(chunks) + 1))
-    pieces = [
-        take(chunk, rows[order[a:b]] - start)
-        for chunk, start, a, b in zip(chunks, starts, bounds[:-1], bounds[1:], strict=True)
-        if b > a
-    ]
-    if not pieces:
+    picks = Picks(starts, np.asarray(rows, np.int64))
+    taken = [(p, take(c, r)) for c, (p, r) in zip(chunks, picks.parts, strict=True) if len(p)]
+    if not taken:
         joined = chunks[0].slice(0, 0)
     elif isinstance(data, pa.Table):
-        joined = pa.concat_batches(pieces)
+        joined = pa.concat_batches([piece for _, piece in taken])
     else:
-        joined = pa.concat_arrays(pieces)
+        joined = pa.concat_arrays([piece for _, piece in taken])
+    order = np.concatenate([p for p, _ in taken]) if taken else np.arange(0)
     where = np.empty(len(rows), np.int64)
     where[order] = np.arange(len(rows))  # output row i is row where[i] of the joined pieces
     return take(joined, where)

@@ -31,7 +31,7 @@ shaped like ``col``).
 
 - `rules`: one rule per column, decided from the schema (`Converter`);
 - `fields`: a converted column before it becomes a tensor (`Field`, `Gather`);
-- `parts`: gathering from a shuffle block left in parts (`Picks`, `GatherParts`);
+- `parts`: gathering from a shuffle block left in parts (`BlockParts`, `Picks`, `GatherParts`);
 - `decoders`: a format's per-value decoders, applied and stacked (`Decoding`).
 """
 

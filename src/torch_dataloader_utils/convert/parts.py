@@ -1,6 +1,6 @@
 """Gathering an output batch from a shuffle block left in parts (`stream.blocks.BLOCK_PARTS`):
-where each row lies (`Picks`) and the gather itself (`GatherParts`), done straight into its
-destination like a `Gather`."""
+the block as the converter uses it (`BlockParts`), where each row lies (`Picks`) and the gather
+itself (`GatherParts`), done straight into its destination like a `Gather`."""
 
 from __future__ import annotations
 
@@ -8,25 +8,11 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+import pyarrow as pa
 
-__all__ = ["GatherParts", "Picks"]
+from ..arrow_values import Picks
 
-
-class Picks:
-    """Where the rows of an output batch lie among a block's parts: for each part, the output
-    positions it fills and its own rows that fill them (in output order)."""
-
-    __slots__ = ("parts",)
-
-    def __init__(self, starts: np.ndarray, rows: np.ndarray) -> None:
-        """``starts``: the first block row of each part; ``rows``: the block rows to output."""
-        part = np.searchsorted(starts, rows, side="right") - 1
-        order = np.argsort(part, kind="stable")
-        bounds = np.searchsorted(part[order], np.arange(len(starts) + 1)).tolist()
-        self.parts: list[tuple[np.ndarray, np.ndarray]] = []
-        for k, start in enumerate(starts.tolist()):
-            positions = order[bounds[k] : bounds[k + 1]]
-            self.parts.append((positions, rows[positions] - start))
+__all__ = ["BlockParts", "GatherParts", "Picks"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -47,3 +33,39 @@ class GatherParts:
                 source.take(rows, axis=0, out=out)
             elif len(positions):
                 out[positions] = source.take(rows, axis=0)
+
+
+class BlockParts:
+    """A shuffle block left in parts (a table over the batches read), as `Converter` uses it:
+    where each part starts, the numpy arrays of the columns gathered from the parts (a column
+    with nulls is not: its rule fills or masks them), and the other columns joined, each
+    once."""
+
+    def __init__(self, table: pa.Table, gathered: dict[str, int]) -> None:
+        self._table = table
+        self._joined: dict[str, pa.Array] = {}
+        lengths = [len(c) for c in table.column(0).chunks] if table.num_columns else []
+        self.starts = np.cumsum([0, *lengths[:-1]]).astype(np.int64)
+        self.sources: dict[str, tuple[np.ndarray, ...]] = {}
+        for name, size in gathered.items():
+            chunks = table.column(name).chunks
+            if not chunks or any(c.null_count for c in chunks):
+                continue
+            if size:
+                values = [c.flatten() for c in chunks]  # (respects a chunk's slice offset)
+                if any(v.null_count for v in values):
+                    continue
+                arrays = [
+                    v.to_numpy(zero_copy_only=True).reshape(len(c), size)
+                    for v, c in zip(values, chunks, strict=True)
+                ]
+            else:
+                arrays = [c.to_numpy(zero_copy_only=True) for c in chunks]
+            self.sources[name] = tuple(arrays)
+
+    def joined(self, name: str) -> pa.Array:
+        """Column ``name`` as one array (joined on first use)."""
+        array = self._joined.get(name)
+        if array is None:
+            array = self._joined[name] = self._table.column(name).combine_chunks()
+        return array

@@ -26,7 +26,7 @@ from ..arrow_values import (
 from ..errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
 from .fields import Field, Gather, as_numpy, as_tensor
 from .lists import ListRows, fixed_values
-from .parts import GatherParts, Picks
+from .parts import BlockParts, GatherParts, Picks
 
 __all__ = [
     "LIST_FORMATS",
@@ -125,8 +125,8 @@ class Converter:
         # The columns of the record batch converted last, by name: small batches are cut from
         # one shuffle block thousands of times, and making 9 columns' wrappers costs ~12 µs.
         self._columns: tuple[weakref.ref[pa.RecordBatch], dict[str, pa.Array]] | None = None
-        # The same for a shuffle block left in parts (a table; see `_Parts`).
-        self._parts: tuple[weakref.ref[pa.Table], _Parts] | None = None
+        # The same for a shuffle block left in parts (a table; see `BlockParts`).
+        self._parts: tuple[weakref.ref[pa.Table], BlockParts] | None = None
         # Columns gathered straight from a block's parts: their row width (0: one value;
         # else a fixed-size list's size). The others are joined once per block.
         self._gathered: dict[str, int] = {}
@@ -459,7 +459,7 @@ class Converter:
             # with 2 workers gathering from the parts cost 2.16 µs of CPU a row in all
             # processes against 2.50 joining (the join's copy is saved).
             gathered = self._gathered if n >= _GATHER_ROWS else {}
-            parts = _Parts(table, gathered)
+            parts = BlockParts(table, gathered)
             self._parts = (weakref.ref(table), parts)
         picks: Picks | None = None
         out: list[Field] = []
@@ -500,39 +500,3 @@ class Converter:
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}
         return self.finish_torch({f.key: as_tensor(f) for f in fields})
-
-
-class _Parts:
-    """A shuffle block left in parts (a table over the batches read), as `Converter` uses it:
-    where each part starts, the numpy arrays of the columns gathered from the parts (a column
-    with nulls is not: its rule fills or masks them), and the other columns joined, each
-    once."""
-
-    def __init__(self, table: pa.Table, gathered: dict[str, int]) -> None:
-        self._table = table
-        self._joined: dict[str, pa.Array] = {}
-        lengths = [len(c) for c in table.column(0).chunks] if table.num_columns else []
-        self.starts = np.cumsum([0, *lengths[:-1]]).astype(np.int64)
-        self.sources: dict[str, tuple[np.ndarray, ...]] = {}
-        for name, size in gathered.items():
-            chunks = table.column(name).chunks
-            if not chunks or any(c.null_count for c in chunks):
-                continue
-            if size:
-                values = [c.flatten() for c in chunks]  # (respects a chunk's slice offset)
-                if any(v.null_count for v in values):
-                    continue
-                arrays = [
-                    v.to_numpy(zero_copy_only=True).reshape(len(c), size)
-                    for v, c in zip(values, chunks, strict=True)
-                ]
-            else:
-                arrays = [c.to_numpy(zero_copy_only=True) for c in chunks]
-            self.sources[name] = tuple(arrays)
-
-    def joined(self, name: str) -> pa.Array:
-        """Column ``name`` as one array (joined on first use)."""
-        array = self._joined.get(name)
-        if array is None:
-            array = self._joined[name] = self._table.column(name).combine_chunks()
-        return array
