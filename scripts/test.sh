@@ -8,4 +8,6 @@ export PATH="$PWD/.venv/bin:$PATH"
 echo "== ruff";   ruff check . && ruff format --check .
 echo "== mypy";   mypy
 echo "== docs";   NO_MKDOCS_2_WARNING=1 mkdocs build --strict --quiet -d "$(mktemp -d)"
-echo "== pytest"; pytest -q -p no:cacheprovider "$@"
+# Two test processes, each taking whole files (module fixtures such as torchrun jobs run once);
+# TDU_TEST_PROCESSES=0 runs in this process alone.
+echo "== pytest"; pytest -q -p no:cacheprovider -n "${TDU_TEST_PROCESSES:-2}" --dist loadfile "$@"

@@ -19,7 +19,7 @@ from .fs import Source
 from .options import check_dataloader_options, check_loader_arguments
 from .skipping import FailureLog, ReadFailure
 from .state import read_failures, with_read_failures
-from .transport import Unbundler, in_order, init_worker, map_tensors
+from .transport import Unbundler, forget_exited_workers, in_order, init_worker, map_tensors
 from .worker_deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
 __all__ = ["DEFAULT_BUNDLE_ROWS", "EpochSampler", "TabularDataLoader", "create_dataloader"]
@@ -331,6 +331,8 @@ class TabularDataLoader(DataLoader[Any]):
             if not self.persistent_workers:
                 shut_down(iterator)
             raise
+        finally:
+            forget_exited_workers()  # their buffers stay mapped here until then
 
 
 _END = object()

@@ -11,15 +11,23 @@ Bundling is switched on per worker process by the loader's ``worker_init_fn``; a
 iterated by a plain ``DataLoader`` (or in the main process) yields plain batches.
 
 - `wire`: the messages (`Bundle`, `PackedBundle`), packed and unpacked;
-- `buffers`: the shared memory they live in (`BufferPool` in a worker, `Lent` in the main
-  process: buffers whose views the batches are, given back once those are gone);
+- `buffers`: the shared memory they live in (`BufferPool` in a worker; in the main process
+  `Received`, each buffer mapped once, and `Lent`, buffers whose views the batches are, given
+  back once those are gone);
 - `worker`: the worker side (`worker_messages`, `init_worker`);
 - `main`: the main-process side (`Unbundler`, `in_order`).
 """
 
-from .buffers import BufferPool, Lent
+from .buffers import BufferPool, Lent, Received
 from .main import Unbundler, in_order
-from .wire import Bundle, PackedBundle, map_tensors, pack, packed_nbytes
+from .wire import (
+    Bundle,
+    PackedBundle,
+    forget_exited_workers,
+    map_tensors,
+    pack,
+    packed_nbytes,
+)
 from .worker import BUNDLE_BYTES, bundle_rows, enable_bundles, init_worker, worker_messages
 
 __all__ = [
@@ -28,9 +36,11 @@ __all__ = [
     "BufferPool",
     "Lent",
     "PackedBundle",
+    "Received",
     "Unbundler",
     "bundle_rows",
     "enable_bundles",
+    "forget_exited_workers",
     "in_order",
     "init_worker",
     "map_tensors",

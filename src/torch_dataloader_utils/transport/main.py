@@ -8,17 +8,12 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
-import torch
-
 from ..errors import DataError
 from ..planning import round_robin
 from ..skipping import ReadFailure, log_failure
-from .buffers import _is_shared
 from .wire import Bundle, PackedBundle
 
 __all__ = ["Unbundler", "in_order"]
-
-_KEEP_MAPPED = 16  # a few workers x the pool size of each (BufferPool)
 
 
 class Unbundler:
@@ -37,10 +32,6 @@ class Unbundler:
     ) -> None:
         self.finish = finish
         self.failures = failures
-        # Keeping the last buffers referenced keeps their shared-memory mappings alive: torch
-        # then finds a pooled buffer that comes back in its cache instead of mapping (and
-        # faulting in) its pages again.
-        self.recent: deque[torch.Tensor] = deque(maxlen=_KEEP_MAPPED)
 
     def __call__(self, item: Any) -> list[Any]:
         """The batches of one message (anything but a bundle is one batch)."""
@@ -49,8 +40,6 @@ class Unbundler:
                 log_failure(failure)
                 self.failures.append(failure)
         if isinstance(item, PackedBundle):
-            if _is_shared(item.buffer):  # not a pinned copy: nothing to keep mapped
-                self.recent.append(item.buffer)
             batches = item.unpack()
             return batches if self.finish is None else [self.finish(b) for b in batches]
         if isinstance(item, Bundle):

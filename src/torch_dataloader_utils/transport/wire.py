@@ -4,6 +4,7 @@ packed into one shared buffer), how they are packed (`pack`) and unpacked.
 
 from __future__ import annotations
 
+import os
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -15,9 +16,25 @@ import torch
 from ..convert import Field, Gather, GatherParts, ListRows, as_numpy
 from ..errors import DataError
 from ..skipping import ReadFailure
-from .buffers import _ALIGN, _HEADER, _is_shared, _lent, _pool, _release, _round_up
+from .buffers import (
+    _ALIGN,
+    _HEADER,
+    _is_shared,
+    _lent,
+    _pool,
+    _received,
+    _release,
+    _round_up,
+)
 
-__all__ = ["Bundle", "PackedBundle", "map_tensors", "pack", "packed_nbytes"]
+__all__ = [
+    "Bundle",
+    "PackedBundle",
+    "forget_exited_workers",
+    "map_tensors",
+    "pack",
+    "packed_nbytes",
+]
 
 
 def map_tensors(value: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
@@ -147,9 +164,21 @@ class PackedBundle:
     tensors out into memory of its own and made the strings' Python lists (`unpack`, or
     `pin_memory`): reusing buffers avoids creating a shared-memory segment and faulting in its
     fresh pages for every message, which cost more than the copy (measured).
+
+    A pooled buffer's memory is pickled with the first message in it only; later ones carry
+    its serial number, and the main process finds the buffer it received (`Received`).
     """
 
-    __slots__ = ("buffer", "end", "failures", "layouts", "tensors_end", "worker")
+    __slots__ = (
+        "buffer",
+        "dropped",
+        "end",
+        "failures",
+        "layouts",
+        "serial",
+        "tensors_end",
+        "worker",
+    )
 
     def __init__(
         self,
@@ -158,6 +187,9 @@ class PackedBundle:
         tensors_end: int,
         end: int,
         worker: int = -1,
+        *,
+        serial: int | None = None,
+        dropped: tuple[int, ...] = (),
     ) -> None:
         self.buffer = buffer
         self.layouts = layouts
@@ -165,6 +197,15 @@ class PackedBundle:
         self.end = end
         self.worker = worker  # the DataLoader worker that sent it
         self.failures: tuple[ReadFailure, ...] = ()  # reads skipped since the last message
+        self.serial = serial  # in this process's BufferPool; None once received
+        self.dropped = dropped  # serials the pool dropped when it took this buffer
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        state = (self.layouts, self.tensors_end, self.end, self.worker, self.failures)
+        if self.serial is None or not _received.enabled:
+            return (_unpickled, (self.buffer, None, 0, (), state))
+        carried = self.buffer if _pool.first_send(self.serial) else None
+        return (_unpickled, (carried, os.getpid(), self.serial, self.dropped, state))
 
     def pin_memory(self) -> PackedBundle:
         """Copy into pinned memory and give the shared buffer back (pin-memory thread)."""
@@ -230,6 +271,30 @@ class PackedBundle:
         return any(dtype is not None for layout in self.layouts for _, dtype, _, _ in layout)
 
 
+def _unpickled(
+    buffer: torch.Tensor | None,
+    pid: int | None,
+    serial: int,
+    dropped: tuple[int, ...],
+    state: tuple[Any, ...],
+) -> PackedBundle:
+    if pid is not None:  # a pooled buffer: received once, then named by its serial
+        if buffer is None:
+            buffer = _received.get(pid, serial, dropped)
+        else:
+            _received.add(pid, serial, buffer, dropped)
+    assert buffer is not None
+    layouts, tensors_end, end, worker, failures = state
+    bundle = PackedBundle(buffer, layouts, tensors_end, end, worker)
+    bundle.failures = failures
+    return bundle
+
+
+def forget_exited_workers() -> None:
+    """Unmap the pooled buffers of worker processes that have exited (`Received`)."""
+    _received.forget_exited()
+
+
 def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
     count = 1
     for n in shape:
@@ -275,8 +340,8 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
         place.values_at = offset
         copies.append((offset, values))
         offset += _round_up(values.nbytes, _ALIGN)
-    buffer = _pool.take(offset - _HEADER)
-    target = buffer.numpy()
+    taken = _pool.take(offset - _HEADER)
+    target = taken.buffer.numpy()
     for where, array in copies:
         target[where : where + array.nbytes] = array.view(np.uint8)
     for where, dtype, shape, field in sources:
@@ -290,7 +355,9 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
             field.data.into(out)  # (lists: laid out or padded straight into the buffer)
         else:
             out[...] = as_numpy(field)
-    return PackedBundle(buffer, layouts, tensors_end, offset)
+    return PackedBundle(
+        taken.buffer, layouts, tensors_end, offset, serial=taken.serial, dropped=taken.dropped
+    )
 
 
 def _arrow_type(field: Field) -> pa.DataType:

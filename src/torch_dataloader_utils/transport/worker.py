@@ -21,10 +21,11 @@ if TYPE_CHECKING:
 __all__ = ["BUNDLE_BYTES", "bundle_rows", "enable_bundles", "init_worker", "worker_messages"]
 
 # A bundle closes at this many bytes even before `bundle_rows` rows: bounds the shared memory
-# in flight for wide rows (token lists, images). Each message costs the main process ~1.5 ms
-# of CPU (receiving the buffer's descriptor takes a connection to the worker), so wide rows
-# want large bundles: 125k token rows of ~2 KB with 2 workers, 0.56 µs of main-process CPU a
-# row at 8 MiB, 0.32 at 16 MiB, 0.32 at 32 MiB (and slower), same peak memory (measured).
+# in flight for wide rows (token lists, images). Each message costs the main process ~0.5 ms of
+# CPU (DataLoader's queue ~0.35 ms, unpacking ~0.2), so wide rows want large bundles. Measured,
+# 125k token rows of ~2 KB with 2 workers: 0.20 µs of main-process CPU a row at 16 MiB, 0.12 at
+# 32. But 32 MiB would double the shared memory a worker's pool holds (6 buffers: 192 MiB;
+# Docker gives /dev/shm 64 MiB by default), so 16.
 BUNDLE_BYTES = 16 * 2**20
 
 

@@ -158,7 +158,7 @@ def test_buffer_pool_without_new_shared_still_shares_and_round_trips(
     monkeypatch.delattr(owner, "_new_shared")
     assert not hasattr(torch.UntypedStorage, "_new_shared")
     pool = BufferPool()
-    buffer = pool.take(1000)
+    buffer = pool.take(1000).buffer
     assert buffer.is_shared() and buffer.dtype == torch.uint8 and buffer.numel() >= 1000
     monkeypatch.setattr(transport.wire, "_pool", BufferPool())  # a pool with no buffers made yet
     converter, batches = record_batches()
@@ -176,3 +176,102 @@ def test_buffer_pool_without_new_shared_still_shares_and_round_trips(
         b.buffer.untyped_storage().data_ptr() for b in bundles
     }
     assert_same_batch(again.unpack()[0], direct(converter, batches[0]))
+
+
+# --- a pooled buffer's memory crosses once; later messages name it by its serial ----------------
+
+
+@pytest.mark.usefixtures("fresh")
+def test_a_pooled_buffer_crosses_with_its_first_message_then_by_its_serial() -> None:
+    converter, batches = record_batches()
+    first = pack([converter.fields(rb) for rb in batches])
+    blob = ForkingPickler.dumps(first)
+    assert b"DupFd" in bytes(blob)  # the buffer's file descriptor goes with the first message
+    received = pickle.loads(blob)
+    for got, rb in zip(received.unpack(), batches, strict=True):
+        assert_same_batch(got, direct(converter, rb))
+    del got
+    pack([]).unpack()  # gives back the buffers nothing views
+    second = pack([converter.fields(rb) for rb in reversed(batches)])
+    assert second.serial == first.serial  # the same pooled buffer, reused
+    blob = ForkingPickler.dumps(second)
+    assert b"DupFd" not in bytes(blob)  # only its serial
+    again = pickle.loads(blob)
+    assert again.buffer is received.buffer  # the memory mapped with the first message
+    for got, rb in zip(again.unpack(), reversed(batches), strict=True):
+        assert_same_batch(got, direct(converter, rb))
+    registry = transport.wire._received
+    assert (registry.carried, registry.named) == (1, 1)
+
+
+def test_a_buffer_the_pool_drops_is_unmapped_by_the_main_process(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(transport.wire, "_pool", BufferPool(size=2))
+    monkeypatch.setattr(transport.wire, "_lent", Lent())
+    monkeypatch.setattr(transport.wire, "_received", registry := transport.Received())
+    converter, batches = record_batches()
+    bundles = [pack([converter.fields(rb) for rb in batches]) for _ in range(3)]  # in flight
+    assert [b.serial for b in bundles] == [0, 1, 2]
+    assert [b.dropped for b in bundles] == [(), (), (0,)]  # the pool keeps 2
+    copies = [pickle.loads(ForkingPickler.dumps(b)) for b in bundles]
+    assert len(registry) == 2  # buffer 0 is let go (its batches keep their own reference)
+    for copy in copies:
+        for got, rb in zip(copy.unpack(), batches, strict=True):
+            assert_same_batch(got, direct(converter, rb))
+
+
+@pytest.mark.usefixtures("fresh")
+def test_a_message_naming_a_buffer_never_received_is_a_clear_error() -> None:
+    converter, batches = record_batches()
+    bundle = pack([converter.fields(rb) for rb in batches])
+    ForkingPickler.dumps(bundle)  # sent with its buffer, but that message is lost
+    blob = ForkingPickler.dumps(bundle)  # a later message names the buffer only
+    with pytest.raises(RuntimeError, match=r"worker process \d+ names its shared buffer 0"):
+        pickle.loads(blob)
+
+
+ROWS = 6_000
+
+
+@pytest.mark.usefixtures("fresh")
+@pytest.mark.timeout(120)
+@pytest.mark.parametrize("persistent", [False, True], ids=["new-workers", "persistent"])
+def test_real_workers_send_each_buffer_once_and_exited_workers_are_unmapped(
+    tmp_path: Any, persistent: bool
+) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    import torch_dataloader_utils as tdu
+
+    path = tmp_path / "rows.parquet"
+    ids = np.arange(ROWS)
+    pq.write_table(pa.table({"id": ids, "x": ids * 0.5}), path, row_group_size=1_000)
+    loader = tdu.create_dataloader(
+        str(path),
+        batch_size=50,
+        num_workers=2,
+        multiprocessing_context="fork",
+        persistent_workers=persistent,
+        bundle_rows=0,  # a message per batch: 60 per worker and epoch
+    )
+    registry = transport.wire._received  # the main process's (this test's own)
+    carried, named = registry.carried, registry.named
+    epochs = 2
+    for epoch in range(epochs):
+        loader.set_epoch(epoch)
+        seen: list[int] = []
+        for batch in loader:
+            seen.extend(batch["id"].tolist())
+            assert torch.equal(batch["x"], batch["id"] * 0.5)
+            assert len(registry) <= 2 * BufferPool().size  # never more than the pools hold
+        assert sorted(seen) == list(range(ROWS))  # every row exactly once
+        if not persistent:
+            assert len(registry) == 0  # the workers exited: their buffers are unmapped
+    carried, named = registry.carried - carried, registry.named - named
+    worker_sets = 1 if persistent else epochs
+    assert carried + named == epochs * ROWS // 50
+    assert carried <= worker_sets * 2 * BufferPool().size
+    if persistent:
+        assert len(registry) == carried  # the live workers' buffers stay mapped

@@ -86,6 +86,7 @@ def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     the process's pool would be taken first)."""
     monkeypatch.setattr(transport.wire, "_pool", transport.BufferPool())
     monkeypatch.setattr(transport.wire, "_lent", transport.Lent())
+    monkeypatch.setattr(transport.wire, "_received", transport.Received())
 
 
 def test_one_shared_buffer_crosses_and_batches_are_views_of_it() -> None:
