@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import multiprocessing
 import os
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
@@ -11,6 +12,7 @@ import torch
 from torch.utils.data import DataLoader
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
+from .arrow_values import load_numpy_conversion
 from .cache import CacheStats
 from .dataset import StructuredDataset
 from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
@@ -271,6 +273,8 @@ class TabularDataLoader(DataLoader[Any]):
         # (as accelerate's prepare() does) gets plain batches, never bundles it cannot unpack.
         if self.num_workers == 0:
             return super()._get_iterator()
+        if _start_method(self.multiprocessing_context) == "fork":
+            load_numpy_conversion()  # once here, not once in each worker
         user_init = self.worker_init_fn
         rows = max(1, self._bundle_rows)  # 1 row: one batch per message
         self.worker_init_fn = functools.partial(init_worker, rows, user_init)
@@ -356,6 +360,15 @@ def _collected(
         failures.extend(log.drain())
         yield batch
     failures.extend(log.drain())
+
+
+def _start_method(context: Any) -> str:
+    """How ``context`` (a DataLoader's ``multiprocessing_context``) starts processes."""
+    if context is not None:
+        return str(context.get_start_method())
+    # (multiprocessing.get_context() would fix the default for the whole program)
+    method = multiprocessing.get_start_method(allow_none=True)
+    return method or multiprocessing.get_all_start_methods()[0]
 
 
 def _default_workers() -> int:
