@@ -27,6 +27,7 @@ from ..errors import DataError, InvalidArgumentError, NullValueError, Unsupporte
 from .fields import Field, Gather, as_numpy, as_tensor
 from .lists import ListRows, fixed_values
 from .parts import BlockParts, GatherParts, Picks
+from .stacks import STACK_ROWS, Stacks
 
 __all__ = [
     "LIST_FORMATS",
@@ -130,6 +131,10 @@ class Converter:
         # Columns gathered straight from a block's parts: their row width (0: one value;
         # else a fixed-size list's size). The others are joined once per block.
         self._gathered: dict[str, int] = {}
+        # Numeric columns that small batches take from a block's `Stacks`, by type; and the
+        # stacks of the block converted last.
+        self._stack_groups: list[list[str]] = []
+        self._stacks: tuple[weakref.ref[pa.RecordBatch], Stacks] | None = None
         self._nested: list[str] = []
         self._no_nulls: list[str] = []  # columns whose nulls are an error (see check)
         # Columns some of whose values become Python objects (strings checked to be UTF-8),
@@ -160,6 +165,11 @@ class Converter:
                     self._gathered[field.name] = 0
                 elif pa.types.is_fixed_size_list(t) and _is_numeric(t.value_type):
                     self._gathered[field.name] = t.list_size
+            by_type: dict[pa.DataType, list[str]] = {}
+            for name, width in self._gathered.items():
+                if not width:
+                    by_type.setdefault(self.schema.field(name).type, []).append(name)
+            self._stack_groups = list(by_type.values())
 
     def __getstate__(self) -> dict[str, Any]:
         # Rules are closures; rebuild them from the arguments in the receiving process.
@@ -431,16 +441,19 @@ class Converter:
         if isinstance(batch, pa.Table):
             return self._fields_of_parts(batch, rows)
         n = batch.num_rows if rows is None else len(rows)
-        last = self._columns
-        if last is not None and last[0]() is batch:
-            columns = last[1]
-        else:
-            columns = dict(zip(batch.schema.names, batch.columns, strict=True))
-            self._columns = (weakref.ref(batch), columns)
+        columns = self._columns_of(batch)
         out: list[Field] = []
         for name, rule in self._rules:
             out.extend(rule(columns[name], rows, n))
         return out
+
+    def _columns_of(self, batch: pa.RecordBatch) -> dict[str, pa.Array]:
+        last = self._columns
+        if last is not None and last[0]() is batch:
+            return last[1]
+        columns = dict(zip(batch.schema.names, batch.columns, strict=True))
+        self._columns = (weakref.ref(batch), columns)
+        return columns
 
     def _fields_of_parts(self, table: pa.Table, rows: Rows) -> list[Field]:
         """`fields` of a block left in parts: numeric and fixed-size list columns without
@@ -496,7 +509,37 @@ class Converter:
                     batch.column(name) if rows is None else take(batch.column(name), rows)
                 )
             return out
+        if (
+            self._stack_groups
+            and rows is not None
+            and len(rows) < STACK_ROWS
+            and isinstance(batch, pa.RecordBatch)
+        ):
+            return self._stacked(batch, rows)
         fields = self.fields(batch, rows)
         if self.output_format == "numpy":
             return {f.key: as_numpy(f) for f in fields}
         return self.finish_torch({f.key: as_tensor(f) for f in fields})
+
+    def _stacked(self, batch: pa.RecordBatch, rows: np.ndarray) -> dict[str, Any]:
+        """`__call__` of a small batch: its numeric columns taken from the block's stacks."""
+        last = self._stacks
+        if last is not None and last[0]() is batch:
+            stacks = last[1]
+        else:
+            stacks = Stacks(batch, self._stack_groups)
+            self._stacks = (weakref.ref(batch), stacks)
+        tensors = self.output_format == "torch"
+        out = stacks.take(rows, tensors=tensors)
+        convert = as_tensor if tensors else as_numpy
+        columns = self._columns_of(batch)
+        n = len(rows)
+        ordered: dict[str, Any] = {}
+        for name, rule in self._rules:  # (in the columns' order)
+            value = out.get(name)
+            if value is not None:
+                ordered[name] = value
+                continue
+            for field in rule(columns[name], rows, n):
+                ordered[field.key] = convert(field)
+        return self.finish_torch(ordered) if tensors else ordered
