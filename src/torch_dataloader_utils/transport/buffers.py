@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import secrets
 import sys
 import threading
 from typing import NamedTuple
@@ -63,6 +64,9 @@ class _Buffers:
     """One process's pooled buffers, and which of them the main process has received."""
 
     def __init__(self) -> None:
+        # Who sends: the process id, and a number of its own (a later process may be given
+        # the id of an exited one).
+        self.owner = (os.getpid(), secrets.randbits(63))
         self.items: list[tuple[torch.Tensor, int]] = []  # most recently used last
         self.serials = itertools.count()
         # Serials whose memory went out with a message: later ones send only the serial.
@@ -110,6 +114,10 @@ class BufferPool:
                 pool.sent.discard(old)
         return Taken(buffer, serial, dropped)
 
+    def owner(self) -> tuple[int, int]:
+        """This process's pool's name in the main process (`Received`): its pid and a nonce."""
+        return self._buffers.get().owner
+
     def first_send(self, serial: int) -> bool:
         """Whether a message about to be sent (pickled) must carry buffer ``serial`` itself:
         true the first time only. Messages of a worker are pickled and received in order, so
@@ -123,14 +131,16 @@ class BufferPool:
 
 
 class Received:
-    """The pooled buffers the main process has received, by worker process and serial.
+    """The pooled buffers the main process has received, by worker pool (`BufferPool.owner`)
+    and serial.
 
     Passing a buffer's memory to another process costs the receiver ~0.3 ms of CPU:
     multiprocessing opens a connection to the sender to receive its file descriptor, with an
     HMAC handshake, for every message, even when torch has the memory mapped already. So a
     buffer's memory crosses once, and the main process keeps it mapped until the worker drops
-    it from its pool or exits. Measured, token rows with 2 workers: 0.27 -> 0.21 µs of
-    main-process CPU a row (padded), 0.20 -> 0.14 (offsets).
+    it from its pool or exits. Measured with the flags written through numpy too, token rows
+    with 2 workers: 0.27 -> 0.20 µs of main-process CPU a row (padded), 0.19-0.21 -> 0.12-0.17
+    (offsets).
     """
 
     # Where processes cannot be asked whether they still exist (Windows: os.kill(pid, 0)
@@ -138,33 +148,35 @@ class Received:
     enabled = sys.platform != "win32"
 
     def __init__(self) -> None:
-        self._buffers: dict[tuple[int, int], torch.Tensor] = {}
-        self._pids: set[int] = set()
+        self._buffers: dict[tuple[tuple[int, int], int], torch.Tensor] = {}
+        self._owners: set[tuple[int, int]] = set()
         self._lock = threading.Lock()
         # Messages that carried their buffer, and that named one received before.
         self.carried = self.named = 0
 
-    def add(self, pid: int, serial: int, buffer: torch.Tensor, dropped: tuple[int, ...]) -> None:
-        """Keep ``buffer``, serial ``serial`` of process ``pid``; forget its ``dropped`` ones."""
+    def add(
+        self, owner: tuple[int, int], serial: int, buffer: torch.Tensor, dropped: tuple[int, ...]
+    ) -> None:
+        """Keep ``buffer``, serial ``serial`` of ``owner``'s pool; forget its ``dropped`` ones."""
         with self._lock:
-            if pid not in self._pids:  # a new worker: the ones that exited are forgotten
+            if owner not in self._owners:  # a new worker: the ones that exited are forgotten
                 self._forget_exited()
-                self._pids.add(pid)
+                self._owners.add(owner)
             self.carried += 1
-            self._buffers[pid, serial] = buffer
+            self._buffers[owner, serial] = buffer
             for old in dropped:
-                self._buffers.pop((pid, old), None)
+                self._buffers.pop((owner, old), None)
 
-    def get(self, pid: int, serial: int, dropped: tuple[int, ...]) -> torch.Tensor:
-        """Buffer ``serial`` of process ``pid``, received with an earlier message."""
+    def get(self, owner: tuple[int, int], serial: int, dropped: tuple[int, ...]) -> torch.Tensor:
+        """Buffer ``serial`` of ``owner``'s pool, received with an earlier message."""
         with self._lock:
             for old in dropped:
-                self._buffers.pop((pid, old), None)
-            buffer = self._buffers.get((pid, serial))
+                self._buffers.pop((owner, old), None)
+            buffer = self._buffers.get((owner, serial))
             self.named += 1
         if buffer is None:
             raise RuntimeError(
-                f"a message of worker process {pid} names its shared buffer {serial}, which "
+                f"a message of worker process {owner[0]} names its shared buffer {serial}, which "
                 "the message that carried it never delivered (see the worker's output for an "
                 "error while sending)"
             )
@@ -176,9 +188,9 @@ class Received:
             self._forget_exited()
 
     def _forget_exited(self) -> None:
-        gone = {pid for pid in self._pids if not _exists(pid)}
+        gone = {owner for owner in self._owners if not _exists(owner[0])}
         if gone:
-            self._pids -= gone
+            self._owners -= gone
             self._buffers = {k: v for k, v in self._buffers.items() if k[0] not in gone}
 
     def __len__(self) -> int:

@@ -4,7 +4,6 @@ packed into one shared buffer), how they are packed (`pack`) and unpacked.
 
 from __future__ import annotations
 
-import os
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -205,7 +204,7 @@ class PackedBundle:
         if self.serial is None or not _received.enabled:
             return (_unpickled, (self.buffer, None, 0, (), state))
         carried = self.buffer if _pool.first_send(self.serial) else None
-        return (_unpickled, (carried, os.getpid(), self.serial, self.dropped, state))
+        return (_unpickled, (carried, _pool.owner(), self.serial, self.dropped, state))
 
     def pin_memory(self) -> PackedBundle:
         """Copy into pinned memory and give the shared buffer back (pin-memory thread)."""
@@ -273,16 +272,16 @@ class PackedBundle:
 
 def _unpickled(
     buffer: torch.Tensor | None,
-    pid: int | None,
+    owner: tuple[int, int] | None,
     serial: int,
     dropped: tuple[int, ...],
     state: tuple[Any, ...],
 ) -> PackedBundle:
-    if pid is not None:  # a pooled buffer: received once, then named by its serial
+    if owner is not None:  # a pooled buffer: received once, then named by its serial
         if buffer is None:
-            buffer = _received.get(pid, serial, dropped)
+            buffer = _received.get(owner, serial, dropped)
         else:
-            _received.add(pid, serial, buffer, dropped)
+            _received.add(owner, serial, buffer, dropped)
     assert buffer is not None
     layouts, tensors_end, end, worker, failures = state
     bundle = PackedBundle(buffer, layouts, tensors_end, end, worker)
