@@ -32,6 +32,8 @@ shaped like ``col``).
 - `rules`: one rule per column, decided from the schema (`Converter`);
 - `fields`: a converted column before it becomes a tensor (`Field`, `Gather`);
 - `parts`: gathering from a shuffle block left in parts (`BlockParts`, `Picks`, `GatherParts`);
+- `stacks`: small batches' numeric columns, one gather per type (`Stacks`);
+- `last_block`: what is derived once per block, for every batch cut from it (`LastBlock`);
 - `decoders`: a format's per-value decoders, applied and stacked (`Decoding`).
 """
 

@@ -4,7 +4,6 @@ package docstring). One class, ~430 lines: its rules share the converter's optio
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 from typing import Any, Literal, TypeAlias
 
@@ -25,6 +24,7 @@ from ..arrow_values import (
 )
 from ..errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
 from .fields import Field, Gather, as_numpy, as_tensor
+from .last_block import LastBlock
 from .lists import ListRows, fixed_values
 from .parts import BlockParts, GatherParts, Picks
 from .stacks import STACK_ROWS, Stacks
@@ -125,16 +125,16 @@ class Converter:
         self._rules: list[tuple[str, _Rule]] = []
         # The columns of the record batch converted last, by name: small batches are cut from
         # one shuffle block thousands of times, and making 9 columns' wrappers costs ~12 µs.
-        self._columns: tuple[weakref.ref[pa.RecordBatch], dict[str, pa.Array]] | None = None
+        self._columns: LastBlock[dict[str, pa.Array]] = LastBlock()
         # The same for a shuffle block left in parts (a table; see `BlockParts`).
-        self._parts: tuple[weakref.ref[pa.Table], BlockParts] | None = None
+        self._parts: LastBlock[BlockParts] = LastBlock()
         # Columns gathered straight from a block's parts: their row width (0: one value;
         # else a fixed-size list's size). The others are joined once per block.
         self._gathered: dict[str, int] = {}
         # Numeric columns that small batches take from a block's `Stacks`, by type; and the
         # stacks of the block converted last.
         self._stack_groups: list[list[str]] = []
-        self._stacks: tuple[weakref.ref[pa.RecordBatch], Stacks] | None = None
+        self._stacks: LastBlock[Stacks] = LastBlock()
         self._nested: list[str] = []
         self._no_nulls: list[str] = []  # columns whose nulls are an error (see check)
         # Columns some of whose values become Python objects (strings checked to be UTF-8),
@@ -448,32 +448,28 @@ class Converter:
         return out
 
     def _columns_of(self, batch: pa.RecordBatch) -> dict[str, pa.Array]:
-        last = self._columns
-        if last is not None and last[0]() is batch:
-            return last[1]
-        columns = dict(zip(batch.schema.names, batch.columns, strict=True))
-        self._columns = (weakref.ref(batch), columns)
+        columns = self._columns.get(batch)
+        if columns is None:
+            columns = dict(zip(batch.schema.names, batch.columns, strict=True))
+            self._columns.keep(batch, columns)
         return columns
 
     def _fields_of_parts(self, table: pa.Table, rows: Rows) -> list[Field]:
         """`fields` of a block left in parts: numeric and fixed-size list columns without
         nulls are gathered from the parts (`GatherParts`); any other column is joined once per
         block (as a block read in more parts is) and converted as usual."""
-        last = self._parts
         if rows is None:
             rows = np.arange(table.num_rows)
         n = len(rows)
-        if last is not None and last[0]() is table:
-            parts = last[1]
-        else:
+        parts = self._parts.get(table)
+        if parts is None:
             # Small batches join every column once per block instead. Measured, tabular
             # block of 3 parts: 8-row batches took 183 µs each gathering from the parts, 133
             # through joined columns; 1,024-row ones the same either way in one thread, and
             # with 2 workers gathering from the parts cost 2.16 µs of CPU a row in all
             # processes against 2.50 joining (the join's copy is saved).
             gathered = self._gathered if n >= _GATHER_ROWS else {}
-            parts = BlockParts(table, gathered)
-            self._parts = (weakref.ref(table), parts)
+            parts = self._parts.keep(table, BlockParts(table, gathered))
         picks: Picks | None = None
         out: list[Field] = []
         for name, rule in self._rules:
@@ -523,12 +519,9 @@ class Converter:
 
     def _stacked(self, batch: pa.RecordBatch, rows: np.ndarray) -> dict[str, Any]:
         """`__call__` of a small batch: its numeric columns taken from the block's stacks."""
-        last = self._stacks
-        if last is not None and last[0]() is batch:
-            stacks = last[1]
-        else:
-            stacks = Stacks(batch, self._stack_groups)
-            self._stacks = (weakref.ref(batch), stacks)
+        stacks = self._stacks.get(batch)
+        if stacks is None:
+            stacks = self._stacks.keep(batch, Stacks(batch, self._stack_groups))
         tensors = self.output_format == "torch"
         out = stacks.take(rows, tensors=tensors)
         convert = as_tensor if tensors else as_numpy

@@ -70,8 +70,9 @@ def read_facts(
             # pyarrow parses the footer again for the statistics: remote, from the bytes
             # already read (no second request); local, from the file.
             parsed = source if fs.is_local else footer_file(source, size, start, thrift)
-            # (Imported here: pyarrow.dataset imports pandas, 0.4 s a process, and workers and
-            # ranks that do not plan never need it.)
+            # (Imported here: pyarrow.dataset imports pandas, 0.2-0.4 s, which a process that
+            # never plans with a filter nor converts, such as the CLI's, never needs. Workers
+            # get it from their parent: `arrow_values.load_numpy_conversion`.)
             import pyarrow.dataset as ds
 
             fragment = ds.ParquetFileFormat().make_fragment(

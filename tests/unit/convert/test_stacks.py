@@ -70,7 +70,7 @@ def test_small_batches_convert_as_column_by_column(
             ids = np.asarray(got["id"])
             assert ids.tolist() == rb.column("id").to_numpy()[rows].tolist()
     # (masks come from each column's rule: nothing is stacked under "mask")
-    assert (converter._stacks is not None) == (null_policy != "mask")
+    assert (converter._stacks.get(blocks[0]) is not None) == (null_policy != "mask")
 
 
 def test_stacked_columns_are_contiguous_and_independent() -> None:
@@ -97,7 +97,7 @@ def test_an_all_numeric_batch_keeps_the_columns_order(output_format: str) -> Non
     converter = Converter(rb.schema, output_format=output_format)  # type: ignore[arg-type]
     rows = np.array([5, 3, 200])
     batch = converter(rb, rows)
-    assert converter._stacks is not None  # every column came from the stacks
+    assert converter._stacks.get(rb) is not None  # every column came from the stacks
     assert list(batch) == ["a", "b", "c", "d"]
     assert np.asarray(batch["a"]).tolist() == [5, 3, 200]
     assert np.asarray(batch["c"]).tolist() == [10, 6, 400]
