@@ -20,6 +20,7 @@ iterated by a plain ``DataLoader`` (or in the main process) yields plain batches
 
 from .buffers import BufferPool, Lent, Received
 from .main import Unbundler, in_order
+from .memory import BUNDLE_BYTES
 from .wire import (
     Bundle,
     PackedBundle,
@@ -28,7 +29,7 @@ from .wire import (
     pack,
     packed_nbytes,
 )
-from .worker import BUNDLE_BYTES, bundle_rows, enable_bundles, init_worker, worker_messages
+from .worker import bundle_rows, enable_bundles, init_worker, worker_messages
 
 __all__ = [
     "BUNDLE_BYTES",

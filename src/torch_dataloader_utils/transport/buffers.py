@@ -13,11 +13,12 @@ import os
 import secrets
 import sys
 import threading
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 import torch
 
 from ..fs.forks import ProcessLocal
+from .memory import Buffer, new_buffer
 
 __all__ = ["BufferPool", "Lent", "Received", "Taken"]
 
@@ -32,30 +33,20 @@ _HEADER = _ALIGN
 _FREE, _IN_USE = 0, 1
 
 
-def _new_shared(nbytes: int) -> torch.Tensor:
-    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
-    if new_shared is None:  # private in torch: fall back to the public (one more copy) way
-        shared: torch.Tensor = torch.empty(nbytes, dtype=torch.uint8)
-        return shared.share_memory_()  # type: ignore[no-untyped-call,no-any-return]
-    return torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
-
-
-def _is_shared(tensor: torch.Tensor) -> bool:
-    return bool(tensor.untyped_storage().is_shared())  # (Tensor.is_shared: 16x slower)
-
-
 def _release(buffer: torch.Tensor) -> None:
-    if _is_shared(buffer) and buffer.numel() >= _HEADER:
+    if buffer.numel() >= _HEADER:
         # Through numpy: torch's item assignment cost ~50 µs of the main process's CPU a
         # message here, against 9 µs (measured with 2 workers busy on 2 cores).
         buffer.numpy()[0] = _FREE
 
 
 class Taken(NamedTuple):
-    """A pooled buffer marked in use, its serial number in the pool, and the serials of the
-    buffers the pool dropped to make room (the main process may forget those)."""
+    """A pooled buffer marked in use, what pickles as its memory (`memory.Buffer`), its serial
+    number in the pool, and the serials of the buffers the pool dropped to make room (the main
+    process may forget those)."""
 
     buffer: torch.Tensor
+    carrier: Any
     serial: int
     dropped: tuple[int, ...]
 
@@ -67,12 +58,14 @@ class _Buffers:
         # Who sends: the process id, and a number of its own (a later process may be given
         # the id of an exited one).
         self.owner = (os.getpid(), secrets.randbits(63))
-        self.items: list[tuple[torch.Tensor, int]] = []  # most recently used last
+        self.items: list[tuple[Buffer, int]] = []  # most recently used last
         self.serials = itertools.count()
         # Serials whose memory went out with a message: later ones send only the serial.
         # Read and written by the queue's feeder thread (pickling), trimmed by `take`.
         self.sent: set[int] = set()
         self.lock = threading.Lock()
+        # Serials dropped and not yet told to the main process (it unmaps them).
+        self.dropped: list[int] = []
 
 
 class BufferPool:
@@ -91,28 +84,39 @@ class BufferPool:
         # parent and siblings: it must never write to them, so it starts afresh.
         self._buffers: ProcessLocal[_Buffers] = ProcessLocal(_Buffers)
 
-    def take(self, nbytes: int) -> Taken:
-        """A buffer of at least ``_HEADER + nbytes`` bytes, marked in use."""
+    def take(self, nbytes: int) -> Taken | None:
+        """A buffer of at least ``_HEADER + nbytes`` bytes, marked in use; None when shared
+        memory has no room for one (`memory.new_buffer`)."""
         pool = self._buffers.get()
         items = pool.items
-        for i, (buffer, serial) in enumerate(items):
-            header = buffer.numpy()  # (numpy: torch's item access is ~10x slower)
-            if header[0] == _FREE and buffer.numel() >= _HEADER + nbytes:
+        for i, (made, serial) in enumerate(items):
+            header = made.tensor.numpy()  # (numpy: torch's item access is ~10x slower)
+            if header[0] == _FREE and made.tensor.numel() >= _HEADER + nbytes:
                 items.append(items.pop(i))
                 header[0] = _IN_USE
-                return Taken(buffer, serial, ())
+                told, pool.dropped = tuple(pool.dropped), []
+                return Taken(made.tensor, made.carrier, serial, told)
         # Round up so that a slightly larger next message still fits.
-        buffer = _new_shared(_round_up(_HEADER + nbytes, _POOL_GRAIN))
-        buffer.numpy()[0] = _IN_USE
-        serial = next(pool.serials)
-        items.append((buffer, serial))
-        dropped: tuple[int, ...] = ()
-        if len(items) > self.size:
-            _, old = items.pop(0)
-            dropped = (old,)
-            with pool.lock:
-                pool.sent.discard(old)
-        return Taken(buffer, serial, dropped)
+        size = _round_up(_HEADER + nbytes, _POOL_GRAIN)
+        dropped = pool.dropped
+        fresh = new_buffer(size)
+        freed = [serial for made, serial in items if made.tensor.numpy()[0] == _FREE]
+        if fresh is None and freed:  # free buffers hold room: give it back, try once more
+            items[:] = [item for item in items if item[1] not in freed]
+            dropped.extend(freed)
+            fresh = new_buffer(size)
+        if fresh is not None:
+            fresh.tensor.numpy()[0] = _IN_USE
+            serial = next(pool.serials)
+            items.append((fresh, serial))
+            if len(items) > self.size:
+                dropped.append(items.pop(0)[1])
+        with pool.lock:
+            pool.sent.difference_update(dropped)
+        if fresh is None:
+            return None  # (the dropped serials go with the next buffer taken)
+        pool.dropped = []
+        return Taken(fresh.tensor, fresh.carrier, serial, tuple(dropped))
 
     def owner(self) -> tuple[int, int]:
         """This process's pool's name in the main process (`Received`): its pid and a nonce."""

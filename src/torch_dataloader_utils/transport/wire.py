@@ -18,13 +18,13 @@ from ..skipping import ReadFailure
 from .buffers import (
     _ALIGN,
     _HEADER,
-    _is_shared,
     _lent,
     _pool,
     _received,
     _release,
     _round_up,
 )
+from .memory import no_room, room_log
 
 __all__ = [
     "Bundle",
@@ -165,15 +165,18 @@ class PackedBundle:
     fresh pages for every message, which cost more than the copy (measured).
 
     A pooled buffer's memory is pickled with the first message in it only; later ones carry
-    its serial number, and the main process finds the buffer it received (`Received`).
+    its serial number, and the main process finds the buffer it received (`Received`). A
+    bundle no shared memory had room for (`memory`) has a private buffer, pickled as bytes.
     """
 
     __slots__ = (
         "buffer",
+        "carrier",
         "dropped",
         "end",
         "failures",
         "layouts",
+        "pooled",
         "serial",
         "tensors_end",
         "worker",
@@ -189,6 +192,8 @@ class PackedBundle:
         *,
         serial: int | None = None,
         dropped: tuple[int, ...] = (),
+        carrier: Any = None,
+        pooled: bool = False,
     ) -> None:
         self.buffer = buffer
         self.layouts = layouts
@@ -198,18 +203,23 @@ class PackedBundle:
         self.failures: tuple[ReadFailure, ...] = ()  # reads skipped since the last message
         self.serial = serial  # in this process's BufferPool; None once received
         self.dropped = dropped  # serials the pool dropped when it took this buffer
+        self.carrier = carrier  # what pickles as the buffer's memory (`memory.Buffer`)
+        self.pooled = pooled  # a worker pool's buffer: given back when no longer viewed
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = (self.layouts, self.tensors_end, self.end, self.worker, self.failures)
+        if not self.pooled:  # no shared memory had room: the bytes go through the pipe
+            return (_unpickled, (self.buffer.numpy()[: self.end], None, 0, (), state))
         if self.serial is None or not _received.enabled:
-            return (_unpickled, (self.buffer, None, 0, (), state))
-        carried = self.buffer if _pool.first_send(self.serial) else None
+            return (_unpickled, (self.carrier, None, 0, (), state))
+        carried = self.carrier if _pool.first_send(self.serial) else None
         return (_unpickled, (carried, _pool.owner(), self.serial, self.dropped, state))
 
     def pin_memory(self) -> PackedBundle:
         """Copy into pinned memory and give the shared buffer back (pin-memory thread)."""
         pinned = self.buffer[: self.end].pin_memory()
-        _release(self.buffer)
+        if self.pooled:
+            _release(self.buffer)
         bundle = PackedBundle(pinned, self.layouts, self.tensors_end, self.end, self.worker)
         bundle.failures = self.failures
         return bundle
@@ -228,7 +238,7 @@ class PackedBundle:
         raw = buffer.numpy()
         own = buffer
         lent = False
-        shared = _is_shared(buffer)
+        shared = self.pooled
         if shared:
             _lent.settle()  # (before taking in another: buffers given back, reused soonest)
         if shared and (self.tensors_end > _HEADER or self._has_tensors()):
@@ -262,7 +272,7 @@ class PackedBundle:
         # Every copy out of the buffer (string lists, tensors unless lent) is complete before
         # the flag is cleared (program order; on weakly ordered CPUs the refcount atomics
         # around these calls are full barriers).
-        if not lent:
+        if shared and not lent:
             _release(buffer)
         return batches
 
@@ -272,20 +282,23 @@ class PackedBundle:
 
 
 def _unpickled(
-    buffer: torch.Tensor | None,
+    buffer: torch.Tensor | np.ndarray | None,
     owner: tuple[int, int] | None,
     serial: int,
     dropped: tuple[int, ...],
     state: tuple[Any, ...],
 ) -> PackedBundle:
-    if owner is not None:  # a pooled buffer: received once, then named by its serial
+    pooled = not isinstance(buffer, np.ndarray)  # (bytes sent through the pipe: private)
+    if isinstance(buffer, np.ndarray):
+        buffer = torch.from_numpy(buffer)
+    elif owner is not None:  # a pooled buffer: received once, then named by its serial
         if buffer is None:
             buffer = _received.get(owner, serial, dropped)
         else:
             _received.add(owner, serial, buffer, dropped)
     assert buffer is not None
     layouts, tensors_end, end, worker, failures = state
-    bundle = PackedBundle(buffer, layouts, tensors_end, end, worker)
+    bundle = PackedBundle(buffer, layouts, tensors_end, end, worker, pooled=pooled)
     bundle.failures = failures
     return bundle
 
@@ -341,7 +354,15 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
         copies.append((offset, values))
         offset += _round_up(values.nbytes, _ALIGN)
     taken = _pool.take(offset - _HEADER)
-    target = taken.buffer.numpy()
+    if taken is None:  # no shared memory has room: a private buffer, sent as bytes
+        room_log(
+            "pipe",
+            f"{no_room(offset)}: bundles that do not fit go through the pipe (one copy more)",
+        )
+        buffer = torch.empty(offset, dtype=torch.uint8)
+    else:
+        buffer = taken.buffer
+    target = buffer.numpy()
     for where, array in copies:
         target[where : where + array.nbytes] = array.view(np.uint8)
     for where, dtype, shape, field in sources:
@@ -355,8 +376,17 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
             field.data.into(out)  # (lists: laid out or padded straight into the buffer)
         else:
             out[...] = as_numpy(field)
+    if taken is None:
+        return PackedBundle(buffer, layouts, tensors_end, offset)
     return PackedBundle(
-        taken.buffer, layouts, tensors_end, offset, serial=taken.serial, dropped=taken.dropped
+        buffer,
+        layouts,
+        tensors_end,
+        offset,
+        serial=taken.serial,
+        dropped=taken.dropped,
+        carrier=taken.carrier,
+        pooled=True,
     )
 
 

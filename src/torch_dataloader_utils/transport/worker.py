@@ -11,31 +11,29 @@ from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
 from typing import TYPE_CHECKING, Any
 
+import torch
+from torch.utils.data import get_worker_info
+
 from ..convert import Converter, Field
 from ..skipping import FailureLog
-from .wire import Bundle, PackedBundle, pack, packed_nbytes
+from .memory import BUNDLE_BYTES, bundle_bytes, no_room, room_log
+from .wire import Bundle, PackedBundle, map_tensors, pack, packed_nbytes
 
 if TYPE_CHECKING:
     from ..stream.blocks import Segment
 
 __all__ = ["BUNDLE_BYTES", "bundle_rows", "enable_bundles", "init_worker", "worker_messages"]
 
-# A bundle closes at this many bytes even before `bundle_rows` rows: bounds the shared memory
-# in flight for wide rows (token lists, images). Each message costs the main process ~0.5 ms of
-# CPU (DataLoader's queue ~0.35 ms, unpacking ~0.2), so wide rows want large bundles. Measured,
-# 125k token rows of ~2 KB with 2 workers: 0.20 µs of main-process CPU a row at 16 MiB, 0.12 at
-# 32. But 32 MiB would double the shared memory a worker's pool holds (6 buffers: 192 MiB;
-# Docker gives /dev/shm 64 MiB by default), so 16.
-BUNDLE_BYTES = 16 * 2**20
-
-
 _bundle_rows = 0
+# A bundle closes at this many bytes even before `bundle_rows` rows: bounds the shared memory
+# in flight for wide rows (token lists, images); set per worker from its room (`memory`).
+_bundle_bytes = BUNDLE_BYTES
 
 
-def enable_bundles(rows: int) -> None:
-    """Make this (worker) process send bundles of about ``rows`` rows."""
-    global _bundle_rows
-    _bundle_rows = rows
+def enable_bundles(rows: int, nbytes: int = BUNDLE_BYTES) -> None:
+    """Make this (worker) process send bundles of about ``rows`` rows, closed at ``nbytes``."""
+    global _bundle_rows, _bundle_bytes
+    _bundle_rows, _bundle_bytes = rows, nbytes
 
 
 def bundle_rows() -> int:
@@ -45,7 +43,9 @@ def bundle_rows() -> int:
 
 def init_worker(rows: int, user_init: Callable[[int], None] | None, worker_id: int) -> None:
     """``worker_init_fn`` of a TabularDataLoader: switch bundling on, then run the user's."""
-    enable_bundles(rows)
+    info = get_worker_info()
+    workers = info.num_workers if info is not None else 1
+    enable_bundles(rows, bundle_bytes(workers, tell=worker_id == 0))
     _keep_freed_memory()
     if user_init is not None:
         user_init(worker_id)
@@ -97,13 +97,13 @@ def worker_messages(
     size = 1
     if collate is None and convert.output_format == "torch":
         # All numeric data of a bundle in one shared buffer: one segment per message, of at
-        # most `bundle_rows` rows and about BUNDLE_BYTES (wide rows: fewer rows).
+        # most `bundle_rows` rows and about `_bundle_bytes` (wide rows: fewer rows).
         group: list[list[Field]] = []
         nbytes = 0
         for batch, rows in batches:
             group.append(convert.fields(batch, rows))
             nbytes += packed_nbytes(group[-1])
-            if len(group) >= size or nbytes >= BUNDLE_BYTES:
+            if len(group) >= size or nbytes >= _bundle_bytes:
                 yield _mark(pack(group), worker, failures)
                 group, nbytes, size = [], 0, min(size * 2, per_bundle)
         if group:
@@ -112,11 +112,46 @@ def worker_messages(
     outputs = (convert(b, rows) for b, rows in batches)
     if collate is not None:
         outputs = (collate(o) for o in outputs)
-    seal = collate is None  # Arrow batches, dicts of lists, numpy arrays: no shared memory
     while items := list(islice(outputs, size)):
         bundle = Bundle(items)
-        yield _mark(bundle.seal() if seal else bundle, worker, failures)
+        # Arrow batches, dicts of lists, numpy arrays: no shared memory, pickled here. A
+        # collate_fn's tensors go to /dev/shm as torch sends them, or, without room, as bytes.
+        sealed = collate is None or not _shared(items)
+        yield _mark(bundle.seal() if sealed else bundle, worker, failures)
         size = min(size * 2, per_bundle)
+
+
+def _shared(items: list[Any]) -> bool:
+    """Move the tensors in ``items`` to torch's shared memory here (torch would when sending);
+    False when /dev/shm has no room for them."""
+    try:
+        map_tensors(items, _share)
+    except RuntimeError as exc:  # torch: "unable to allocate shared memory(shm) ... (28)"
+        if "shared memory" not in str(exc) and "shm" not in str(exc):
+            raise
+        nbytes = sum(t.nbytes for t in _tensors(items))
+        room_log(
+            "collated",
+            f"{no_room(nbytes)} (a collated batch): batches that do not fit go through the "
+            "pipe (one copy more)",
+        )
+        return False
+    return True
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    found: list[torch.Tensor] = []
+
+    def keep(tensor: torch.Tensor) -> torch.Tensor:
+        found.append(tensor)
+        return tensor
+
+    map_tensors(value, keep)
+    return found
+
+
+def _share(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.share_memory_()  # type: ignore[no-untyped-call,no-any-return]
 
 
 def _mark(

@@ -1,0 +1,214 @@
+"""Where a worker's pooled buffers live: a memfd, else /dev/shm with room checked, else none.
+
+A container's ``/dev/shm`` is small by default (Docker and Kubernetes give it 64 MiB), while a
+worker's pool holds several bundles of up to 16 MiB. So, in this order (ADR 0018):
+
+1. **memfd** (Linux): anonymous shared memory from ``memfd_create``, not bounded by the size of
+   ``/dev/shm`` (it counts against the container's memory limit, as ``/dev/shm`` does), and as
+   fast to fill and to map.
+2. **/dev/shm**, through torch, where memfd is missing or refused: bundles are sized from the
+   room ``statvfs`` reports when a worker starts (`bundle_bytes`).
+3. **none**: a bundle no shared memory has room for is sent through the pipe as bytes (one
+   copy more), never an error.
+
+``TDU_SHARED_MEMORY=dev-shm`` skips the memfd (to test, or where a memfd is unwanted).
+"""
+
+from __future__ import annotations
+
+import logging
+import mmap
+import os
+import sys
+from multiprocessing.reduction import DupFd
+from typing import Any, NamedTuple
+
+import torch
+
+__all__ = [
+    "BUNDLE_BYTES",
+    "DEV_SHM",
+    "Buffer",
+    "bundle_bytes",
+    "dev_shm_room",
+    "memory_kind",
+    "new_buffer",
+    "no_room",
+    "room_log",
+]
+
+_log = logging.getLogger(__name__)
+
+# A bundle closes at this many bytes: each message costs the main process ~0.5 ms of CPU, so
+# wide rows want large bundles (ADR 0016 has the measurements).
+BUNDLE_BYTES = 16 * 2**20
+
+DEV_SHM = "/dev/shm"
+
+# Pooled buffers one worker may hold at once (`BufferPool.size`), counted when sizing bundles.
+_POOL_BUFFERS = 6
+
+# Of the room /dev/shm has when a worker starts, the share our bundles may use: the rest stays
+# for everything else on the machine that needs it (other ranks' loaders, NCCL, torch).
+_ROOM_SHARE = 0.5
+
+
+class Buffer(NamedTuple):
+    """A shared buffer: the tensor to write into, and what pickles as its memory (the tensor
+    itself for torch's shared memory, a `_Memfd` for a memfd)."""
+
+    tensor: torch.Tensor
+    carrier: Any
+
+
+def memory_kind() -> str:
+    """``"memfd"`` or ``"dev-shm"``: where this process's new buffers go."""
+    global _kind
+    if _kind is None:
+        _kind = "memfd" if _memfd_works() else "dev-shm"
+    return _kind
+
+
+_kind: str | None = None
+
+
+def _memfd_works() -> bool:
+    if os.environ.get("TDU_SHARED_MEMORY", "").strip().lower() == "dev-shm":
+        return False
+    create = getattr(os, "memfd_create", None)
+    if create is None or sys.platform != "linux":
+        return False
+    try:
+        os.close(create("tdu-probe", os.MFD_CLOEXEC))
+    except OSError as exc:  # seccomp profiles may refuse it (EPERM, ENOSYS)
+        _log.info("memfd_create refused (%s): worker buffers go to %s", exc, DEV_SHM)
+        return False
+    return True
+
+
+def new_buffer(nbytes: int) -> Buffer | None:
+    """A new shared buffer of ``nbytes`` bytes, or None when shared memory has no room."""
+    if memory_kind() == "memfd":
+        return _new_memfd(nbytes)
+    try:
+        return _new_dev_shm(nbytes)
+    except RuntimeError as exc:  # torch: "unable to allocate shared memory(shm) ... (28)"
+        if "shared memory" not in str(exc) and "shm" not in str(exc):
+            raise
+        return None
+
+
+def _new_dev_shm(nbytes: int) -> Buffer:
+    new_shared = getattr(torch.UntypedStorage, "_new_shared", None)
+    if new_shared is None:  # private in torch: fall back to the public (one more copy) way
+        shared: torch.Tensor = torch.empty(nbytes, dtype=torch.uint8)
+        shared.share_memory_()  # type: ignore[no-untyped-call]
+    else:
+        shared = torch.empty(0, dtype=torch.uint8).set_(new_shared(nbytes))
+    return Buffer(shared, shared)
+
+
+class _Memfd:
+    """A memfd's file descriptor, open while the pool or a message not yet sent holds it; it
+    pickles as a duplicate of the descriptor (as torch passes its own shared memory)."""
+
+    __slots__ = ("fd", "nbytes")
+
+    def __init__(self, fd: int, nbytes: int) -> None:
+        self.fd, self.nbytes = fd, nbytes
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_mapped, (DupFd(self.fd), self.nbytes))
+
+    def __del__(self) -> None:
+        os.close(self.fd)
+
+
+def _new_memfd(nbytes: int) -> Buffer | None:
+    fd = os.memfd_create("tdu-bundle", os.MFD_CLOEXEC)
+    carrier = _Memfd(fd, nbytes)
+    try:
+        os.ftruncate(fd, nbytes)
+        memory = mmap.mmap(fd, nbytes)
+    except OSError:  # the memory limit: no room
+        return None
+    return Buffer(torch.frombuffer(memory, dtype=torch.uint8), carrier)
+
+
+def _mapped(fd: Any, nbytes: int) -> torch.Tensor:
+    """A memfd received from another process, mapped here (the tensor keeps the mapping)."""
+    own = fd.detach()
+    try:
+        memory = mmap.mmap(own, nbytes)
+    finally:
+        os.close(own)
+    return torch.frombuffer(memory, dtype=torch.uint8)
+
+
+def dev_shm_room() -> tuple[int, int]:
+    """``/dev/shm``'s size and the bytes free in it now (0, 0 where there is none)."""
+    try:
+        stat = os.statvfs(DEV_SHM)
+    except (OSError, AttributeError):
+        return 0, 0
+    return stat.f_blocks * stat.f_frsize, stat.f_bavail * stat.f_frsize
+
+
+def bundle_bytes(workers: int, *, tell: bool = True) -> int:
+    """The bytes at which a bundle closes in this (worker) process, one of ``workers``.
+
+    `BUNDLE_BYTES` in a memfd; in /dev/shm, what its room when the worker starts allows, for
+    every worker of every rank on this machine (``LOCAL_WORLD_SIZE``) holding a full pool.
+    Smaller bundles cost the main process more CPU a row, never rows. ``tell``: log it when
+    bundles are shrunk (one worker of a loader tells).
+    """
+    if memory_kind() == "memfd":
+        return BUNDLE_BYTES
+    size, free = dev_shm_room()
+    ranks = _local_ranks()
+    fits = int(free * _ROOM_SHARE) // max(1, workers * ranks * _POOL_BUFFERS)
+    if fits >= BUNDLE_BYTES:
+        return BUNDLE_BYTES
+    if tell:
+        room_log(
+            "shrunk",
+            f"{DEV_SHM} has {_mib(free)} free of {_mib(size)}: bundles shrunk from "
+            f"{_mib(BUNDLE_BYTES)} to {_mib(fits)} for {workers} worker(s) x {ranks} local "
+            "rank(s)",
+        )
+    return fits
+
+
+def no_room(nbytes: int) -> str:
+    """Why a buffer of ``nbytes`` could not be made (for `room_log`)."""
+    if memory_kind() == "memfd":
+        return f"the memory limit left no room for {_mib(nbytes)} of shared memory"
+    size, free = dev_shm_room()
+    return f"{DEV_SHM} ({_mib(free)} free of {_mib(size)}) has no room for {_mib(nbytes)}"
+
+
+def _local_ranks() -> int:
+    try:
+        return max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        return 1
+
+
+_logged: set[str] = set()
+
+
+def room_log(kind: str, message: str) -> None:
+    """Log ``message`` at INFO, once per process and ``kind``: shared memory lacked room."""
+    if kind in _logged:
+        return
+    _logged.add(kind)
+    _log.info(
+        "%s (raise it: docker run --shm-size=1g; Kubernetes: an emptyDir with medium: Memory "
+        "mounted at %s)",
+        message,
+        DEV_SHM,
+    )
+
+
+def _mib(nbytes: int) -> str:
+    return f"{nbytes / 2**20:.1f} MiB"
