@@ -8,11 +8,10 @@ What it shows:
 
 - The loader is built once in the driver (planned once) and passed in ``train_loop_config``;
   each Ray worker's copy finds its rank in the process group Ray Train sets up.
-- ``prepare_data_loader(loader, move_to_device=False)`` (or not calling it at all): our loader
-  already reads only this rank's share, and ``device=ray.train.torch.get_device()`` on
-  ``create_dataloader`` moves batches. With the default ``move_to_device=True`` Ray wraps the
-  loader in a reader that fetches one batch ahead, so a state saved mid-epoch would skip one
-  batch per rank on resume.
+- ``prepare_data_loader(loader)`` as Ray's docs show it: our loader already reads only this
+  rank's share, so Ray adds no sampler; with its default ``move_to_device=True`` Ray wraps the
+  loader in a reader that fetches one batch ahead, which the loader's state leaves out (the
+  wrapper's ``state_dict()`` is the loader's).
 - The loader's ``state_dict()`` goes into the checkpoint; a second run resumes from it exactly.
 """
 
@@ -41,7 +40,8 @@ ROWS = 2_000
 
 def train_loop(config: dict[str, Any]) -> None:
     loader: tdu.TabularDataLoader = config["loader"]
-    loader = ray.train.torch.prepare_data_loader(loader, move_to_device=False)  # unchanged
+    # Ray's default: a wrapper that fetches one batch ahead (and moves batches to the device).
+    loader = ray.train.torch.prepare_data_loader(loader)
     rank = ray.train.get_context().get_world_rank()
     start = config.get("checkpoint")  # a Checkpoint of an earlier run
     if start is not None:

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import multiprocessing
 import os
+import sys
 from collections.abc import Callable, Iterator
 from typing import Any, TypeVar
 
@@ -21,6 +23,7 @@ from .fs import Source
 from .options import check_dataloader_options, check_loader_arguments
 from .skipping import FailureLog, ReadFailure
 from .state import read_failures, with_read_failures
+from .state.wrappers import Forwarded, Reader
 from .transport import Unbundler, forget_exited_workers, in_order, init_worker, map_tensors
 from .worker_deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
@@ -125,6 +128,8 @@ class TabularDataLoader(DataLoader[Any]):
         # a loaded state carried.
         self._read_failures: list[ReadFailure] = []
         self._failures_before = (0, 0)
+        # A wrapper reading ahead of the user (Ray Train's default): its batch is not delivered.
+        self._reader: Reader | None = None
         super().__init__(
             dataset,
             batch_size=None,
@@ -136,6 +141,9 @@ class TabularDataLoader(DataLoader[Any]):
         # Trainers that own the epoch loop call loader.sampler.set_epoch (Lightning does);
         # DataLoader refuses sampler= for iterable datasets and its assignment after __init__.
         object.__setattr__(self, "sampler", EpochSampler(dataset))
+        # Wrappers that copy a loader's attributes (Ray Train's prepare_data_loader) keep these
+        # working through the wrapper: `wrapped.state_dict()` is this loader's.
+        self.__dict__.update(Forwarded.methods(self, "set_epoch", "state_dict", "load_state_dict"))
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the dataset (reaches persistent workers)."""
@@ -185,9 +193,11 @@ class TabularDataLoader(DataLoader[Any]):
         loader was built or loaded with).
         """
         failures, rows = self._failures_before
-        position = self.dataset.passes.position(
-            self.dataset.passes.progress, num_workers=self.num_workers
-        )
+        progress = self.dataset.passes.progress
+        held = self._reader.held() if self._reader is not None else 0
+        if held and progress is not None:  # produced for a look-ahead reader, not delivered
+            progress = dataclasses.replace(progress, delivered=progress.delivered - held)
+        position = self.dataset.passes.position(progress, num_workers=self.num_workers)
         return with_read_failures(
             position,
             failures + len(self._read_failures),
@@ -308,7 +318,9 @@ class TabularDataLoader(DataLoader[Any]):
             batches = _collected(batches, dataset.failure_log, self._read_failures)
         if dataset.cache_stats is not None:
             batches = self._cache_counted(batches, progress.iteration.epoch)
-        return passes.counted(batches, progress)
+        counted = passes.counted(batches, progress)
+        self._reader = Reader.of(self, sys._getframe(1), counted)
+        return counted
 
     def _tracked(self, batches: Iterator[Any], state: Any) -> Iterator[Any]:
         """Tell accelerate's GradientState when the last batch comes (one batch look-ahead)."""

@@ -1,0 +1,70 @@
+"""Ray Train's default wrapper (``prepare_data_loader(loader)``, ``move_to_device=True``) holds
+one batch ahead of its user: a state taken through it, or through the loader it wraps, counts
+only the batches the user received, at every stop of an epoch (the whole Ray run is in
+``test_ray.py``; here the wrapper class Ray returns, without starting Ray)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import torch
+from ray.train.torch.train_loop_utils import _WrappedDataLoader
+
+import torch_dataloader_utils as tdu
+
+ROWS, BATCH = 240, 10
+
+pytestmark = pytest.mark.timeout(300)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("ray-wrapper")
+    pq.write_table(pa.table({"id": np.arange(ROWS)}), root / "a.parquet", row_group_size=40)
+    return root
+
+
+def wrapped(data: Path, workers: int) -> tuple[tdu.TabularDataLoader, _WrappedDataLoader]:
+    loader = tdu.create_dataloader(
+        str(data),
+        batch_size=BATCH,
+        shuffle=True,
+        num_workers=workers,
+        multiprocessing_context="fork" if workers else None,
+    )
+    return loader, _WrappedDataLoader(loader, torch.device("cpu"), False)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("through", ["wrapper", "loader"])
+@pytest.mark.parametrize("stop", [0, 1, 7, ROWS // BATCH - 1, ROWS // BATCH])
+def test_a_state_taken_under_the_wrapper_resumes_exactly(
+    data: Path, workers: int, through: str, stop: int
+) -> None:
+    loader, wrapper = wrapped(data, workers)
+    seen: Counter[int] = Counter()
+    batches = iter(wrapper)
+    for _ in range(stop):
+        seen.update(next(batches)["id"].tolist())
+    state = (wrapper if through == "wrapper" else loader).state_dict()
+    assert state["batches"] == stop
+    assert state["complete"] == (stop == ROWS // BATCH)
+    again, rewrapped = wrapped(data, workers)
+    rewrapped.load_state_dict(state)
+    epoch = list(rewrapped) if stop < ROWS // BATCH else []
+    for batch in epoch:
+        seen.update(batch["id"].tolist())
+    assert seen == Counter(range(ROWS))  # every row of epoch 0 exactly once
+    assert again.dataset.epoch == 0 or stop == ROWS // BATCH
+
+
+def test_set_epoch_through_the_wrapper_reaches_the_loader(data: Path) -> None:
+    loader, wrapper = wrapped(data, 0)
+    wrapper.set_epoch(3)
+    assert loader.dataset.epoch == 3
+    assert sorted(i for b in wrapper for i in b["id"].tolist()) == list(range(ROWS))
