@@ -35,10 +35,12 @@ ROWS = 300
 @dataclass(frozen=True)
 class Written:
     """One file: its name (``<writer>-<what>``, the file is ``<name>.parquet``), how to write
-    it, and why the library refuses it at planning (empty: it reads it as pyarrow does)."""
+    it, its rows, and the column the library refuses it for at planning (empty: it reads the
+    file as pyarrow does)."""
 
     name: str
     write: Callable[[Path], None]
+    rows: int = ROWS
     refused: str = ""
 
 
@@ -306,9 +308,7 @@ def _empty_struct_files() -> list[Written]:
     return [
         Written("pyarrow-empty-structs", _empty_structs(leafless)),
         Written(
-            "pyarrow-empty-struct-beside-leaves",
-            _empty_structs(beside),
-            refused="a struct<> inside a column that has leaf columns",
+            "pyarrow-empty-struct-beside-leaves", _empty_structs(beside), refused="partly_empty"
         ),
     ]
 
@@ -329,21 +329,22 @@ def files() -> list[Written]:
             _fastparquet(ROWS, stats=False, object_encoding="infer", compression="SNAPPY"),
         ),
         Written("fastparquet-types", _fastparquet_types),
-        Written("fastparquet-empty", _fastparquet(0)),
+        Written("fastparquet-empty", _fastparquet(0), rows=0),
     ]
     duckdb = [
-        Written("duckdb-nested", _duckdb(_DUCK_NESTED, _DUCK_ROWS)),
-        Written("duckdb-types", _duckdb(_DUCK_TYPES, _DUCK_ROWS)),
+        Written("duckdb-nested", _duckdb(_DUCK_NESTED, _DUCK_ROWS), rows=_DUCK_ROWS),
+        Written("duckdb-types", _duckdb(_DUCK_TYPES, _DUCK_ROWS), rows=_DUCK_ROWS),
         Written(
             "duckdb-types-v2-zstd",
             _duckdb(_DUCK_TYPES, _DUCK_ROWS, ", PARQUET_VERSION V2, COMPRESSION zstd"),
+            rows=_DUCK_ROWS,
         ),
-        Written("duckdb-empty", _duckdb(_DUCK_NESTED, 0)),
+        Written("duckdb-empty", _duckdb(_DUCK_NESTED, 0), rows=0),
     ]
     polars = [
         Written("polars-all", _polars(ROWS, row_group_size=64)),
         Written("polars-all-lz4-no-stats", _polars(ROWS, compression="lz4", statistics=False)),
-        Written("polars-empty", _polars(0)),
+        Written("polars-empty", _polars(0), rows=0),
     ]
     return fastparquet + duckdb + polars + _empty_struct_files()
 
