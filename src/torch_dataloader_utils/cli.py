@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import argparse
 import collections
+import json
+import os
 import shutil
 import sys
 import time
@@ -12,9 +14,13 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main"]
+from .errors import InvalidArgumentError, TorchDataloaderUtilsError
+
+__all__ = ["main", "parser"]
 
 DEMO_DIR = Path(".tdu-demo")
+# Set to 1: errors print their whole traceback (as --traceback does).
+DEBUG_ENV = "TDU_DEBUG"
 
 
 def _progress(items: Iterable[Any], total: int | None, desc: str) -> Iterator[Any]:
@@ -113,25 +119,20 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
-    from .errors import TorchDataloaderUtilsError
     from .fs.spec import FileSystemSpec
     from .webdataset.index import build_index, format_index, index_path
 
     fs = FileSystemSpec.for_path(args.shard)
     path = fs.strip(args.shard)
     out = args.out or index_path(args.shard)
-    try:
-        size = int(fs.request(lambda: fs.fsspec().size(path), what=fs.url(path)))
-        index = build_index(
-            lambda offset, n: fs.read_range(path, offset, n),
-            size,
-            where=fs.url(path),
-            lowercase=not args.case_sensitive,
-        )
-        text = format_index(index)
-    except (TorchDataloaderUtilsError, OSError) as exc:
-        print(f"tdu index: {exc}", file=sys.stderr)
-        return 1
+    size = int(fs.request(lambda: fs.fsspec().size(path), what=fs.url(path)))
+    index = build_index(
+        lambda offset, n: fs.read_range(path, offset, n),
+        size,
+        where=fs.url(path),
+        lowercase=not args.case_sensitive,
+    )
+    text = format_index(index)
     import fsspec
 
     with fsspec.open(out, "wb") as f:
@@ -142,8 +143,6 @@ def _index(args: argparse.Namespace) -> int:
 
 def _read(args: argparse.Namespace) -> int:
     """Read epochs of a source; per epoch: rows, rows/s and what the cache did."""
-    import json
-
     from . import create_dataloader
 
     options = json.loads(args.storage_options) if args.storage_options else None
@@ -190,8 +189,7 @@ def _cache(args: argparse.Namespace) -> int:
 
     config = CacheConfig.of(args.dir, None)
     if config is None:
-        print("tdu cache: no cache directory: pass --dir or set TDU_CACHE_DIR", file=sys.stderr)
-        return 2
+        raise InvalidArgumentError("no cache directory: pass --dir or set TDU_CACHE_DIR")
     store = open_store(config)
     if args.action == "clear":
         before = store.summary()
@@ -211,24 +209,51 @@ def _ints(text: str) -> list[int]:
     return [int(x) for x in text.split(",") if x]
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; returns the exit status."""
-    parser = argparse.ArgumentParser(prog="tdu", description="torch-dataloader-utils")
-    commands = parser.add_subparsers(dest="command", required=True)
-    demo = commands.add_parser("demo", help="generate a local dataset and load it")
-    demo.add_argument("--rows", type=int, default=300_000)
-    demo.add_argument("--batch-size", type=int, default=1024)
-    demo.add_argument("--workers", type=_ints, default=[0, 2], help="e.g. 0,2")
-    demo.add_argument("--dir", default=str(DEMO_DIR))
+class _Help(argparse.ArgumentDefaultsHelpFormatter):
+    """Shows each option's default, unless its help already says it in words."""
+
+    def _get_help_string(self, action: argparse.Action) -> str | None:
+        text = action.help or ""
+        return text if "default" in text else super()._get_help_string(action)
+
+
+def parser() -> argparse.ArgumentParser:
+    """The command line's parser: one subcommand per task."""
+    top = argparse.ArgumentParser(
+        prog="tdu",
+        description="torch-dataloader-utils: plan, read and inspect sources from the shell",
+        formatter_class=_Help,
+    )
+    trace = f"on an error, print the whole traceback, not one line (default: off; {DEBUG_ENV}=1)"
+    top.add_argument("--traceback", action="store_true", help=trace)
+    commands = top.add_subparsers(dest="command", required=True)
+
+    def command(name: str, text: str) -> argparse.ArgumentParser:
+        sub = commands.add_parser(name, help=text, description=text, formatter_class=_Help)
+        # Also after the subcommand; SUPPRESS keeps the top-level value when not given here.
+        sub.add_argument("--traceback", action="store_true", default=argparse.SUPPRESS, help=trace)
+        return sub
+
+    demo = command("demo", "generate a local dataset and load it")
+    demo.add_argument("--rows", type=int, default=300_000, help="rows to write")
+    demo.add_argument("--batch-size", type=int, default=1024, help="rows per batch")
+    demo.add_argument(
+        "--workers", type=_ints, default=[0, 2], help="worker counts to try in turn, e.g. 0,2,4"
+    )
+    demo.add_argument("--dir", default=str(DEMO_DIR), help="where the dataset is written")
     demo.set_defaults(run=_demo)
-    plan = commands.add_parser("plan", help="show how a source is planned into chunks")
-    plan.add_argument("path")
-    plan.add_argument("--format", default="parquet")
-    plan.add_argument("--partitioning", default=None)
-    plan.add_argument("--limit", type=int, default=20)
+    plan = command("plan", "show how a source is planned into chunks")
+    plan.add_argument("path", help="a path, URL, directory or glob")
+    plan.add_argument("--format", default="parquet", help="the format's name")
+    plan.add_argument(
+        "--partitioning",
+        default=None,
+        help='"hive" adds key=value directory columns (default: none)',
+    )
+    plan.add_argument("--limit", type=int, default=20, help="chunks to list")
     plan.set_defaults(run=_plan)
-    index = commands.add_parser(
-        "index", help="write a WebDataset shard's DALI index (v1.2), byte-compatible with wds2idx"
+    index = command(
+        "index", "write a WebDataset shard's DALI index (v1.2), byte-compatible with wds2idx"
     )
     index.add_argument("shard", help="the .tar shard (local path or URL)")
     index.add_argument("out", nargs="?", default=None, help="default: the shard's sibling .idx")
@@ -238,24 +263,46 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="extensions differing in case are distinct (checked for repeats; written as is)",
     )
     index.set_defaults(run=_index)
-    read = commands.add_parser(
-        "read", help="read epochs of a source: throughput and, with a cache, what it did"
-    )
+    read = command("read", "read epochs of a source: throughput and, with a cache, what it did")
     read.add_argument("path", help="a path, URL, directory or glob")
-    read.add_argument("--format", default="parquet")
-    read.add_argument("--epochs", type=int, default=2)
-    read.add_argument("--batch-size", type=int, default=1024)
-    read.add_argument("--workers", type=int, default=2)
-    read.add_argument("--storage-options", default=None, help="JSON, e.g. '{\"anon\": true}'")
-    read.add_argument("--cache-dir", default=None, help="default: $TDU_CACHE_DIR")
-    read.add_argument("--cache-limit", default=None, help="bytes or e.g. 50GB")
+    read.add_argument("--format", default="parquet", help="the format's name")
+    read.add_argument("--epochs", type=int, default=2, help="epochs to read")
+    read.add_argument("--batch-size", type=int, default=1024, help="rows per batch")
+    read.add_argument("--workers", type=int, default=2, help="DataLoader worker processes")
+    read.add_argument(
+        "--storage-options",
+        default=None,
+        help="JSON, e.g. '{\"anon\": true}' (default: none)",
+    )
+    read.add_argument("--cache-dir", default=None, help="default: $TDU_CACHE_DIR, else no cache")
+    read.add_argument(
+        "--cache-limit",
+        default=None,
+        help="bytes or e.g. 50GB (default: $TDU_CACHE_LIMIT, else what the disk holds)",
+    )
     read.set_defaults(run=_read)
-    cache = commands.add_parser("cache", help="show or clear a node-local cache")
-    cache.add_argument("action", nargs="?", choices=["show", "clear"], default="show")
+    cache = command("cache", "show or clear a node-local cache")
+    cache.add_argument(
+        "action", nargs="?", choices=["show", "clear"], default="show", help="what to do"
+    )
     cache.add_argument("--dir", default=None, help="the cache_dir (default: $TDU_CACHE_DIR)")
     cache.set_defaults(run=_cache)
-    args = parser.parse_args(argv)
-    status: int = args.run(args)
+    return top
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the exit status (2: a mistake, named in one line)."""
+    args = parser().parse_args(argv)
+    try:
+        status: int = args.run(args)
+    except (TorchDataloaderUtilsError, OSError, json.JSONDecodeError) as exc:
+        # An ordinary mistake (a missing path, an unknown format, bad JSON) is one line, as
+        # argparse's own errors are; the traceback is for bugs, on request.
+        if args.traceback or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
+            raise
+        message = " ".join(str(exc).split()) or type(exc).__name__
+        print(f"tdu {args.command}: {message}", file=sys.stderr)
+        return 2
     return status
 
 

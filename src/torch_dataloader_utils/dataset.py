@@ -8,6 +8,7 @@ import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
@@ -15,7 +16,7 @@ from .convert import Converter, Decoding, ListFormat, NullPolicy, OutputFormat
 from .errors import InvalidArgumentError, UnsupportedTypeError
 from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
-from .options import check_arguments
+from .options import check_arguments, check_dataset_keywords
 from .planning import (
     Iteration,
     Layout,
@@ -108,6 +109,9 @@ class StructuredDataset(IterableDataset[Any]):
             ``$TDU_CACHE_LIMIT``, else what the disk holds while a tenth of it stays free).
 
     Raises:
+        UnknownKeywordError: a keyword this class (and `create_dataloader`) does not take;
+            the message names the closest valid one.
+        InvalidArgumentError: an option is out of range or of the wrong kind.
         UnknownFormatError: ``format`` is not registered.
         StorageNotFoundError: ``path`` does not exist.
         ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
@@ -124,6 +128,11 @@ class StructuredDataset(IterableDataset[Any]):
         ...     for batch in loader:
         ...         ...
     """
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> StructuredDataset:
+        # Before __init__ binds them: Python's own error would name no valid keyword.
+        check_dataset_keywords(cls, kwargs)
+        return super().__new__(cls)
 
     def __init__(
         self,
@@ -174,6 +183,8 @@ class StructuredDataset(IterableDataset[Any]):
             split_strategy=split_strategy,
             num_ranks=num_ranks,
             on_error=on_error,
+            shuffle=shuffle,
+            drop_last=drop_last,
         )
         self.format = get_format(format, format_options)
         self.fs = self._filesystem(
@@ -204,9 +215,15 @@ class StructuredDataset(IterableDataset[Any]):
         self.read_options: ReadOptions = planned.read_options
         self.plan: Plan = planned.plan
         self._output_columns = planned.output_columns
+        decoders = self.format.decoders(self.plan.schema) if output_format != "arrow" else {}
+        # Read with decoded columns, so that a value that does not decode is named by its
+        # file and sample whatever the columns asked for; dropped after decoding.
+        self._carried = tuple(
+            c for c in self.format.sample_columns if decoders and c not in self.plan.schema.names
+        )
         try:
             self.converter = Converter(
-                self.plan.schema,
+                pa.schema([*self.plan.schema, *(pa.field(c, pa.string()) for c in self._carried)]),
                 output_format=output_format,
                 list_format=list_format,
                 null_policy=null_policy,
@@ -241,9 +258,14 @@ class StructuredDataset(IterableDataset[Any]):
         # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
         # too) and with the loader: see `Passes`.
         self.passes = Passes(self.plan, self.layout, self._ranks)
-        decoders = self.format.decoders(self.plan.schema) if output_format != "arrow" else {}
         self._collate = (
-            Decoding(decoders, output_format=output_format, collate=collate_fn, on_error=on_error)
+            Decoding(
+                decoders,
+                output_format=output_format,
+                collate=collate_fn,
+                on_error=on_error,
+                carried=self._carried,
+            )
             if decoders
             else collate_fn
         )
@@ -389,15 +411,20 @@ class StructuredDataset(IterableDataset[Any]):
         stream = resolve(self.plan.chunk_rows, self.layout, Iteration(epoch), topology, done=0)
         return stream.epoch.pieces(stream.runs)
 
-    def reader(self, failures: FailureLog | None = None) -> Reader:
+    def reader(self, failures: FailureLog | None = None, *, carry: bool = False) -> Reader:
         """A reader of this dataset's plan; its skipped reads go to ``failures`` (default: this
-        process's `failure_log`)."""
+        process's `failure_log`). ``carry``: its batches also hold the columns that name a
+        sample (`Format.sample_columns`) for this dataset's decoding to name bad values."""
+        options, output = self.read_options, self._output_columns
+        if carry and self._carried and options.columns is not None and output is not None:
+            options = dataclasses.replace(options, columns=(*options.columns, *self._carried))
+            output = (*output, *self._carried)
         return Reader(
             self.plan.chunks,
             self.format,
             self._cached(self.fs, self.plan.files),
-            self.read_options,
-            output_columns=self._output_columns,
+            options,
+            output_columns=output,
             check=self.converter.check,
             files=self.plan.files,
             on_error=self.on_error,
@@ -407,7 +434,7 @@ class StructuredDataset(IterableDataset[Any]):
 
     def _segments(self, stream: Any) -> Iterator[Segment]:
         """The batches of ``stream`` before conversion, from where its pass starts."""
-        return stream_segments(stream, self.reader())
+        return stream_segments(stream, self.reader(carry=True))
 
     def __iter__(self) -> Iterator[Any]:
         # Not a generator: the pass (its epoch, its start) is fixed when iter() is called, as
@@ -530,7 +557,7 @@ class StructuredDataset(IterableDataset[Any]):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(format={self.format.name!r}, fs={self.fs!r}, "
+            f"{type(self).__name__}(format={self.format.name!r}, {_storage_repr(self.fs)}"
             f"chunks={len(self.plan.chunks)}, rows={self.plan.num_rows}, "
             f"batch_size={self.batch_size}, shuffle={self.shuffle})"
         )
@@ -548,3 +575,19 @@ class StructuredDataset(IterableDataset[Any]):
 
         loader = create_dataloader(path, format=format, dataset_class=cls, **kwargs)
         return loader, loader.dataset
+
+
+def _storage_repr(fs: FileSystemSpec) -> str:
+    """The storage part of a dataset's repr: nothing for local files read as is; else the
+    protocol, the storage options' keys (never their values: they may be secrets) and a
+    backend other than ``"auto"``."""
+    options: dict[str, Any] = {} if fs.refreshable else fs.storage_options
+    if fs.is_local and not fs.refreshable and not options and fs.backend == "auto":
+        return ""
+    shown = (
+        "<function>"
+        if fs.refreshable
+        else "{" + ", ".join(f"{k!r}: ..." for k in sorted(options)) + "}"
+    )
+    backend = "" if fs.backend == "auto" else f"storage_backend={fs.backend!r}, "
+    return f"protocol={fs.protocol!r}, storage_options={shown}, {backend}"

@@ -4,6 +4,9 @@ Every error raised by the library derives from `TorchDataloaderUtilsError` and a
 nearest builtin, so ``except FileNotFoundError`` or ``except ValueError`` keep working in user code.
 Each class takes a single message argument: the DataLoader re-raises worker exceptions in the main
 process by calling ``type(exc)(message)``, so the type survives the trip from a worker.
+
+What a user must act on but that does not stop the read is a `TorchDataloaderUtilsWarning`, sent
+through `warnings.warn` (which Python prints by default); progress goes to logging.
 """
 
 from __future__ import annotations
@@ -26,7 +29,9 @@ __all__ = [
     "StorageNotFoundError",
     "StoragePermissionError",
     "TorchDataloaderUtilsError",
+    "TorchDataloaderUtilsWarning",
     "UnknownFormatError",
+    "UnknownKeywordError",
     "UnsupportedFileError",
     "UnsupportedTableError",
     "UnsupportedTypeError",
@@ -47,6 +52,12 @@ class InvalidArgumentError(TorchDataloaderUtilsError, ValueError):
 
 class UnknownFormatError(InvalidArgumentError):
     """The ``format`` names no registered format."""
+
+
+class UnknownKeywordError(InvalidArgumentError, TypeError):
+    """A keyword argument (or a format option) that the callee does not take; the message
+    names the closest valid one. Also a `TypeError`, what Python raises for an unexpected
+    keyword, so code written against the earlier library keeps catching it."""
 
 
 class ColumnNotFoundError(InvalidArgumentError):
@@ -148,3 +159,12 @@ class WorkerDiedError(TorchDataloaderUtilsError, RuntimeError):
     ``loader.load_state_dict(state)`` with the state saved after the last batch you received
     (``loader.state_dict()`` taken after the error resumes there too) and iterate again to
     finish the epoch with new workers, every row once."""
+
+
+# --- warnings ----------------------------------------------------------------------------------
+
+
+class TorchDataloaderUtilsWarning(UserWarning):
+    """A warning of torch-dataloader-utils: something the user should act on (a shard index
+    that cannot be cached, a cache that cannot be written, ...) while the read goes on. Filter
+    them as one: ``warnings.filterwarnings("ignore", category=TorchDataloaderUtilsWarning)``."""

@@ -3,15 +3,21 @@
 from __future__ import annotations
 
 import numbers
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from .errors import InvalidArgumentError
 from .fs import Source
+from .keywords import check_flags, check_keywords, keywords_of
 from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES
 from .skipping import ON_ERROR
 
-__all__ = ["check_arguments", "check_dataloader_options", "check_loader_arguments"]
+__all__ = [
+    "check_arguments",
+    "check_dataloader_options",
+    "check_dataset_keywords",
+    "check_loader_arguments",
+]
 
 
 def check_arguments(
@@ -29,12 +35,15 @@ def check_arguments(
     split_strategy: str,
     num_ranks: int | None,
     on_error: str = "raise",
+    shuffle: bool = False,
+    drop_last: bool = False,
 ) -> int | None:
     """Check `StructuredDataset`'s arguments; returns ``world_size`` (``num_ranks``, the
     earlier library's name for it, when only that is given).
 
     Raises:
-        InvalidArgumentError: an argument is out of range or of the wrong kind.
+        InvalidArgumentError: an argument is out of range or of the wrong kind (a flag that is
+            not a bool, ``columns`` that is not a non-empty list of names).
     """
     if num_ranks is not None:  # the earlier library's name for world_size
         if world_size is not None and world_size != num_ranks:
@@ -59,9 +68,49 @@ def check_arguments(
         raise InvalidArgumentError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
     if partitioning not in (None, "hive"):
         raise InvalidArgumentError(f'partitioning must be None or "hive", got {partitioning!r}')
+    check_flags(shuffle=shuffle, drop_last=drop_last)
+    _check_columns(columns)
+    return world_size
+
+
+def _check_columns(columns: Sequence[str] | None) -> None:
+    if columns is None:
+        return
     if isinstance(columns, str):
         raise InvalidArgumentError(f"columns must be a list of names, got the string {columns!r}")
-    return world_size
+    try:
+        names = list(columns)
+    except TypeError:
+        raise InvalidArgumentError(
+            f"columns must be a list of names, got {type(columns).__name__}"
+        ) from None
+    if not names:  # an empty list reads no column: surely a mistake (None reads them all)
+        raise InvalidArgumentError("columns must name at least one column (None: all of them)")
+    bad = [c for c in names if not isinstance(c, str)]
+    if bad:
+        raise InvalidArgumentError(f"columns must be names (str), got {bad[0]!r}")
+
+
+def check_dataset_keywords(cls: type, kwargs: Mapping[str, Any]) -> None:
+    """Refuse keywords that ``cls.__init__`` does not take, naming the closest valid one (of
+    the class or of `create_dataloader`, which passes the others on to the class). A class
+    whose ``__init__`` takes ``**kwargs`` checks its own.
+
+    Raises:
+        UnknownKeywordError: a keyword the class does not take.
+    """
+    accepted, anything = keywords_of(cls.__init__)  # type: ignore[misc]
+    if anything or kwargs.keys() <= accepted:
+        return
+    from .loader import create_dataloader  # (imports this module)
+
+    loader_keywords, _ = keywords_of(create_dataloader)
+    check_keywords(
+        kwargs,
+        accepted,
+        refusal=(f"create_dataloader and {cls.__name__} got an unexpected keyword argument"),
+        also=loader_keywords,
+    )
 
 
 def _check_positive(**values: object) -> None:
@@ -86,6 +135,7 @@ def check_loader_arguments(
         InvalidArgumentError: an option is out of range, or the data is given twice or not at
             all.
     """
+    check_flags(persistent_workers=persistent_workers)
     if num_workers < 0:
         raise InvalidArgumentError(f"num_workers must be >= 0, got {num_workers}")
     if bundle_rows < 0:

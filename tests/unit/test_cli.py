@@ -1,13 +1,21 @@
-"""The ``tdu`` command line, run in process: ``tdu demo`` and ``tdu plan``."""
+"""The ``tdu`` command line: ``tdu demo`` and ``tdu plan`` in process; ordinary mistakes of
+every subcommand through the installed ``tdu`` entry point, in a subprocess."""
 
 from __future__ import annotations
 
+import argparse
+import os
+import subprocess
+import sys
 from pathlib import Path
 
+import numpy as np
+import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from torch_dataloader_utils.cli import main
+from tests.conftest import write_parquet
+from torch_dataloader_utils.cli import main, parser
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -79,3 +87,94 @@ def test_plan_prints_the_summary(tmp_path: Path, capsys: pytest.CaptureFixture[s
     chunks = [line for line in out if line.startswith("  ") and "rows=" in line]
     assert len(chunks) == 3
     assert all(str(directory) in line for line in chunks)
+
+
+# --- mistakes: one line on stderr, exit status 2 ------------------------------------------------
+
+
+def tdu(*args: str, **env: str) -> subprocess.CompletedProcess[str]:
+    """Run the installed ``tdu`` script (the console entry point users run)."""
+    script = Path(sys.executable).with_name("tdu")
+    assert script.exists(), f"no tdu script beside {sys.executable}: is the package installed?"
+    return subprocess.run(
+        [str(script), *args],
+        capture_output=True,
+        text=True,
+        timeout=100,
+        check=False,
+        env={**os.environ, "TDU_DEBUG": "", **env},
+    )
+
+
+def assert_one_line(done: subprocess.CompletedProcess[str], command: str, *needles: str) -> None:
+    assert done.returncode == 2, (done.returncode, done.stderr)
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith(f"tdu {command}: "), lines[0]
+    for needle in needles:
+        assert needle in lines[0], lines[0]
+
+
+@pytest.fixture
+def mixed(tmp_path: Path) -> Path:
+    """Two Parquet files whose ``id`` columns disagree on their type."""
+    root = tmp_path / "mixed"
+    write_parquet(root / "a.parquet", np.arange(10))
+    table = pa.table({"id": pa.array([str(i) for i in range(10)])})
+    pq.write_table(table, root / "b.parquet")
+    return root
+
+
+@pytest.mark.parametrize("command", ["plan", "read"])
+def test_a_missing_path_is_one_line(tmp_path: Path, command: str) -> None:
+    missing = tmp_path / "nowhere"
+    assert_one_line(tdu(command, str(missing)), command, str(missing), "not found")
+
+
+@pytest.mark.parametrize("command", ["plan", "read"])
+def test_an_unknown_format_is_one_line(tmp_path: Path, command: str) -> None:
+    write_parquet(tmp_path / "d" / "a.parquet", np.arange(10))
+    done = tdu(command, str(tmp_path / "d"), "--format", "nope")
+    assert_one_line(done, command, "unknown format 'nope'", "parquet")
+
+
+def test_mixed_schemas_are_one_line(mixed: Path) -> None:
+    assert_one_line(tdu("plan", str(mixed)), "plan", "disagree on the schema", "id: string")
+
+
+def test_bad_storage_options_json_is_one_line(tmp_path: Path) -> None:
+    write_parquet(tmp_path / "d" / "a.parquet", np.arange(10))
+    done = tdu("read", str(tmp_path / "d"), "--storage-options", "{anon: true}")
+    assert_one_line(done, "read", "Expecting property name")
+
+
+def test_a_missing_shard_and_no_cache_dir_are_one_line(tmp_path: Path) -> None:
+    assert_one_line(tdu("index", str(tmp_path / "no.tar")), "index", "no.tar")
+    done = tdu("cache", TDU_CACHE_DIR="")
+    assert_one_line(done, "cache", "no cache directory")
+
+
+@pytest.mark.parametrize(
+    ("args", "env"),
+    [(["--traceback", "plan"], {}), (["plan", "--traceback"], {}), (["plan"], {"TDU_DEBUG": "1"})],
+)
+def test_the_traceback_on_request(tmp_path: Path, args: list[str], env: dict[str, str]) -> None:
+    done = tdu(*args, str(tmp_path / "nowhere"), **env)
+    assert done.returncode == 1
+    assert "Traceback (most recent call last)" in done.stderr
+    assert "StorageNotFoundError" in done.stderr
+
+
+def test_every_option_shows_its_default() -> None:
+    top = parser()
+    subcommands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
+    assert sorted(subcommands) == ["cache", "demo", "index", "plan", "read"]
+    for name, sub in [("tdu", top), *subcommands.items()]:
+        formatter = sub._get_formatter()
+        for action in sub._actions:
+            if isinstance(action, argparse._HelpAction | argparse._SubParsersAction):
+                continue
+            if not action.option_strings and action.nargs is None:
+                continue  # a required positional: no default to show
+            shown = formatter._get_help_string(action) or ""  # what --help prints
+            assert "default" in shown, (name, action.dest, shown)

@@ -35,6 +35,7 @@ BUILTIN_BASES: dict[str, type[BaseException]] = {
     "FileChangedError": ValueError,
     "WorkerDiedError": RuntimeError,
     "PlanTimeoutError": TimeoutError,
+    "UnknownKeywordError": TypeError,  # what Python raises for an unexpected keyword
 }
 
 # Narrower library bases a class must keep (a caller catching the broader one sees it).
@@ -52,11 +53,16 @@ LIBRARY_BASES: dict[str, str] = {
     "UnsupportedFileError": "DataError",
     "MissingComponentError": "DataError",
     "FileChangedError": "DataError",
+    "UnknownKeywordError": "InvalidArgumentError",
 }
+
+# The warning classes errors.py also holds (sent with warnings.warn, never raised).
+WARNINGS = {"TorchDataloaderUtilsWarning"}
+ERRORS = sorted(set(errors.__all__) - WARNINGS)
 
 
 def error_classes() -> list[type[BaseException]]:
-    return [getattr(errors, name) for name in errors.__all__]
+    return [getattr(errors, name) for name in ERRORS]
 
 
 def test_all_is_sorted_and_lists_every_exception_class() -> None:
@@ -75,7 +81,7 @@ def test_every_class_derives_from_the_root() -> None:
 
 
 def test_builtin_bases() -> None:
-    assert set(BUILTIN_BASES) == set(errors.__all__)
+    assert set(BUILTIN_BASES) == set(ERRORS)
     for name, builtin in BUILTIN_BASES.items():
         cls = getattr(errors, name)
         assert issubclass(cls, builtin), (name, builtin)
@@ -94,7 +100,7 @@ def test_every_class_is_exported_from_the_package() -> None:
         assert name in torch_dataloader_utils.__all__
 
 
-@pytest.mark.parametrize("name", errors.__all__)
+@pytest.mark.parametrize("name", ERRORS)
 def test_rebuilt_from_type_and_message(name: str) -> None:
     # The DataLoader re-raises a worker's exception in the main process as type(e)(str(e)).
     cls = getattr(errors, name)
@@ -107,10 +113,24 @@ def test_rebuilt_from_type_and_message(name: str) -> None:
     assert str(type(rebuilt)(str(rebuilt))) == message
 
 
-@pytest.mark.parametrize("name", errors.__all__)
+@pytest.mark.parametrize("name", ERRORS)
 def test_pickles(name: str) -> None:
     cls = getattr(errors, name)
     original = cls("the message")
     copy = pickle.loads(pickle.dumps(original))
     assert type(copy) is cls
     assert str(copy) == "the message"
+
+
+def test_warnings_are_user_warnings_of_their_own() -> None:
+    # Shown by Python's default filters, and filtered as one category by the user.
+    for name in WARNINGS:
+        cls = getattr(errors, name)
+        assert issubclass(cls, UserWarning) and not issubclass(cls, TorchDataloaderUtilsError)
+
+
+def test_an_unknown_keyword_is_also_a_type_error_and_an_invalid_argument() -> None:
+    # The earlier API raised Python's TypeError for it; our root catches it too.
+    error = errors.UnknownKeywordError("create_dataloader got an unexpected keyword argument 'x'")
+    assert isinstance(error, TypeError)
+    assert isinstance(error, errors.InvalidArgumentError)

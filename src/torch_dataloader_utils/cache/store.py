@@ -33,6 +33,7 @@ import os
 import shutil
 import struct
 import threading
+import warnings
 import zlib
 from collections import OrderedDict
 from collections.abc import Iterator
@@ -43,7 +44,7 @@ try:
 except ImportError:  # Windows: no cache (see `open_store`)
     fcntl = None  # type: ignore[assignment]
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, TorchDataloaderUtilsWarning
 from .config import CacheConfig
 from .room import Room
 from .stats import CacheCounter
@@ -287,12 +288,12 @@ class RangeStore:
         if not self._warned:
             self._warned = True
             full = exc.errno in (errno.ENOSPC, errno.EDQUOT)
-            logger.warning(
-                "cache %s: cannot write an entry (%s%s); reading on from the store without "
-                "caching what does not fit. (Said once per process.)",
-                self.config.directory,
-                exc,
-                ": the disk is full" if full else "",
+            warnings.warn(  # the user's to fix (space, cache_limit): not only a log line
+                f"cache {self.config.directory}: cannot write an entry "
+                f"({exc}{': the disk is full' if full else ''}); reading on from the store "
+                "without caching what does not fit. (Said once per process.)",
+                TorchDataloaderUtilsWarning,
+                stacklevel=3,
             )
 
     def _cover(

@@ -54,6 +54,8 @@ class Decoding:
         decoders: the decoder of each column; columns absent from a batch are left alone.
         output_format: the loader's output format (decides stacking).
         collate: the user's ``collate_fn``, applied after decoding.
+        carried: columns read only to name a sample in errors (WebDataset's ``__url__`` and
+            ``__key__`` when not asked for): dropped once the batch is decoded.
     """
 
     decoders: Mapping[str, Decoder]
@@ -61,6 +63,7 @@ class Decoding:
     collate: Callable[[Any], Any] | None = None
     on_error: OnError = "raise"
     failures: FailureLog | None = None
+    carried: tuple[str, ...] = ()
 
     def __call__(self, batch: Any) -> Any:
         if isinstance(batch, dict):
@@ -74,6 +77,8 @@ class Decoding:
                 self._replace(batch, decoded, bad)
             for name, values in decoded.items():
                 batch[name] = _stack(values, self.output_format)
+            for name in self.carried:
+                batch.pop(name, None)
         return batch if self.collate is None else self.collate(batch)
 
     def _decoded(
@@ -157,10 +162,7 @@ def _where(batch: dict[str, Any], name: str, row: int) -> str:
     urls, keys = batch.get("__url__"), batch.get("__key__")
     if isinstance(urls, list) and isinstance(keys, list):
         return f"{urls[row]}: sample {keys[row]!r}, column {name!r}"
-    return (
-        f"column {name!r}, row {row} of a batch (read the __url__ and __key__ columns "
-        "too to have the shard and sample named)"
-    )
+    return f"column {name!r}, row {row} of a batch"
 
 
 def _decode_error(batch: dict[str, Any], name: str, row: int, exc: Exception) -> Exception:

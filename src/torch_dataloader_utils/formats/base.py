@@ -80,6 +80,9 @@ class Format(ABC):
     """
 
     name: str = ""
+    # String columns that name a row's source (WebDataset's ``__url__`` and ``__key__``): read
+    # along with decoded columns so that a value that does not decode is named by them.
+    sample_columns: tuple[str, ...] = ()
 
     @abstractmethod
     def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:

@@ -24,6 +24,7 @@ from .handles import HandleCache
 from .opening import open_input, parsing, slice_batches
 from .parquet_facts import FileFacts, chunk_ranges, leaf_owners, read_facts
 from .parquet_footer import Footer, footer_file, read_footer
+from .parquet_leafless import ParquetReadOptions, put_back, read_options
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["ParquetFormat"]
@@ -161,7 +162,12 @@ class ParquetFormat(Format):
                 rows += r[1]
                 uncompressed += r[3]
         row_bytes = uncompressed / rows if rows else 1.0
-        return FormatPlan(chunks=chunks, schema=schema, row_bytes=max(row_bytes, 1.0))
+        return FormatPlan(
+            chunks=chunks,
+            schema=schema,
+            row_bytes=max(row_bytes, 1.0),
+            read_options=read_options(options, schema),
+        )
 
     def _file(self, path: str, fs: FileSystemSpec) -> pq.ParquetFile:
         def open_file() -> pq.ParquetFile:
@@ -181,6 +187,20 @@ class ParquetFormat(Format):
         return self._open.get(path, open_file)
 
     def read(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> Iterator[pa.RecordBatch]:
+        batches = self._read(chunk, row_start, row_stop, fs, options)
+        if isinstance(options, ParquetReadOptions) and options.leafless is not None:
+            # pyarrow leaves out columns without leaf columns: never drop one (parquet_leafless)
+            return put_back(batches, options.columns, options.leafless)
+        return batches
+
+    def _read(
         self,
         chunk: Chunk,
         row_start: int,

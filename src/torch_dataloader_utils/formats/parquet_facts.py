@@ -16,6 +16,7 @@ from ..fs import FileSystemSpec, SourceFile
 from .base import ReadOptions
 from .opening import open_input, parsing
 from .parquet_footer import MAGIC, Footer, footer_file, read_footer
+from .parquet_leafless import check_empty_structs, leaf_count, unreadable_columns
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -54,6 +55,8 @@ def read_facts(
     Raises:
         CorruptFileError: the footer cannot be parsed, or disagrees with the schema.
         SchemaMismatchError: the row filter does not apply to this file's columns.
+        UnsupportedFileError: a column read holds an empty struct beside other fields
+            (`parquet_leafless`).
     """
     url = fs.url(f.path)
     if f.size == 0:
@@ -81,7 +84,9 @@ def read_facts(
             fragment.ensure_complete_metadata()
             return checked, schema, fragment
 
-    checked, (schema, owners), fragment = fs.request(footer, what=url)
+    checked, (schema, owners, unreadable), fragment = fs.request(footer, what=url)
+    if unreadable:
+        check_empty_structs(unreadable, schema, options.columns, url)
     kept: set[int] | None = None
     if fragment is not None:
         full = schema
@@ -119,8 +124,9 @@ def read_facts(
     return FileFacts(schema, row_groups)
 
 
-# A file's Arrow schema and the top-level column of each of its leaf columns.
-_Schema = tuple[pa.Schema, list[str]]
+# A file's Arrow schema, the top-level column of each of its leaf columns, and its columns
+# pyarrow cannot read (`parquet_leafless.unreadable_columns`).
+_Schema = tuple[pa.Schema, list[str], dict[str, str]]
 # Arrow schemas by the footer bytes they come from (`Footer.rest`): the files of a source
 # usually share one. Bounded: a source whose footers differ in their metadata (a writer that
 # stamps each file) parses each, as before this cache existed.
@@ -130,7 +136,7 @@ _SCHEMAS_KEPT = 256
 
 def _arrow_schema(footer: Footer, thrift: bytes) -> _Schema:
     """The Arrow schema of the footer ``thrift`` (parsed by pyarrow, once per distinct
-    schema and metadata), and its leaf columns' owners."""
+    schema and metadata), its leaf columns' owners and its columns pyarrow cannot read."""
     found = _SCHEMAS.get(footer.rest)
     if found is not None:
         return found
@@ -138,21 +144,11 @@ def _arrow_schema(footer: Footer, thrift: bytes) -> _Schema:
     # followed).
     tail = pa.BufferReader(thrift + len(thrift).to_bytes(4, "little") + MAGIC)
     schema = pq.read_metadata(tail).schema.to_arrow_schema()
-    found = (schema, leaf_owners(schema))
+    found = (schema, leaf_owners(schema), unreadable_columns(schema))
     if len(_SCHEMAS) >= _SCHEMAS_KEPT:
         _SCHEMAS.clear()
     _SCHEMAS[footer.rest] = found
     return found
-
-
-def _leaf_count(t: pa.DataType) -> int:
-    if pa.types.is_struct(t):
-        return sum(_leaf_count(t.field(k).type) for k in range(t.num_fields))
-    if pa.types.is_map(t):
-        return _leaf_count(t.key_type) + _leaf_count(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
-        return _leaf_count(t.value_type)
-    return 1
 
 
 def leaf_owners(schema: pa.Schema) -> list[str]:
@@ -161,7 +157,7 @@ def leaf_owners(schema: pa.Schema) -> list[str]:
     Names are matched through the schema's structure, not by splitting the dotted leaf paths,
     which breaks for column names that contain a dot.
     """
-    return [field.name for field in schema for _ in range(_leaf_count(field.type))]
+    return [field.name for field in schema for _ in range(leaf_count(field.type))]
 
 
 def chunk_ranges(

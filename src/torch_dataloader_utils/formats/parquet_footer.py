@@ -110,7 +110,7 @@ def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
         while True:
             head = data[pos]
             pos += 1
-            if head == _STOP:
+            if not head & 0x0F:  # a STOP type ends the struct, whatever the id bits say
                 return pos
             if not head >> 4:  # a long-form field id
                 while data[pos] & 0x80:
@@ -136,12 +136,16 @@ def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
         size, element = head >> 4, head & 0x0F
         if size == 15:
             size, pos = _varint(data, pos)
+        if element > _STRUCT:
+            raise _ThriftError(f"unknown Thrift type {element}")
+        if not size:  # fastparquet writes an empty list as 0x00, of type 0 (Thrift reads it)
+            return pos
+        if element == _STOP:
+            raise _ThriftError(f"a list of {size} elements has no element type")
         if size > len(data) - pos:  # each element takes at least a byte
             raise _ThriftError(f"a list claims {size} elements")
         if element in (_TRUE, _FALSE):
             return pos + size  # a byte each
-        if not _BYTE <= element <= _STRUCT:
-            raise _ThriftError(f"unknown Thrift type {element}")
         if _I16 <= element <= _I64:
             for _ in range(size):
                 while data[pos] & 0x80:
@@ -191,6 +195,8 @@ def _structs(data: bytes, pos: int, kind: int) -> tuple[int, int]:
     size, element = head >> 4, head & 0x0F
     if size == 15:
         size, pos = _varint(data, pos)
+    if not size and element <= _STRUCT:  # an empty list's element type is not read (fastparquet: 0)
+        return 0, pos
     if element != _STRUCT:
         raise _ThriftError("a list of structs holds another type")
     if size > len(data):  # each struct takes at least a byte

@@ -11,19 +11,22 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
-import logging
 import threading
+import warnings
 from collections.abc import Mapping
 from importlib.metadata import entry_points
 from typing import Any
 
-from ..errors import InvalidArgumentError, MissingDependencyError, UnknownFormatError
+from ..errors import (
+    InvalidArgumentError,
+    MissingDependencyError,
+    TorchDataloaderUtilsWarning,
+    UnknownFormatError,
+)
+from ..keywords import check_keywords, keywords_of
 from .base import Format
 
 __all__ = ["ENTRY_POINT_GROUP", "available_formats", "get_format", "register_format"]
-
-logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "torch_dataloader_utils.formats"
 
@@ -117,8 +120,9 @@ def get_format(name: str | Format, options: Mapping[str, Any] | None = None) -> 
     Raises:
         UnknownFormatError: no format has that name, or its registered class cannot be
             imported.
-        InvalidArgumentError: ``options`` with a `Format` instance, or options the format does
-            not take.
+        InvalidArgumentError: ``options`` with a `Format` instance.
+        UnknownKeywordError: an option the format does not take (names every option it takes,
+            and the closest to the one given).
     """
     if isinstance(name, Format):
         if options:
@@ -129,12 +133,10 @@ def get_format(name: str | Format, options: Mapping[str, Any] | None = None) -> 
         return name
     cls = _format_class(_key(str(name)), name)
     options = dict(options or {})
-    try:
-        inspect.signature(cls).bind(**options)
-    except TypeError as exc:  # an unknown option; a TypeError inside __init__ stays one
-        raise InvalidArgumentError(
-            f"format {_key(str(name))!r} does not take format_options: {exc}"
-        ) from exc
+    accepted, anything = keywords_of(cls)
+    if not anything:  # a TypeError inside __init__ stays one
+        refusal = f"format {_key(str(name))!r} does not take format_options"
+        check_keywords(options, accepted, refusal=refusal, list_accepted=True)
     fmt: Format = cls(**options)
     return fmt
 
@@ -199,11 +201,10 @@ def _read_entry_points() -> None:
             if taken is None:
                 _REGISTRY[key] = point.value
             elif taken != point.value:
-                logger.warning(
-                    "the format %r of entry point %r is ignored: the name is registered "
-                    "already (as %s)",
-                    point.name,
-                    point.value,
-                    _describe(taken),
+                warnings.warn(  # the user's to fix (uninstall or rename a plug-in)
+                    f"the format {point.name!r} of entry point {point.value!r} is ignored: "
+                    f"the name is registered already (as {_describe(taken)})",
+                    TorchDataloaderUtilsWarning,
+                    stacklevel=2,
                 )
         _entry_points_read = True

@@ -28,6 +28,7 @@ from ..errors import (
 from ..fs import FileSystemSpec, SourceFile
 from ..fs.ranges import ReadsAhead
 from ..fs.threads import AHEAD_THREADS
+from ..keywords import check_flags
 from ..planning import Chunk
 from ..webdataset import slicing
 from ..webdataset.decoders import (
@@ -82,9 +83,13 @@ class WebDatasetFormat(Format):
     On object storage, the first range request of the rows to be read next starts in a
     background thread (`prefetch`, and the next request of a read while one is sliced): at
     most two requests ahead (`fs.threads.AHEAD_THREADS`), in threads of the format's own.
+
+    Raises:
+        InvalidArgumentError: an unknown ``missing_component``, or a flag that is not a bool.
     """
 
     name = "webdataset"
+    sample_columns = (URL, KEY)
 
     def __init__(
         self,
@@ -97,6 +102,12 @@ class WebDatasetFormat(Format):
         decoders: Mapping[str, Decoder] | None = None,
         index_cache_dir: str | None = None,
     ) -> None:
+        check_flags(
+            case_sensitive_extensions=case_sensitive_extensions,
+            decode=decode,
+            decode_images=decode_images,
+            allow_pickle=allow_pickle,
+        )
         if missing_component not in MISSING_COMPONENT_POLICIES:
             raise InvalidArgumentError(
                 f"missing_component must be one of {MISSING_COMPONENT_POLICIES}, "

@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 from torch.utils.data import get_worker_info
 
+from ..errors import TorchDataloaderUtilsWarning
 from ..planning import Iteration, Layout, Plan, Ranks, Topology
 from ..planning.mixture import Mixture
 from ..stream.mix import rank_mix_streams
@@ -111,6 +112,7 @@ class Passes:
                     f"set_epoch({epoch}) drops the loaded state, which was in the middle of "
                     f"epoch {pending.epoch}: the rest of that epoch will not be read. Call "
                     f"set_epoch({pending.epoch}) first to finish it",
+                    TorchDataloaderUtilsWarning,
                     stacklevel=4,
                 )
 

@@ -4,7 +4,8 @@ scan of the shard (then cached).
 Scanning costs a pass over every header of the shard (for a remote shard, reads of most of its
 bytes when members are small), in every process that needs the index: the planning process and
 each DataLoader worker. The cache (or a sibling ``.idx`` written by ``tdu index``) makes that
-once per shard; where a scanned index cannot be cached, a warning says so, once per process.
+once per shard; where a scanned index cannot be cached, a `TorchDataloaderUtilsWarning` says so,
+once per process.
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ import hashlib
 import logging
 import os
 import tempfile
+import warnings
 from typing import TYPE_CHECKING
 
-from ..errors import CorruptFileError, InvalidArgumentError
+from ..errors import CorruptFileError, InvalidArgumentError, TorchDataloaderUtilsWarning
 from ..fs.errors import translate_os_error
 from ..fs.forks import ProcessLocal
 from .index import VERSION, ShardIndex, build_index, format_index, index_path, parse_index
@@ -127,13 +129,15 @@ def _uncached(url: str, why: str) -> None:
     if warned:
         return
     warned.append(url)
-    logger.warning(
-        "%s: its index was built by scanning the shard's headers and cannot be cached (%s): "
-        "every process that reads it (each DataLoader worker, each epoch's new workers) scans "
-        "every shard again. Write sibling indexes once with `tdu index`, or pass a writable "
-        "index_cache_dir in format_options. (Said once per process.)",
-        url,
-        why,
+    # A warning, not a log line: the package logger's NullHandler would hide it, and the fix
+    # is the user's to make.
+    warnings.warn(
+        f"{url}: its index was built by scanning the shard's headers and cannot be cached "
+        f"({why}): every process that reads it (each DataLoader worker, each epoch's new "
+        "workers) scans every shard again. Write sibling indexes once with `tdu index`, or "
+        "pass a writable index_cache_dir in format_options. (Said once per process.)",
+        TorchDataloaderUtilsWarning,
+        stacklevel=2,
     )
 
 

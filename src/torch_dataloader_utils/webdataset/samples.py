@@ -7,7 +7,8 @@ The rules follow webdataset 1.0.2 (`tariterators.base_plus_ext`, `group_by_keys`
 - key = the full path up to the FIRST dot of the file name (the last path component),
   extension = the rest; keys keep their case, extensions are lower-cased unless told otherwise;
 - only CONSECUTIVE members group: the same key appearing again later starts a new sample, as in
-  webdataset (logged once per shard as a warning, since it usually means a badly written shard);
+  webdataset (a `TorchDataloaderUtilsWarning` once per shard, since it usually means a badly
+  written shard);
 - a repeated extension within one sample is an error;
 - webdataset's metadata members (a first path component like ``__name__``) are skipped.
 
@@ -24,17 +25,15 @@ Deliberate differences, each chosen so that no data is lost without an error:
 
 from __future__ import annotations
 
-import logging
 import re
+import warnings
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 
-from ..errors import CorruptFileError
+from ..errors import CorruptFileError, TorchDataloaderUtilsWarning
 from .tar import TarMember
 
 __all__ = ["Component", "Sample", "group_samples", "split_name"]
-
-logger = logging.getLogger(__name__)
 
 # webdataset's `tar_file_iterator` skips these metadata members (its `skip_meta` default, and
 # top-level names like ``__meta__``).
@@ -173,13 +172,12 @@ def group_samples(
                 seen.add(key)
                 if stem in seen and not warned:
                     warned = True
-                    logger.warning(
-                        "%s: offset %d: key %r appears again after other samples; it makes a "
-                        "second sample, as in webdataset (members of one sample should be "
-                        "consecutive)",
-                        where,
-                        member.header_offset,
-                        stem,
+                    warnings.warn(  # the shard's writer should fix it: never only a log line
+                        f"{where}: offset {member.header_offset}: key {stem!r} appears again "
+                        "after other samples; it makes a second sample, as in webdataset "
+                        "(members of one sample should be consecutive)",
+                        TorchDataloaderUtilsWarning,
+                        stacklevel=2,
                     )
             key, components, exts = stem, [], set()
         if ext in exts:

@@ -223,3 +223,81 @@ def test_a_footer_read_from_a_buffer_holds_only_the_footer() -> None:
         .schema.to_arrow_schema()
         .equals(pq.read_schema(pa.BufferReader(data)))
     )
+
+
+# --- what Thrift readers accept and real writers write (fastparquet) --------------------------
+
+_EMPTY_OF_NO_TYPE = b"\x00"  # a list header: 0 elements, element type 0 (fastparquet's)
+
+
+def test_an_empty_list_of_element_type_0_parses_as_thrift_reads_it() -> None:
+    # FileMetaData {3: num_rows 0, 4: row_groups [], 5: key_value_metadata []}, both lists
+    # written as fastparquet writes an empty list.
+    thrift = (
+        _field(3, 6)
+        + b"\x00"
+        + _field(1, 9)
+        + _EMPTY_OF_NO_TYPE
+        + _field(1, 9)
+        + _EMPTY_OF_NO_TYPE
+        + b"\x00"
+    )
+    footer = parse_footer(thrift, "f.parquet", 10**6)
+    assert footer.num_rows == 0
+    assert footer.row_groups == ()
+
+
+@pytest.mark.parametrize(
+    ("field", "header", "message"),
+    [
+        (5, b"\x20", "2 elements has no element type"),  # a skipped list
+        (4, b"\x10", "a list of structs holds another type"),  # the row groups
+        (5, b"\x0d", "unknown Thrift type 13"),  # Thrift refuses types 13-15 even when empty
+        (4, b"\x0e", "a list of structs holds another type"),
+    ],
+)
+def test_a_list_whose_elements_have_no_type_is_still_corrupt(
+    field: int, header: bytes, message: str
+) -> None:
+    thrift = _field(3, 6) + b"\x00" + _field(field - 3, 9) + header + b"\x00" * 4
+    with pytest.raises(CorruptFileError, match=message):
+        parse_footer(thrift, "f.parquet", 10**6)
+
+
+def test_a_stop_type_ends_a_skipped_struct_whatever_its_id_bits() -> None:
+    # FileMetaData {3: num_rows 0, 4: [], 7: struct {0x10}}: Thrift's compact reader ends a
+    # struct at any field header of type 0 (here with a field-id delta of 1).
+    thrift = _field(3, 6) + b"\x00" + _field(1, 9) + b"\x00" + _field(3, 12) + b"\x10" + b"\x00"
+    assert parse_footer(thrift, "f.parquet", 10**6).row_groups == ()
+
+
+def test_fastparquet_footers_walk_as_pyarrow_reads_them(tmp_path: Path) -> None:
+    """The footers a user's fastparquet 2024.5 file was refused for: every column chunk's empty
+    key-value metadata (and a zero-row file's row groups) written as ``0x00``."""
+    import fastparquet
+
+    from tests.corpus.thrift_edit import List, decode, footer
+    from tests.corpus.writers import files
+
+    assert fastparquet.__version__ == "2024.5.0"
+    written = {w.name: w for w in files() if w.name.startswith("fastparquet-")}
+    assert len(written) >= 4
+    for name, w in written.items():
+        path = tmp_path / f"{name}.parquet"
+        w.write(path)
+        thrift, size = _footer(path)
+        meta = decode(footer(path.read_bytes())[1])
+        groups = meta.get(4)
+        # ColumnChunk.meta_data.key_value_metadata, or a zero-row file's row groups: an empty
+        # list of element type 0
+        empty = groups.values[0].get(1).values[0].get(3).get(8) if groups.values else groups
+        assert isinstance(empty, List) and empty.element == 0 and not empty.values, name
+        parsed = parse_footer(thrift, str(path), size)
+        expected = pq.read_metadata(path)
+        assert len(parsed.row_groups) == expected.num_row_groups
+        for i, (rows, columns) in enumerate(parsed.row_groups):
+            group = expected.row_group(i)
+            assert rows == group.num_rows
+            assert [c.compressed for c in columns] == [
+                group.column(j).total_compressed_size for j in range(group.num_columns)
+            ]

@@ -4,7 +4,6 @@ distribution metadata are real files on ``sys.path``."""
 
 from __future__ import annotations
 
-import logging
 import sys
 import uuid
 from collections import Counter
@@ -134,19 +133,19 @@ def write_distribution(site: Path, module: str, entries: dict[str, str]) -> None
 
 
 def test_installed_entry_points_are_read_lazily_and_never_replace_a_format(
-    plugin: str, data: Path, tmp_path: Path, caplog: pytest.LogCaptureFixture
+    plugin: str, data: Path, tmp_path: Path
 ) -> None:
     target = f"{plugin}:CountingParquet"
     write_distribution(tmp_path / "site", plugin, {"counting": target, "parquet": target})
     tdu.get_format("parquet")  # a known name reads no metadata
     assert not registry._entry_points_read
-    with caplog.at_level(logging.WARNING, logger=registry.__name__):
+    with pytest.warns(tdu.TorchDataloaderUtilsWarning) as warned:
         loader = tdu.create_dataloader(str(data), format="counting", batch_size=10)
     assert registry._entry_points_read and plugin in sys.modules
     assert read_ids(loader) == Counter(range(100))
     assert type(loader.dataset.format).__name__ == "CountingParquet"
     assert type(tdu.get_format("parquet")) is ParquetFormat  # the built-in stays
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == registry.__name__]
+    (warning,) = [str(w.message) for w in warned]
     assert "'parquet'" in warning and "ignored" in warning
     with pytest.raises(InvalidArgumentError, match="registered already"):
         tdu.register_format("counting", ParquetFormat)  # an installed plug-in's name is taken

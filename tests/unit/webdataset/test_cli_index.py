@@ -82,6 +82,6 @@ def test_index_of_a_corrupt_shard_in_process(
     data = bytearray(write_shard(shard, 3))
     data[1536 + 10] ^= 1  # the third header (s000.jpg is empty: headers at 0, 512, 1536)
     shard.write_bytes(bytes(data))
-    assert main(["index", str(shard)]) == 1
+    assert main(["index", str(shard)]) == 2
     assert f"{shard}: offset 1536: bad header checksum" in capsys.readouterr().err
     assert not (tmp_path / "bad.idx").exists()

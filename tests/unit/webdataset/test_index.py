@@ -277,6 +277,7 @@ def test_a_sibling_index_is_preferred(shard: Path, tmp_path: Path) -> None:
     assert fs.reads > 0
 
 
+@pytest.mark.filterwarnings("ignore:.*cannot be cached:UserWarning")  # (said once a process)
 def test_an_unwritable_cache_dir_still_works(shard: Path, tmp_path: Path) -> None:
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache directory should be")

@@ -7,10 +7,10 @@ from __future__ import annotations
 import bz2
 import gzip
 import io
-import logging
 import lzma
 import tarfile
 import threading
+import warnings
 from collections import Counter
 from collections.abc import Sequence
 from pathlib import Path
@@ -26,6 +26,7 @@ from torch_dataloader_utils.errors import (
     CorruptFileError,
     DataError,
     StorageError,
+    TorchDataloaderUtilsWarning,
     UnsupportedFileError,
 )
 from torch_dataloader_utils.formats import ReadOptions
@@ -228,31 +229,31 @@ def test_compressed_shards_are_refused(tmp_path: Path, compress: Any) -> None:
 
 
 def test_an_uncached_index_warns_once_per_process(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(loading, "_warned", ProcessLocal(list))
     for s in range(3):
         (tmp_path / f"s{s}.tar").write_bytes(tar_bytes(members(10 * s, 10 * s + 4)))
-    with caplog.at_level(logging.WARNING, logger=loading.__name__):
+    with pytest.warns(TorchDataloaderUtilsWarning) as caught:
         for _ in range(2):
             fmt, plan, fs = plan_of(tmp_path)
             ids = read_all(fmt, plan, fs, ReadOptions()).column("id").to_pylist()
             assert Counter(ids) == Counter([*range(4), *range(10, 14), *range(20, 24)])
-    warned = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    warned = [str(w.message) for w in caught]
     assert len(warned) == 1
     assert "cannot be cached" in warned[0] and "tdu index" in warned[0]
     assert "index_cache_dir" in warned[0]
     # A writable cache: no warning.
     monkeypatch.setattr(loading, "_warned", ProcessLocal(list))
-    caplog.clear()
     fs = FileSystemSpec("file")
-    loading.load_index(
-        str(tmp_path / "s0.tar"),
-        fs,
-        size=(tmp_path / "s0.tar").stat().st_size,
-        cache_dir=str(tmp_path / "cache"),
-    )
-    assert not [r for r in caplog.records if r.levelno == logging.WARNING]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        loading.load_index(
+            str(tmp_path / "s0.tar"),
+            fs,
+            size=(tmp_path / "s0.tar").stat().st_size,
+            cache_dir=str(tmp_path / "cache"),
+        )
 
 
 def test_storage_failures_while_scanning_are_storage_errors(tmp_path: Path) -> None:

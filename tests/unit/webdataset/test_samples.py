@@ -4,14 +4,13 @@ differences from it."""
 from __future__ import annotations
 
 import io
-import logging
 import tarfile
 from collections.abc import Sequence
 
 import pytest
 from webdataset.tariterators import base_plus_ext, group_by_keys, tar_file_iterator
 
-from torch_dataloader_utils.errors import CorruptFileError
+from torch_dataloader_utils.errors import CorruptFileError, TorchDataloaderUtilsWarning
 from torch_dataloader_utils.webdataset import (
     Sample,
     group_samples,
@@ -101,15 +100,14 @@ def test_grouping_matches_webdataset() -> None:
     assert ours(data, lowercase=False)[1].keys() == {"__key__", "JPG", "Json"}
 
 
-def test_non_adjacent_equal_keys_make_two_samples_with_a_warning(
-    caplog: pytest.LogCaptureFixture,
-) -> None:
+def test_non_adjacent_equal_keys_make_two_samples_with_a_warning() -> None:
     data = make_tar([("a.jpg", b"1"), ("b.jpg", b"2"), ("a.cls", b"3")])
-    with caplog.at_level(logging.WARNING):
+    with pytest.warns(TorchDataloaderUtilsWarning) as warned:
         got = ours(data)
     assert got == theirs(data)
     assert [s["__key__"] for s in got] == ["a", "b", "a"]
-    assert "key 'a' appears again" in caplog.text and WHERE in caplog.text
+    (warning,) = [str(w.message) for w in warned]
+    assert "key 'a' appears again" in warning and WHERE in warning
 
 
 def test_repeated_extension_is_an_error_in_both() -> None:

@@ -1,0 +1,73 @@
+"""Keyword arguments checked before use: names a callee does not take (refused with the
+closest valid name), and flags that are not booleans."""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Callable, Collection, Iterable
+from inspect import Parameter, signature
+from typing import Any
+
+import numpy as np
+
+from .errors import InvalidArgumentError, UnknownKeywordError
+
+__all__ = ["check_flags", "check_keywords", "keywords_of"]
+
+_NAMED = (Parameter.POSITIONAL_OR_KEYWORD, Parameter.KEYWORD_ONLY)
+
+
+def keywords_of(function: Callable[..., Any]) -> tuple[set[str], bool]:
+    """The keyword names ``function`` takes, and whether it also takes ``**kwargs``."""
+    parameters = signature(function).parameters.values()
+    names = {p.name for p in parameters if p.kind in _NAMED} - {"self", "cls"}
+    return names, any(p.kind is Parameter.VAR_KEYWORD for p in parameters)
+
+
+def check_keywords(
+    given: Iterable[str],
+    accepted: Collection[str],
+    *,
+    refusal: str,
+    also: Collection[str] = (),
+    list_accepted: bool = False,
+) -> None:
+    """Refuse keywords of ``given`` that are not in ``accepted``.
+
+    Args:
+        given: the keywords passed.
+        accepted: the keywords the callee takes.
+        refusal: the message's start, naming the callee (``"StructuredDataset got an
+            unexpected keyword argument"``); the unknown names follow.
+        also: further names to suggest from (another callee's, which ``refusal`` names).
+        list_accepted: list every accepted name in the message (a short list: a format's
+            options), besides the closest one.
+
+    Raises:
+        UnknownKeywordError: a keyword is not accepted; the message names it and the closest
+            valid name.
+    """
+    unknown = sorted(k for k in given if k not in accepted)
+    if not unknown:
+        return
+    candidates = sorted({*accepted, *also})
+    hints = []
+    for name in unknown:
+        close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
+        hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+    message = f"{refusal} {', '.join(hints)}"
+    if list_accepted:
+        message += f"; it takes: {', '.join(sorted(accepted)) or 'none'}"
+    raise UnknownKeywordError(message)
+
+
+def check_flags(**flags: object) -> None:
+    """Refuse flags that are not booleans: a string is truthy, so ``shuffle="no"`` would
+    shuffle.
+
+    Raises:
+        InvalidArgumentError: a flag is not a ``bool`` (numpy's included).
+    """
+    for name, value in flags.items():
+        if not isinstance(value, bool | np.bool_):
+            raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
