@@ -20,7 +20,7 @@ from .dataset import StructuredDataset
 from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
 from .formats import Format
 from .fs import Source
-from .options import check_dataloader_options, check_loader_arguments
+from .options import check_dataloader_options, check_dataset_keywords, check_loader_arguments
 from .skipping import FailureLog, ReadFailure
 from .state import read_failures, with_read_failures
 from .state.wrappers import Forwarded, Reader
@@ -460,6 +460,7 @@ def create_dataloader(
         num_workers=workers,
         bundle_rows=bundle_rows,
         persistent_workers=persistent_workers,
+        pin_memory=pin_memory,
     )
     from .mixture import MixtureDataset
     from .source import Source
@@ -476,6 +477,7 @@ def create_dataloader(
         sources = [data] if isinstance(data, Source) else list(data)
         dataset: StructuredDataset = MixtureDataset(sources, **dataset_options)
     else:
+        check_dataset_keywords(dataset_class, dataset_options, caller=create_dataloader)
         dataset = dataset_class(data, format, **dataset_options)
     extra: dict[str, Any] = {}
     if workers > 0:

@@ -17,6 +17,7 @@ from .cache import CacheStats
 from .convert import Converter, Decoding, ListFormat, NullPolicy, OutputFormat
 from .dataset import StructuredDataset
 from .errors import InvalidArgumentError, SchemaMismatchError, UnsupportedTypeError
+from .keywords import check_keywords, keywords_of
 from .options import check_arguments
 from .planning import Chunks, Iteration, Layout, Plan, Ranks, Remainder, Topology, strategy_of
 from .planning.interleave import MIXINGS, Mixing
@@ -181,14 +182,19 @@ class MixtureDataset(StructuredDataset):
             split_strategy="equal",
             num_ranks=None,
             on_error=on_error,
+            shuffle=shuffle,
+            drop_last=drop_last,
         )
-        unknown = set(defaults) - set(SOURCE_DEFAULTS)
-        if unknown:
-            raise InvalidArgumentError(
-                f"options a mixture does not take: {sorted(unknown)} (options of one source go "
-                f"in its tdu.Source; these apply to every source that leaves them unset: "
-                f"{sorted(SOURCE_DEFAULTS)})"
-            )
+        check_keywords(
+            defaults,
+            SOURCE_DEFAULTS,
+            refusal=(
+                "a mixture takes, besides its own options, only these for every source that "
+                f"leaves them unset: {', '.join(SOURCE_DEFAULTS)} (options of one source go in "
+                "its tdu.Source); it got"
+            ),
+            also=keywords_of(MixtureDataset.__init__)[0],
+        )
         self.sources = tuple(with_defaults(s, defaults) for s in sources)
         self.collate_fn = collate_fn
         self.on_error = on_error

@@ -91,10 +91,12 @@ def _check_columns(columns: Sequence[str] | None) -> None:
         raise InvalidArgumentError(f"columns must be names (str), got {bad[0]!r}")
 
 
-def check_dataset_keywords(cls: type, kwargs: Mapping[str, Any]) -> None:
+def check_dataset_keywords(
+    cls: type, kwargs: Mapping[str, Any], *, caller: Callable[..., Any] | None = None
+) -> None:
     """Refuse keywords that ``cls.__init__`` does not take, naming the closest valid one (of
-    the class or of `create_dataloader`, which passes the others on to the class). A class
-    whose ``__init__`` takes ``**kwargs`` checks its own.
+    the class, or of ``caller``, which passes the others on to the class: `create_dataloader`).
+    A class whose ``__init__`` takes ``**kwargs`` checks its own.
 
     Raises:
         UnknownKeywordError: a keyword the class does not take.
@@ -102,14 +104,10 @@ def check_dataset_keywords(cls: type, kwargs: Mapping[str, Any]) -> None:
     accepted, anything = keywords_of(cls.__init__)  # type: ignore[misc]
     if anything or kwargs.keys() <= accepted:
         return
-    from .loader import create_dataloader  # (imports this module)
-
-    loader_keywords, _ = keywords_of(create_dataloader)
+    also, _ = keywords_of(caller) if caller is not None else (set(), False)
+    named = f"{caller.__name__} and {cls.__name__}" if caller is not None else cls.__name__
     check_keywords(
-        kwargs,
-        accepted,
-        refusal=(f"create_dataloader and {cls.__name__} got an unexpected keyword argument"),
-        also=loader_keywords,
+        kwargs, accepted, refusal=f"{named} got an unexpected keyword argument", also=also
     )
 
 
@@ -128,6 +126,7 @@ def check_loader_arguments(
     num_workers: int,
     bundle_rows: int,
     persistent_workers: bool,
+    pin_memory: bool = False,
 ) -> Source:
     """Check `create_dataloader`'s own arguments; returns the data to read.
 
@@ -135,7 +134,7 @@ def check_loader_arguments(
         InvalidArgumentError: an option is out of range, or the data is given twice or not at
             all.
     """
-    check_flags(persistent_workers=persistent_workers)
+    check_flags(persistent_workers=persistent_workers, pin_memory=pin_memory)
     if num_workers < 0:
         raise InvalidArgumentError(f"num_workers must be >= 0, got {num_workers}")
     if bundle_rows < 0:

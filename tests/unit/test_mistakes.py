@@ -70,6 +70,7 @@ def test_a_misspelled_format_option_lists_the_valid_ones(
         {"shuffle": 1},
         {"drop_last": "no"},
         {"persistent_workers": "true", "num_workers": 1},
+        {"pin_memory": "false"},
     ],
 )
 def test_flags_must_be_booleans(source: Path, options: dict[str, Any]) -> None:
@@ -109,3 +110,19 @@ def test_the_repr_names_storage_option_keys_never_their_values(source: Path) -> 
     text = repr(dataset)
     assert "protocol='file', storage_options={'secret': ...}" in text
     assert "hunter2" not in text
+
+
+def test_a_mixture_refuses_non_boolean_flags_and_names_misspelled_keywords(source: Path) -> None:
+    mixture = [tdu.Source(str(source))]
+    with pytest.raises(tdu.InvalidArgumentError, match="^shuffle must be True or False"):
+        tdu.create_dataloader(mixture, num_workers=0, shuffle="yes")
+    with pytest.raises(tdu.UnknownKeywordError, match=r"'colums' \(did you mean 'columns'\?\)"):
+        tdu.create_dataloader(mixture, num_workers=0, colums=["id"])
+    with pytest.raises(tdu.UnknownKeywordError, match=r"'shufle' \(did you mean 'shuffle'\?\)"):
+        tdu.create_dataloader(mixture, num_workers=0, shufle=True)
+
+
+def test_an_iceberg_dataset_names_a_misspelled_keyword() -> None:
+    # Refused before any catalog is asked for the table.
+    with pytest.raises(tdu.UnknownKeywordError, match=r"did you mean 'shuffle_seed'\?"):
+        tdu.IcebergDataset("db.events", catalog_config={"type": "sql"}, shuffle_sed=1)

@@ -10,6 +10,7 @@ from ..dataset import StructuredDataset
 from ..errors import InvalidArgumentError
 from ..formats import Format
 from ..fs import Source
+from ..keywords import check_keywords, keywords_of
 from ..sources.files import Planned
 from .catalog import TableName, require_pyiceberg, table_name
 from .snapshots import SnapshotSelector
@@ -94,6 +95,12 @@ class IcebergDataset(StructuredDataset):
         from_snapshot_id: int | None = None,
         **options: Any,
     ) -> None:
+        check_keywords(
+            options,
+            keywords_of(StructuredDataset.__init__)[0] - {"path", "format"},
+            refusal="IcebergDataset got an unexpected keyword argument",
+            also=keywords_of(IcebergDataset.__init__)[0],
+        )
         require_pyiceberg()
         from .format import IcebergFormat
 
