@@ -22,6 +22,7 @@ import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -73,7 +74,7 @@ _AUDIT_NAMES = [
 ]
 
 
-def _audit_frame(rows: int):  # type: ignore[no-untyped-def]
+def _audit_frame(rows: int) -> Any:
     """74 columns: an ``id``, the names above, and ``requestParameters.*`` columns of binary,
     double, string and timestamp values, a fifth of each missing. Strings are object columns:
     fastparquet 2024.5 does not know pandas 3's ``str`` dtype."""
@@ -104,13 +105,13 @@ def _audit_frame(rows: int):  # type: ignore[no-untyped-def]
     return pd.DataFrame(columns)
 
 
-def _fastparquet(rows: int, **options: object) -> Callable[[Path], None]:
+def _fastparquet(rows: int, **options: Any) -> Callable[[Path], None]:
     def write(path: Path) -> None:
         import fastparquet
 
         with warnings.catch_warnings():  # fastparquet 2024.5's pandas 3 deprecations
             warnings.simplefilter("ignore")
-            fastparquet.write(str(path), _audit_frame(rows), **options)  # type: ignore[arg-type]
+            fastparquet.write(str(path), _audit_frame(rows), **options)
 
     return write
 
@@ -207,7 +208,7 @@ def _duckdb(query: str, rows: int, options: str = "") -> Callable[[Path], None]:
 # --- polars -----------------------------------------------------------------------------------
 
 
-def _polars_frame(rows: int):  # type: ignore[no-untyped-def]
+def _polars_frame(rows: int) -> Any:
     import polars as pl
 
     ids = list(range(rows))
@@ -245,18 +246,14 @@ def _polars_frame(rows: int):  # type: ignore[no-untyped-def]
     )
 
 
-def _polars(rows: int, **options: object) -> Callable[[Path], None]:
+def _polars(rows: int, **options: Any) -> Callable[[Path], None]:
     def write(path: Path) -> None:
-        _polars_frame(rows).write_parquet(path, **options)  # type: ignore[arg-type]
+        _polars_frame(rows).write_parquet(path, **options)
 
     return write
 
 
 # --- empty structs: pyarrow files whose footers lost a struct's only leaves -------------------
-
-
-def _dummy(t: pa.DataType) -> pa.DataType:
-    return pa.struct([("dummy", pa.int8())]) if t == pa.struct([]) else t
 
 
 def _empty_structs(columns: dict[str, pa.Array]) -> Callable[[Path], None]:
@@ -276,11 +273,12 @@ def _nulls_at(n: int, every: int) -> list[bool]:
     return [i % every == 0 for i in range(n)]
 
 
-def _struct_column(inner: pa.DataType, *, also: bool = False) -> pa.Array:
-    """A struct column around a ``struct<dummy>`` field (plus an int64 ``x`` with ``also``),
-    every fourth row null."""
-    fields = [pa.field("inner", inner)] + ([pa.field("x", pa.int64())] if also else [])
-    children = [pa.array([{"dummy": 1}] * ROWS, inner)]
+def _struct_column(*, also: bool) -> pa.Array:
+    """``struct<inner: struct<dummy: int8>>`` (with an int64 ``x`` beside ``inner`` when
+    ``also``), every fourth row null."""
+    dummy = pa.struct([("dummy", pa.int8())])
+    fields = [pa.field("inner", dummy)] + ([pa.field("x", pa.int64())] if also else [])
+    children = [pa.array([{"dummy": 1}] * ROWS, dummy)]
     if also:
         children.append(pa.array(range(ROWS), pa.int64()))
     return pa.StructArray.from_arrays(children, fields=fields, mask=pa.array(_nulls_at(ROWS, 4)))
@@ -300,11 +298,11 @@ def _empty_struct_files() -> list[Written]:
     leafless = {
         "id": ids,
         "empty": top,  # struct<>
-        "nested_empty": _struct_column(dummy),  # struct<inner: struct<>>
+        "nested_empty": _struct_column(also=False),  # struct<inner: struct<>>
         "list_of_empty": lists,  # list<struct<>>
         "value": pa.array([i / 2 for i in range(ROWS)]),
     }
-    beside = {"id": ids, "partly_empty": _struct_column(dummy, also=True)}
+    beside = {"id": ids, "partly_empty": _struct_column(also=True)}
     return [
         Written("pyarrow-empty-structs", _empty_structs(leafless)),
         Written(

@@ -14,7 +14,15 @@ from ..fs import FileSystemSpec, translate_os_error
 from ..fs.retry import is_missing, is_refused, is_transient
 from ..fs.threads import PLAN_THREADS
 
-__all__ = ["PLAN_THREADS", "each_file", "open_input", "parsing", "read_range", "slice_batches"]
+__all__ = [
+    "PLAN_THREADS",
+    "arrow_owned",
+    "each_file",
+    "open_input",
+    "parsing",
+    "read_range",
+    "slice_batches",
+]
 
 
 T = TypeVar("T")
@@ -59,6 +67,20 @@ def parsing(where: str, kind: str = "a readable Parquet file") -> Iterator[None]
         if is_transient(exc):
             raise StorageError(f"{where}: {exc}") from exc
         raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
+
+
+def arrow_owned(data: bytes) -> pa.Buffer:
+    """``data`` copied into memory Arrow allocated, for pyarrow's CSV and JSON readers.
+
+    Those readers read ahead on Arrow's IO threads, which may drop the last reference to the
+    input after Python has begun to exit; a Python-owned buffer released there needs the GIL,
+    and a thread that asks for it then is ended with ``pthread_exit``, which aborts the process
+    (SIGABRT: "terminate called without an active exception"). Copying costs ~1 ms per MiB.
+    """
+    buffer = pa.allocate_buffer(len(data))
+    with pa.FixedSizeBufferWriter(buffer) as writer:
+        writer.write(data)
+    return buffer
 
 
 def read_range(path: str, offset: int, size: int, fs: FileSystemSpec) -> bytes:

@@ -176,8 +176,9 @@ def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
 
 # The structures planning reads are walked by one function each (below), with the field
 # headers decoded inline: a STOP type ends a struct, a kept integer field must have an integer
-# type, a repeated field's last value wins, a kept list must be a list of structs, and every
-# other field is skipped (integers and strings inline).
+# type, a repeated field's last value wins, a kept list must be a list of structs (an empty
+# one may name any element type, as Thrift's reader allows: docs/adr/0017), and every other
+# field is skipped (integers and strings inline).
 
 
 def _integer(data: bytes, pos: int, kind: int, field: int) -> tuple[int, int]:

@@ -23,13 +23,14 @@ import numpy as np
 import pyarrow as pa
 
 from ..fs import FileSystemSpec, translate_os_error
-from .opening import parsing
+from .opening import parsing, read_range
 
 __all__ = [
     "ChunkCutter",
     "RecordScan",
     "compression_of",
     "open_decompressed",
+    "read_head",
     "read_pieces",
 ]
 
@@ -287,6 +288,22 @@ def open_decompressed(path: str, codec: str, fs: FileSystemSpec) -> pa.NativeFil
         return fs.request(opened, what=url)
     except OSError as exc:
         raise translate_os_error(exc, url) from exc
+
+
+def read_head(path: str, file_size: int, fs: FileSystemSpec, size: int) -> tuple[bytes, bool]:
+    """The first ``size`` bytes of ``path`` (decompressed, for a compressed file), and whether
+    that is all of it."""
+    codec = compression_of(path)
+    if codec is None:
+        n = min(file_size, size)
+        return (read_range(path, 0, n, fs) if n else b""), n == file_size
+    stream = open_decompressed(path, codec, fs)
+    try:
+        with parsing(fs.url(path), kind=f"a readable {codec} file"):
+            data = bytes(stream.read(size))
+            return data, len(data) < size or not stream.read(1)
+    finally:
+        stream.close()
 
 
 def read_pieces(

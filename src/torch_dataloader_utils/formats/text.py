@@ -33,7 +33,9 @@ from ..fs.threads import SCAN_THREADS
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .handles import HandleCache
-from .opening import each_file, parsing, read_range
+from .magic import HEAD_BYTES, TAIL_BYTES, check_text
+from .names import unique_names, warn_renamed
+from .opening import arrow_owned, each_file, open_input, parsing, read_range
 from .records import ChunkCutter, RecordScan, compression_of, open_decompressed, read_pieces
 from .schemas import FileSchema, check_schemas
 from .text_options import TextLayout, TextReadOptions
@@ -47,7 +49,7 @@ _UNPLANNED = 64  # layouts kept per process for reads without the plan's options
 
 @dataclass(frozen=True)
 class _Scanned:
-    names: tuple[str, ...] | None  # the CSV header's names (None: no header or no bytes)
+    names: tuple[str, ...] | None  # the CSV header's own names (None: no header or no bytes)
     chunks: list[tuple[int, int, int]]
     unsplit: str | None  # why the file is one chunk
 
@@ -158,6 +160,19 @@ class TextFormat(Format):
     def _has_header(self) -> bool:
         return False
 
+    def _check_kind(
+        self, head: bytes, complete: bool, file: SourceFile, fs: FileSystemSpec
+    ) -> None:
+        """Refuse a binary file (Parquet, ORC, Arrow IPC, tar) read as text, from its first
+        bytes; the last ones are read only when the first look like Parquet's or ORC's."""
+        if complete:
+            tail = head[-TAIL_BYTES:]
+        elif (head[:4] == b"PAR1" or head[:3] == b"ORC") and compression_of(file.path) is None:
+            tail = read_range(file.path, max(0, file.size - TAIL_BYTES), TAIL_BYTES, fs)
+        else:
+            tail = b""
+        check_text(head[:HEAD_BYTES], tail, fs.url(file.path), self.kind)
+
     # --- planning ------------------------------------------------------------------------
 
     def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
@@ -179,6 +194,8 @@ class TextFormat(Format):
         head: list[bytes] = []  # bytes up to the CSV header's end
         names: tuple[str, ...] | None = None
         for piece in read_pieces(file.path, file.size, fs, piece=SCAN_PIECE, codec=codec):
+            if scan.offset == 0:  # binary bytes would scan as garbage records
+                self._check_kind(piece, len(piece) < SCAN_PIECE, file, fs)
             ends = scan.feed(piece)
             if header and names is None:
                 head.append(piece)
@@ -211,10 +228,16 @@ class TextFormat(Format):
         return _Scanned(names, [(0, file.size, rows)] if rows else [], why or f"{codec}")
 
     def _count_by_parsing(self, file: SourceFile, fs: FileSystemSpec) -> int:
-        names = self._infer(file, fs).names
+        inferred = self._infer(file, fs)
+        names = inferred.names
         first = list(names[:1])  # none only for a given empty JSON schema: rows still count
         # Strings: counting must not fail on a value the planned types refuse (read does).
-        layout = TextLayout(names, pa.schema([(n, pa.string()) for n in first]), inferred=False)
+        layout = TextLayout(
+            names,
+            pa.schema([(n, pa.string()) for n in first]),
+            inferred=False,
+            source_names=inferred.source_names,
+        )
         chunk = Chunk(file.path, 0, file.size, 0, file.size)
         return sum(b.num_rows for b in self._batches(chunk, fs, layout, first))
 
@@ -233,6 +256,9 @@ class TextFormat(Format):
             reference = nonempty[0] if nonempty else files[0]
         layout = self._infer(reference, fs)
         self._check_headers(files, scanned, layout, reference, fs)
+        for f in files:  # once per file read under new names
+            found = scanned[f.path].names if f.path in scanned else None
+            warn_renamed(fs.url(f.path), found or layout.source_names, stacklevel=4)
         schema = check_schemas(
             files,
             [FileSchema(layout.schema, bool(scanned.get(f.path, _EMPTY).chunks)) for f in files],
@@ -265,10 +291,10 @@ class TextFormat(Format):
             return
         for f in files:
             names = scanned[f.path].names if f.path in scanned else None
-            if names is not None and names != layout.names:
+            if names is not None and unique_names(names) != layout.names:
                 raise SchemaMismatchError(
                     f"{fs.url(f.path)} and {fs.url(reference.path)} disagree on the header: "
-                    f"{list(names)} vs {list(layout.names)}"
+                    f"{list(names)} vs {list(layout.source_names or layout.names)}"
                 )
 
     # --- reading -------------------------------------------------------------------------
@@ -286,7 +312,9 @@ class TextFormat(Format):
                 "planning, and travel in the plan's TextReadOptions); read with the plan's "
                 "read_options, or pass format_options={'schema': pyarrow.schema([...])}"
             )
-        return self._unplanned.get(path, lambda: self._infer(SourceFile(path, 0, ""), fs))
+        return self._unplanned.get(
+            path, lambda: self._infer(SourceFile(path, fs.file_size(path), ""), fs)
+        )
 
     def _source(self, chunk: Chunk, fs: FileSystemSpec) -> pa.NativeFile:
         codec = compression_of(chunk.path)
@@ -294,7 +322,9 @@ class TextFormat(Format):
             return open_decompressed(chunk.path, codec, fs)
         size = chunk.stop - chunk.start
         if size <= _READ_PIECE:
-            return pa.BufferReader(read_range(chunk.path, chunk.start, size, fs))
+            return pa.BufferReader(arrow_owned(read_range(chunk.path, chunk.start, size, fs)))
+        if fs.is_local:  # a native stream: nothing Python-owned reaches Arrow's threads
+            return open_input(chunk.path, fs).get_stream(chunk.start, size)
         return pa.PythonFile(_RangeStream(chunk.path, chunk.start, chunk.stop, fs), mode="r")
 
     def _batches(
@@ -358,7 +388,7 @@ class TextFormat(Format):
             if lo < hi:
                 out = batch.slice(lo - pos, hi - lo)
                 if layout.empty_is_null:
-                    out = _empty_to_null(out, layout.empty_is_null)
+                    out = _null_strings(out, layout.empty_is_null, layout.null_values)
                 yield out if columns else out.select([])
             pos += batch.num_rows
             # Reading up to the chunk's end parses all of it: check the planned count.
@@ -375,13 +405,18 @@ class TextFormat(Format):
 _EMPTY = _Scanned(None, [], None)
 
 
-def _empty_to_null(batch: pa.RecordBatch, names: tuple[str, ...]) -> pa.RecordBatch:
+def _null_strings(
+    batch: pa.RecordBatch, names: tuple[str, ...], null_values: tuple[str, ...]
+) -> pa.RecordBatch:
+    """Columns ``names`` of ``batch`` with their ``null_values`` made null, as pyarrow reads a
+    column it infers as null (read as string here, so that later values fit)."""
+    values = pa.array(null_values, pa.string())
     for name in names:
         i = batch.schema.get_field_index(name)
         if i >= 0:
             column = batch.column(i)
-            empty = pc.equal(column, "")
+            hit = pc.is_in(column, value_set=values)
             batch = batch.set_column(
-                i, batch.schema.field(i), pc.if_else(empty, pa.scalar(None, column.type), column)
+                i, batch.schema.field(i), pc.if_else(hit, pa.scalar(None, column.type), column)
             )
     return batch

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import dataclasses
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -15,16 +16,20 @@ from ..errors import (
     InvalidArgumentError,
     SchemaMismatchError,
     StorageError,
+    UnsupportedFileError,
 )
-from ..fs import FileSystemSpec, SourceFile, translate_os_error
+from ..fs import FileSystemSpec, SourceFile
 from ..planning import Chunk
-from .opening import parsing, read_range
-from .records import RecordScan, compression_of, open_decompressed
+from .names import unique_names
+from .opening import arrow_owned, parsing, read_range
+from .records import RecordScan, compression_of, read_head
 from .text import SCAN_PIECE, TextFormat, TextLayout
 
 __all__ = ["CsvFormat"]
 
 _CSV_BLOCK = 1 << 20  # pyarrow's CSV block: small, so a read of a chunk's first rows stops early
+_NULL_VALUES = tuple(pacsv.ConvertOptions().null_values)  # pyarrow's, for inferred types
+_LINES_UP_TO = 256 << 20  # an error's line number is counted through at most this many bytes
 _CONVERSION = re.compile(
     r"In CSV column #(\d+):(?: Row #\d+:)? CSV conversion error to (.+?): invalid value '(.*)'"
 )
@@ -150,7 +155,7 @@ class CsvFormat(TextFormat):
     def _header(self, data: bytes, file: SourceFile, fs: FileSystemSpec) -> tuple[str, ...]:
         with parsing(f"{fs.url(file.path)} header", kind="a CSV header"):
             table = pacsv.read_csv(
-                pa.BufferReader(data + b"\n"),
+                pa.BufferReader(arrow_owned(data + b"\n")),
                 read_options=pacsv.ReadOptions(use_threads=False, encoding=self.encoding),
                 parse_options=self._parse_options(True),
             )
@@ -170,53 +175,69 @@ class CsvFormat(TextFormat):
         url = fs.url(file.path)
         given = self.given_schema
         if given is not None and not self.header:
-            names = self.column_names or tuple(given.names)
-            return TextLayout(tuple(names), given, inferred=False)
-        codec = compression_of(file.path)
-        if codec is not None:
-            source = open_decompressed(file.path, codec, fs)
-        else:
-            try:
-                source = fs.request(lambda: fs.open_input_stream(file.path), what=url)
-            except OSError as exc:
-                raise translate_os_error(exc, url) from exc
-        try:
-            with parsing(url, kind="valid CSV"):
-                reader = pacsv.open_csv(
-                    source,
-                    read_options=self._read_options(
-                        self.infer_bytes, whole=True, names=self.column_names
-                    ),
-                    parse_options=self._parse_options(self.newlines_in_values is not False),
-                    convert_options=self._convert({}, []),
-                )
-                schema = reader.schema
-        finally:
-            source.close()
-        names = self._names(schema, url)
+            names = unique_names(self.column_names or tuple(given.names))
+            return TextLayout(names, given, inferred=False)
+        # The first block pyarrow infers from is the first `infer_bytes`; twice that lets a
+        # record cut there end. Read here, not streamed: pyarrow's reader would read ahead of
+        # the block on its IO threads (up to 32 blocks), past what inference needs.
+        head, complete = read_head(file.path, file.size, fs, 2 * self.infer_bytes)
+        self._check_kind(head, complete, file, fs)
+        with parsing(url, kind="valid CSV"):
+            reader = pacsv.open_csv(
+                pa.BufferReader(arrow_owned(head)),
+                read_options=self._read_options(
+                    self.infer_bytes, whole=True, names=self.column_names
+                ),
+                parse_options=self._parse_options(self.newlines_in_values is not False),
+                convert_options=self._convert({}, []),
+            )
+            schema = reader.schema
+            reader.close()
+        raw = self._names(schema, url)
+        names = unique_names(raw)
+        renamed = raw if names != raw else ()
+        if renamed and any("\n" in n or "\r" in n for n in raw):
+            # New names replace the header by skipping its line, which a quoted newline breaks.
+            raise UnsupportedFileError(
+                f"{url}: the header repeats a name or has an empty one, and a name holds a "
+                "line break; rename the columns in the file"
+            )
         if given is not None:
             missing = [n for n in given.names if n not in names]
             if missing:
                 raise SchemaMismatchError(
                     f"{url}: the schema's column(s) {missing} are not in the header {list(names)}"
                 )
-            return TextLayout(names, given, inferred=False)
-        # A column without values in the sample infers as null: it is read as string (which
-        # holds anything a later row may hold), its empty values as nulls, as pyarrow reads
-        # a column it types null.
-        empty = tuple(f.name for f in schema if pa.types.is_null(f.type))
-        fields = [f.with_type(pa.string()) if f.name in empty else f for f in schema]
-        return TextLayout(names, pa.schema(fields), inferred=True, empty_is_null=empty)
+            return TextLayout(names, given, inferred=False, source_names=renamed)
+        # A column whose sampled values are all nulls infers as null: it is read as string
+        # (which holds anything a later row may hold), its null values as nulls, as pyarrow
+        # reads a column it types null.
+        fields = [f.with_name(n) for f, n in zip(schema, names, strict=True)]
+        empty = tuple(f.name for f in fields if pa.types.is_null(f.type))
+        fields = [f.with_type(pa.string()) if f.name in empty else f for f in fields]
+        return TextLayout(
+            names,
+            pa.schema(fields),
+            inferred=True,
+            empty_is_null=empty,
+            null_values=tuple(self.null_values) if self.null_values is not None else _NULL_VALUES,
+            source_names=renamed,
+        )
 
     def _read_options(
-        self, block: int, *, whole: bool, names: Sequence[str] | None
+        self, block: int, *, whole: bool, names: Sequence[str] | None, renamed: bool = False
     ) -> pacsv.ReadOptions:
-        """``whole``: the bytes start at the file's start, where pyarrow reads the header."""
+        """``whole``: the bytes start at the file's start, where pyarrow reads the header;
+        ``renamed``: ``names`` replace the header's (its line is skipped)."""
         common: dict[str, Any] = {
             "use_threads": False,
             "block_size": block,
             "encoding": self.encoding,
         }
+        if self.header and whole and renamed:
+            return pacsv.ReadOptions(
+                **common, column_names=list(names or ()), skip_rows_after_names=1
+            )
         if self.header and whole:
             return pacsv.ReadOptions(**common)
         if names is None:
@@ -234,7 +255,12 @@ class CsvFormat(TextFormat):
         types = {f.name: f.type for f in layout.schema}
         reader = pacsv.open_csv(
             source,
-            read_options=self._read_options(block or _CSV_BLOCK, whole=whole, names=layout.names),
+            read_options=self._read_options(
+                block or _CSV_BLOCK,
+                whole=whole,
+                names=layout.names,
+                renamed=bool(layout.source_names),
+            ),
             parse_options=self._parse_options(self.newlines_in_values is not False),
             convert_options=self._convert(types, columns),
         )
@@ -249,7 +275,7 @@ class CsvFormat(TextFormat):
         index, type_name, value = int(found[1]), found[2], found[3]
         column = layout.names[index] if index < len(layout.names) else f"#{index}"
         try:
-            at = self._locate(chunk, fs, layout, column, value)
+            at = self._locate(chunk, fs, layout, column, lambda v: v == value)
         except (CorruptFileError, StorageError, pa.ArrowException):
             at = ""  # the error at hand says enough; locating it is a courtesy
         advice = (
@@ -263,15 +289,44 @@ class CsvFormat(TextFormat):
             f"{where}: column {column!r}: value {value!r}{at} is not a valid {type_name}{advice}"
         )
 
+    def null_origin(self, chunk: Chunk, column: str, fs: FileSystemSpec, layout: TextLayout) -> str:
+        """Where the first null of ``column`` in ``chunk`` comes from: ``"value 'n/a' at line
+        12 (byte 230, row 10 of the chunk)"``, or ``""`` when not found; for an error that
+        refuses nulls to name the text that made one (pyarrow reads its ``null_values``, such
+        as ``n/a`` or ``NULL``, as nulls in a column it types as non-string).
+        """
+        nulls = set(self.null_values if self.null_values is not None else _NULL_VALUES)
+        hit: list[str] = []
+
+        def is_null(v: str | None) -> bool:
+            if v is None or v in nulls:
+                hit.append("" if v is None else v)
+                return True
+            return False
+
+        try:
+            at = self._locate(chunk, fs, layout, column, is_null)
+        except (CorruptFileError, StorageError, pa.ArrowException):
+            return ""
+        return f"value {hit[0]!r}{at}" if hit else ""
+
     def _locate(
-        self, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, column: str, value: str
+        self,
+        chunk: Chunk,
+        fs: FileSystemSpec,
+        layout: TextLayout,
+        column: str,
+        match: Callable[[str | None], bool],
     ) -> str:
-        """Where ``value`` first occurs in ``column`` of ``chunk``: its byte offset when the
-        chunk's bytes can be scanned for record boundaries, else its row."""
-        strings = TextLayout(layout.names, pa.schema([(column, pa.string())]), inferred=False)
+        """Where the first value of ``column`` in ``chunk`` that ``match``es is: its line in
+        the file and byte offset when the chunk's bytes can be scanned for record boundaries,
+        else its row."""
+        strings = dataclasses.replace(
+            layout, schema=pa.schema([(column, pa.string())]), inferred=False, empty_is_null=()
+        )
         row = 0
         for batch in self._batches(chunk, fs, strings, [column]):
-            hits = [i for i, v in enumerate(batch.column(0).to_pylist()) if v == value]
+            hits = [i for i, v in enumerate(batch.column(0).to_pylist()) if match(v)]
             if hits:
                 row += hits[0]
                 break
@@ -290,7 +345,19 @@ class CsvFormat(TextFormat):
             ends.extend(scan.feed(read_range(chunk.path, offset, size, fs)).tolist())
             if len(ends) >= wanted:
                 break
-        return f" at byte {ends[wanted - 1] if wanted else chunk.start} (row {row} of the chunk)"
+        byte = ends[wanted - 1] if wanted else chunk.start
+        line = self._line(chunk.path, byte, fs)
+        return f" at {line}byte {byte} (row {row} of the chunk)"
+
+    def _line(self, path: str, byte: int, fs: FileSystemSpec) -> str:
+        """``"line N, "`` of the record starting at ``byte`` (1-based, counting every line
+        feed before it), or ``""`` past `_LINES_UP_TO` bytes."""
+        if byte > _LINES_UP_TO:
+            return ""
+        lines = 1
+        for offset in range(0, byte, SCAN_PIECE):
+            lines += read_range(path, offset, min(SCAN_PIECE, byte - offset), fs).count(b"\n")
+        return f"line {lines}, "
 
     def __repr__(self) -> str:
         return f"CsvFormat(delimiter={self.delimiter!r}, header={self.header})"

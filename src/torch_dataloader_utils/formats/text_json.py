@@ -9,27 +9,13 @@ import pyarrow.json as pajson
 
 from ..errors import CorruptFileError
 from ..fs import FileSystemSpec, SourceFile
-from .opening import parsing, read_range
-from .records import RecordScan, compression_of, open_decompressed
+from .opening import arrow_owned, parsing
+from .records import RecordScan, read_head
 from .text import TextFormat, TextLayout
 
 __all__ = ["JsonFormat"]
 
 _JSON_BLOCK = 16 << 20  # a JSON block must hold whole lines
-
-
-def _head(file: SourceFile, fs: FileSystemSpec, size: int, codec: str | None) -> tuple[bytes, bool]:
-    """The first ``size`` bytes of ``file`` (decompressed), and whether that is all of it."""
-    if codec is None:
-        n = min(file.size, size)
-        return (read_range(file.path, 0, n, fs) if n else b""), n == file.size
-    stream = open_decompressed(file.path, codec, fs)
-    try:
-        with parsing(fs.url(file.path), kind=f"a readable {codec} file"):
-            data = bytes(stream.read(size))
-            return data, len(data) < size or not stream.read(1)
-    finally:
-        stream.close()
 
 
 class JsonFormat(TextFormat):
@@ -74,10 +60,11 @@ class JsonFormat(TextFormat):
     def _infer(self, file: SourceFile, fs: FileSystemSpec) -> TextLayout:
         if self.given_schema is not None:
             return TextLayout(tuple(self.given_schema.names), self.given_schema, inferred=False)
-        codec = compression_of(file.path)
         block = self.infer_bytes
         while True:  # the sample holds whole lines: grow it until one fits
-            head, complete = _head(file, fs, block, codec)
+            head, complete = read_head(file.path, file.size, fs, block)
+            if block == self.infer_bytes:
+                self._check_kind(head, complete, file, fs)
             cut = head.rfind(b"\n") + 1 if not complete else len(head)
             if cut == 0:
                 block *= 4
@@ -86,7 +73,7 @@ class JsonFormat(TextFormat):
                 return TextLayout((), pa.schema([]), inferred=True)  # no records
             with parsing(fs.url(file.path), kind="valid JSON Lines"):
                 schema = pajson.read_json(
-                    pa.BufferReader(head[:cut]),
+                    pa.BufferReader(arrow_owned(head[:cut])),
                     read_options=pajson.ReadOptions(use_threads=False, block_size=cut + 1),
                 ).schema
             if not schema.names:  # records, but every one is {}: no column to read or count

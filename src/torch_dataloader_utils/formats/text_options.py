@@ -20,14 +20,20 @@ class TextLayout:
         names: the file's column names in file order (CSV: the header's, or given).
         schema: the columns read and the types every chunk is parsed with.
         inferred: whether ``schema`` was inferred (not given), which error advice depends on.
-        empty_is_null: string columns whose empty values are nulls (CSV columns without
-            values in the inference sample, which pyarrow would type as null).
+        empty_is_null: string columns whose ``null_values`` are nulls (CSV columns whose
+            every value in the inference sample is null, which pyarrow would type as null).
+        null_values: the strings pyarrow reads as null in a column it infers as non-string
+            (its ``ConvertOptions.null_values``, or the format's ``null_values=``).
+        source_names: the file's own names when ``names`` renamed them (`names` module: a
+            repeated or empty name); empty when they are the file's.
     """
 
     names: tuple[str, ...]
     schema: pa.Schema
     inferred: bool
     empty_is_null: tuple[str, ...] = ()
+    null_values: tuple[str, ...] = ("",)
+    source_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

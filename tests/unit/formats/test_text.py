@@ -224,7 +224,8 @@ def test_types_are_fixed_once_and_a_bad_value_is_located(tmp_path: Path) -> None
         for c in plan.chunks:
             list(fmt.read(c, 0, c.num_rows, FS, plan.read_options))
     message = str(info.value)
-    assert "a.csv bytes" in message and f"at byte {offset}" in message
+    line = text[:offset].count("\n") + 1  # 402: the header, then 400 rows
+    assert "a.csv bytes" in message and f"at line {line}, byte {offset}" in message
     assert "column 'id'" in message and "'12x'" in message and "'schema'" in message
     given = pa.schema([("id", pa.string()), ("s", pa.string())])
     got = read_all(CsvFormat(schema=given, block_bytes=1000), path)
