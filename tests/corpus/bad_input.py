@@ -118,6 +118,7 @@ class BadCase:
     options: dict[str, Any] = field(default_factory=dict)  # the writer's options
     must_refuse: bool = False  # only a library error naming the file will do
     case_options: dict[str, Any] = field(default_factory=dict)  # the loader's format_options
+    expect: str = ""  # what a refusal's message must say
 
 
 def _truncate_at(fraction: float) -> Callable[[Path], None]:
@@ -159,6 +160,16 @@ def _cut_tar(members: int) -> Callable[[Path], None]:
             kept = tar.getmembers()[members]
         with open(path, "r+b") as f:
             f.truncate(kept.offset)
+
+    return damage
+
+
+def _written_as(fmt: str) -> Callable[[Path], None]:
+    """Replace the file with the same rows written as ``fmt`` (read as another format)."""
+
+    def damage(path: Path) -> None:
+        other = write(fmt, path.with_name(f"other.{SUFFIX[fmt]}"), table())
+        path.write_bytes(other.read_bytes())
 
     return damage
 
@@ -222,6 +233,21 @@ def cases() -> list[BadCase]:
         BadCase("shard cut between samples", "webdataset", _cut_tar(300)),
         BadCase("shard cut inside a member", "webdataset", _truncate_at(0.5)),
     ]
+    # A file of another format (format= wrong, or left at its default): refused saying which.
+    for fmt, other, says in (
+        ("csv", "parquet", "this looks like Parquet: pass format='parquet'"),
+        ("json", "parquet", "this looks like Parquet: pass format='parquet'"),
+        ("csv", "orc", "this looks like ORC: pass format='orc'"),
+        ("csv", "ipc", "this looks like Arrow IPC: pass format='ipc'"),
+        ("json", "webdataset", "this looks like a tar archive: pass format='webdataset'"),
+        ("orc", "csv", "this looks like CSV/JSON text"),
+        ("ipc", "json", "this looks like CSV/JSON text"),
+        ("orc", "parquet", "this looks like Parquet: pass format='parquet'"),
+        ("ipc", "orc", "this looks like ORC: pass format='orc'"),
+    ):
+        found.append(
+            BadCase(f"a {other} file", fmt, _written_as(other), must_refuse=True, expect=says)
+        )
     return found
 
 
@@ -265,6 +291,8 @@ def request(case: BadCase, root: Path, workers: int, output: str) -> dict[str, A
 def problem(case: BadCase, verdict: dict[str, Any]) -> str | None:
     """Why ``verdict`` is not acceptable for ``case`` (None: it is)."""
     outcome = verdict["verdict"]
+    if outcome == "refused" and case.expect not in verdict["error"]["message"]:
+        return f"refused without saying {case.expect!r}: {json.dumps(verdict, default=str)[:1500]}"
     if outcome == "refused":
         return None
     if outcome == "match" and not case.must_refuse:

@@ -20,6 +20,8 @@ from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache
 from .ipc_layout import KIND, MAGIC, RECORD_BATCH, Layout, read_layout
+from .magic import refuse_other_format
+from .names import unique_names, unique_schema, warn_renamed
 from .opening import each_file, open_input, parsing, read_range, slice_batches
 from .schemas import FileSchema, check_schemas
 
@@ -34,7 +36,25 @@ _KINDS = 4096
 def _included(layout_schema: pa.Schema, columns: tuple[str, ...] | None) -> list[int] | None:
     if columns is None:
         return None
-    return sorted(layout_schema.get_field_index(c) for c in columns)
+    names = unique_names(layout_schema.names)  # columns are named by the unique names
+    return sorted(names.index(c) for c in columns)
+
+
+def _batch_names(schema: pa.Schema, included: list[int] | None) -> list[str] | None:
+    """The unique names of the columns a read of ``included`` yields, or None when the
+    file's names are unique already (batches keep them)."""
+    names = unique_names(schema.names)
+    if names == tuple(schema.names):
+        return None
+    return [names[i] for i in (included if included is not None else range(len(names)))]
+
+
+def _layout(file: SourceFile, fs: FileSystemSpec) -> Layout:
+    try:
+        return fs.request(lambda: read_layout(file.path, file.size, fs), what=fs.url(file.path))
+    except CorruptFileError as exc:  # say so when it is another format
+        refuse_other_format(file, fs, "Arrow IPC", exc)
+        raise
 
 
 class IpcFormat(Format):
@@ -57,8 +77,9 @@ class IpcFormat(Format):
         # Per process (a forked child opens its own, see `HandleCache`): open files by
         # projection, streams' message walks, and whether each file is a stream.
         self._open: HandleCache[
-            tuple[str, tuple[str, ...] | None], tuple[ipc.RecordBatchFileReader, pa.NativeFile]
-        ] = HandleCache(_OPEN_FILES, lambda pair: pair[1].close())
+            tuple[str, tuple[str, ...] | None],
+            tuple[ipc.RecordBatchFileReader, pa.NativeFile, list[str] | None],
+        ] = HandleCache(_OPEN_FILES, lambda opened: opened[1].close())
         self._layouts: HandleCache[str, Layout] = HandleCache(_OPEN_FILES)
         self._kinds: HandleCache[str, bool] = HandleCache(_KINDS)
 
@@ -66,9 +87,7 @@ class IpcFormat(Format):
         return (type(self), ())  # open files stay behind: each process opens its own
 
     def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
-        return fs.request(
-            lambda: read_layout(file.path, file.size, fs), what=fs.url(file.path)
-        ).schema
+        return unique_schema(_layout(file, fs).schema)
 
     def plan(
         self,
@@ -77,14 +96,12 @@ class IpcFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> FormatPlan:
-
-        def read(f: SourceFile) -> Layout:
-            return fs.request(lambda: read_layout(f.path, f.size, fs), what=fs.url(f.path))
-
-        layouts = each_file(read, files)
+        layouts = each_file(lambda f: _layout(f, fs), files)
+        for f, x in zip(files, layouts, strict=True):
+            warn_renamed(fs.url(f.path), x.schema.names, stacklevel=3)
         schema = check_schemas(
             files,
-            [FileSchema(x.schema, any(b.rows for b in x.batches)) for x in layouts],
+            [FileSchema(unique_schema(x.schema), any(b.rows for b in x.batches)) for x in layouts],
             fs,
             options,
         )
@@ -122,31 +139,36 @@ class IpcFormat(Format):
 
     def _file(
         self, path: str, columns: tuple[str, ...] | None, fs: FileSystemSpec
-    ) -> ipc.RecordBatchFileReader:
-        def open_file() -> tuple[ipc.RecordBatchFileReader, pa.NativeFile]:
+    ) -> tuple[ipc.RecordBatchFileReader, pa.NativeFile, list[str] | None]:
+        """The open file, projected to ``columns``, and the unique names of its batches'
+        columns (None: the file's own)."""
+
+        def open_file() -> tuple[ipc.RecordBatchFileReader, pa.NativeFile, list[str] | None]:
             source = open_input(path, fs)
             try:
                 with parsing(fs.url(path), KIND):
                     reader = ipc.open_file(source)
-                    if columns is not None:  # only the projected columns' buffers are read
-                        included = _included(reader.schema, columns)
+                    schema = reader.schema
+                    included = _included(schema, columns)
+                    if included is not None:  # only the projected columns' buffers are read
                         reader = ipc.open_file(
                             source, options=ipc.IpcReadOptions(included_fields=included)
                         )
-                    return reader, source
+                    return reader, source, _batch_names(schema, included)
             except BaseException:  # corrupt, or the storage failed mid-parse
                 source.close()
                 raise
 
-        return self._open.get((path, columns), open_file)[0]
+        return self._open.get((path, columns), open_file)
 
     def _read_file(
         self, path: str, indices: list[int], columns: tuple[str, ...] | None, fs: FileSystemSpec
     ) -> Iterator[pa.RecordBatch]:
-        reader = self._file(path, columns, fs)
+        reader, _, names = self._file(path, columns, fs)
         for index in indices:
             with parsing(f"{fs.url(path)} record batch {index}", KIND):
-                yield reader.get_batch(index)
+                batch = reader.get_batch(index)
+            yield batch if names is None else batch.rename_columns(names)
 
     def _read_stream(
         self, path: str, indices: list[int], columns: tuple[str, ...] | None, fs: FileSystemSpec
@@ -169,12 +191,14 @@ class IpcFormat(Format):
         ranges.append((first.offset, last.offset + last.size - first.offset))
         data = b"".join(read_range(path, offset, size, fs) for offset, size in ranges)
         included = _included(layout.schema, columns)
+        names = _batch_names(layout.schema, included)
         where = f"{url} record batches {indices[0]}:{indices[-1] + 1}"
         with parsing(where, KIND):
             reader = ipc.open_stream(
                 pa.py_buffer(data), options=ipc.IpcReadOptions(included_fields=included)
             )
-            yield from reader
+            for batch in reader:
+                yield batch if names is None else batch.rename_columns(names)
 
     def read(
         self,

@@ -23,6 +23,8 @@ from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache
+from .magic import refuse_other_format
+from .names import unique_names, unique_schema, warn_renamed
 from .opening import each_file, open_input, parsing, read_range
 from .schemas import FileSchema, check_schemas
 
@@ -222,6 +224,14 @@ def _count_by_reading(reader: orc.ORCFile, schema: pa.Schema) -> list[int]:
 
 
 def _read_facts(f: SourceFile, fs: FileSystemSpec) -> _FileFacts:
+    try:
+        return _parse_facts(f, fs)
+    except CorruptFileError as exc:  # say so when it is another format
+        refuse_other_format(f, fs, "ORC", exc)
+        raise
+
+
+def _parse_facts(f: SourceFile, fs: FileSystemSpec) -> _FileFacts:
     url = fs.url(f.path)
     if f.size == 0:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not an ORC file")
@@ -301,9 +311,13 @@ class OrcFormat(Format):
         def read() -> pa.Schema:
             with open_input(file.path, fs) as source, parsing(url, _KIND):
                 schema: pa.Schema = orc.ORCFile(source).schema
-                return schema.remove_metadata()
+                return unique_schema(schema.remove_metadata())
 
-        return fs.request(read, what=url)
+        try:
+            return fs.request(read, what=url)
+        except CorruptFileError as exc:  # say so when it is another format
+            refuse_other_format(file, fs, "ORC", exc)
+            raise
 
     def plan(
         self,
@@ -313,8 +327,13 @@ class OrcFormat(Format):
         options: ReadOptions,
     ) -> FormatPlan:
         facts = each_file(lambda f: _read_facts(f, fs), files)
+        for f, fact in zip(files, facts, strict=True):
+            warn_renamed(fs.url(f.path), fact.schema.names, stacklevel=3)
         schema = check_schemas(
-            files, [FileSchema(f.schema, bool(f.stripes)) for f in facts], fs, options
+            files,
+            [FileSchema(unique_schema(f.schema), bool(f.stripes)) for f in facts],
+            fs,
+            options,
         )
         chunks: list[Chunk] = []
         for f, fact, partition in zip(files, facts, partitions, strict=True):
@@ -356,8 +375,14 @@ class OrcFormat(Format):
 
             def decode(stripe: int = stripe, where: str = where) -> pa.RecordBatch:
                 handle = self._file(chunk.path, fs)
+                names = unique_names(handle.schema.names)
                 with parsing(where, _KIND):
                     decoded = columns
+                    if names != tuple(handle.schema.names):
+                        # liborc selects by name, and a repeated one picks any of its columns:
+                        # decode them all, then name them uniquely (such files are rare).
+                        whole: pa.RecordBatch = handle.read_stripe(stripe)
+                        return whole.rename_columns(list(names))
                     if columns == [] and handle.schema.names:
                         # No columns (a count, or hive partition keys only): liborc decodes no
                         # rows from an empty column list, so the narrowest column is read,

@@ -46,12 +46,28 @@ def _unreadable(t: pa.DataType) -> str | None:
     return None
 
 
+def _repeated_field(t: pa.DataType) -> str | None:
+    """A field name that a struct inside ``t`` repeats, or None (values become dicts)."""
+    if pa.types.is_struct(t):
+        names: list[str] = [t.field(i).name for i in range(t.num_fields)]
+        repeated = next((n for n in names if names.count(n) > 1), None)
+        if repeated is not None:
+            return repeated
+    for i in range(t.num_fields):
+        found = _repeated_field(t.field(i).type)
+        if found is not None:
+            return found
+    return None
+
+
 def check_readable(schema: pa.Schema, where: str) -> None:
     """Refuse, at planning, a schema the library cannot read in full: duplicate column names
-    (columns are selected and keyed by name) or types pyarrow cannot expose to Python.
+    (columns are selected and keyed by name; the formats that rename repeated names,
+    `names`, never hand these over), struct fields that repeat a name (values become dicts),
+    or types pyarrow cannot expose to Python.
 
     Raises:
-        UnsupportedFileError: two columns share a name.
+        UnsupportedFileError: two columns, or two fields of a struct, share a name.
         UnsupportedTypeError: a column's type (or a type inside it) cannot be read.
     """
     seen: set[str] = set()
@@ -62,6 +78,13 @@ def check_readable(schema: pa.Schema, where: str) -> None:
                 "duplicate names are not supported (rename one when writing the file)"
             )
         seen.add(field.name)
+        repeated = _repeated_field(field.type)
+        if repeated is not None:
+            raise UnsupportedFileError(
+                f"{where}: column {field.name!r} holds a struct with two fields named "
+                f"{repeated!r}; its values become dicts keyed by field name, so this is not "
+                "supported (rename one when writing the file)"
+            )
         reason = _unreadable(field.type)
         if reason is not None:
             raise UnsupportedTypeError(

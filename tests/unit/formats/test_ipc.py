@@ -192,7 +192,7 @@ def _half(data: bytes) -> bytes:
         (False, lambda data: data[:-3], "does not end with it"),
         (True, _half, "runs past the end"),
         (True, lambda data: data[:5], "past the end"),
-        (True, lambda data: b"not arrow at all" * 20, "past the end"),
+        (True, lambda data: b"not arrow at all" * 20, "this looks like CSV/JSON text"),
         (False, lambda data: data[:12] + b"\x13" * (len(data) - 24) + data[-12:], "not a"),
     ],
     ids=[

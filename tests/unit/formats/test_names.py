@@ -84,3 +84,45 @@ def test_compressed_csv_with_repeated_names_reads_whole(tmp_path: Path) -> None:
         warnings.simplefilter("ignore", RenamedColumnsWarning)
         table = _read(CsvFormat(), path, ("a_1",))
     assert table.to_pydict() == {"a_1": [2, 4]}
+
+
+def _binary(fmt_name: str, path: Path) -> pa.Table:
+    import pyarrow.ipc as ipc
+    import pyarrow.orc as orc
+
+    table = pa.Table.from_arrays(
+        [pa.array([1, 2, 3]), pa.array(["x", "y", "z"]), pa.array([0.5, 1.5, 2.5])],
+        names=["a", "a", ""],
+    )
+    if fmt_name == "orc":
+        orc.write_table(table, path)
+    elif fmt_name == "ipc-file":
+        with ipc.new_file(str(path), table.schema) as writer:
+            writer.write_table(table)
+    else:
+        with ipc.new_stream(str(path), table.schema) as writer:
+            writer.write_table(table)
+    return table
+
+
+@pytest.mark.parametrize("kind", ["orc", "ipc-file", "ipc-stream"])
+def test_binary_formats_read_repeated_names_renamed(tmp_path: Path, kind: str) -> None:
+    from torch_dataloader_utils.formats import get_format
+
+    path = tmp_path / f"d.{kind}"
+    _binary(kind, path)
+    fmt = get_format(kind.split("-", maxsplit=1)[0])
+    files = list_files(str(path), FS)
+    for columns in (None, ("a_1", "column2"), ("a",)):
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            options = ReadOptions(columns=columns)
+            plan = fmt.plan(files, [()], FS, options)
+        told = [str(w.message) for w in caught if issubclass(w.category, RenamedColumnsWarning)]
+        assert len(told) == 1 and f"d.{kind}" in told[0] and "'a' -> 'a_1'" in told[0], told
+        assert fmt.schema(files[0], FS).names == ["a", "a_1", "column2"]
+        read_options = plan.read_options or options
+        batches = [b for c in plan.chunks for b in fmt.read(c, 0, c.num_rows, FS, read_options)]
+        got = pa.Table.from_batches(batches).to_pydict()
+        full = {"a": [1, 2, 3], "a_1": ["x", "y", "z"], "column2": [0.5, 1.5, 2.5]}
+        assert got == {c: full[c] for c in (columns or full)}, (columns, got)
