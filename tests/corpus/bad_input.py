@@ -244,6 +244,9 @@ def cases() -> list[BadCase]:
         ("ipc", "json", "this looks like CSV/JSON text"),
         ("orc", "parquet", "this looks like Parquet: pass format='parquet'"),
         ("ipc", "orc", "this looks like ORC: pass format='orc'"),
+        ("parquet", "csv", "this looks like CSV/JSON text"),
+        ("parquet", "json", "this looks like CSV/JSON text"),
+        ("parquet", "orc", "this looks like ORC: pass format='orc'"),
     ):
         found.append(
             BadCase(f"a {other} file", fmt, _written_as(other), must_refuse=True, expect=says)

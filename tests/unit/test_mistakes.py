@@ -114,7 +114,7 @@ def test_the_repr_names_storage_option_keys_never_their_values(source: Path) -> 
 
 def test_a_mixture_refuses_non_boolean_flags_and_names_misspelled_keywords(source: Path) -> None:
     mixture = [tdu.Source(str(source))]
-    with pytest.raises(tdu.InvalidArgumentError, match="^shuffle must be True or False"):
+    with pytest.raises(tdu.InvalidArgumentError, match=r"^shuffle must be True or False"):
         tdu.create_dataloader(mixture, num_workers=0, shuffle="yes")
     with pytest.raises(tdu.UnknownKeywordError, match=r"'colums' \(did you mean 'columns'\?\)"):
         tdu.create_dataloader(mixture, num_workers=0, colums=["id"])

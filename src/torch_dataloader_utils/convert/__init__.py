@@ -49,6 +49,7 @@ from .rules import (
     ListFormat,
     NullPolicy,
     OutputFormat,
+    Problem,
 )
 
 __all__ = [
@@ -65,6 +66,7 @@ __all__ = [
     "NullPolicy",
     "OutputFormat",
     "Picks",
+    "Problem",
     "as_numpy",
     "as_tensor",
 ]

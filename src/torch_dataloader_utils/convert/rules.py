@@ -5,7 +5,7 @@ package docstring). One class, ~430 lines: its rules share the converter's optio
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, Literal, TypeAlias
+from typing import Any, Literal, NamedTuple, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -37,6 +37,7 @@ __all__ = [
     "ListFormat",
     "NullPolicy",
     "OutputFormat",
+    "Problem",
 ]
 
 OutputFormat = Literal["torch", "numpy", "arrow", "dict"]
@@ -81,6 +82,16 @@ def _fill_value(t: pa.DataType) -> Any:
 
 
 _Rule = Callable[[pa.Array, "np.ndarray | None", int], list[Field]]
+
+
+class Problem(NamedTuple):
+    """Why a batch cannot be converted (`Converter.check`): the class to raise, the reason,
+    and the column at fault. The reader raises it naming the file and rows, and what the
+    format can tell of the column's values (`Format.null_origin`)."""
+
+    error: type[DataError]
+    reason: str
+    column: str
 
 
 class Converter:
@@ -391,9 +402,9 @@ class Converter:
             ]
         return fields
 
-    def check(self, batch: pa.RecordBatch) -> tuple[type[DataError], str] | None:
-        """Why rows of ``batch`` cannot be converted (the error to raise and its reason), or
-        None: nulls this converter refuses (`NullValueError`),
+    def check(self, batch: pa.RecordBatch) -> Problem | None:
+        """Why rows of ``batch`` cannot be converted (the error to raise, its reason and the
+        column), or None: nulls this converter refuses (`NullValueError`),
         strings that are not UTF-8 (they become Python ``str``), dates and times outside
         Python's range (``"dict"`` output makes them ``datetime``).
 
@@ -406,9 +417,11 @@ class Converter:
             column = batch.column(name)
             is_list = isinstance(column, pa.ListArray | pa.LargeListArray | pa.FixedSizeListArray)
             if column.null_count or (is_list and column.flatten().null_count):
-                return NullValueError, (
+                return Problem(
+                    NullValueError,
                     f'column {name!r} holds nulls and null_policy="error"; pass '
-                    'null_policy="fill" or "mask", or filter the nulls out'
+                    'null_policy="fill" or "mask", or filter the nulls out',
+                    name,
                 )
         if self.output_format == "arrow":
             return None
@@ -419,16 +432,18 @@ class Converter:
                 for strings in string_arrays(batch.column(name)):
                     strings.validate(full=True)  # on a string array: its offsets and UTF-8
             except pa.ArrowInvalid as exc:
-                return DataError, (
+                return Problem(
+                    DataError,
                     f"column {name!r} holds strings that are not UTF-8 ({exc}), which Python "
-                    'str cannot hold; read it with output_format="arrow", or as binary'
+                    'str cannot hold; read it with output_format="arrow", or as binary',
+                    name,
                 )
         if self.output_format == "dict":
             for name in self._datetime_columns:
                 if name in names:
                     reason = outside_python(name, batch.column(name))
                     if reason is not None:
-                        return DataError, reason
+                        return Problem(DataError, reason, name)
         return None
 
     def fields(self, batch: pa.RecordBatch | pa.Table, rows: Rows = None) -> list[Field]:

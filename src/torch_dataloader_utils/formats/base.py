@@ -157,6 +157,14 @@ class Format(ABC):
         planner leaves such files out. The default: no file is a companion."""
         return False
 
+    def null_origin(
+        self, chunk: Chunk, column: str, fs: FileSystemSpec, options: ReadOptions
+    ) -> str:
+        """Where the first null of ``column`` in ``chunk`` comes from (``"value 'n/a' at line
+        3 ..."``), for an error that refuses nulls; ``""`` when the format cannot say (the
+        default: a null is a null in the file)."""
+        return ""
+
     def decoders(self, schema: pa.Schema) -> dict[str, Callable[[Any], Any]]:
         """Per-value decoders of columns of ``schema`` (the plan's), applied in the worker
         after conversion to ``torch``/``numpy``/``dict`` output (see `decoding.Decoding`);

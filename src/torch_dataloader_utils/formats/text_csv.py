@@ -20,6 +20,7 @@ from ..errors import (
 )
 from ..fs import FileSystemSpec, SourceFile
 from ..planning import Chunk
+from .base import ReadOptions
 from .names import unique_names
 from .opening import arrow_owned, parsing, read_range
 from .records import RecordScan, compression_of, read_head
@@ -289,12 +290,15 @@ class CsvFormat(TextFormat):
             f"{where}: column {column!r}: value {value!r}{at} is not a valid {type_name}{advice}"
         )
 
-    def null_origin(self, chunk: Chunk, column: str, fs: FileSystemSpec, layout: TextLayout) -> str:
+    def null_origin(
+        self, chunk: Chunk, column: str, fs: FileSystemSpec, options: ReadOptions
+    ) -> str:
         """Where the first null of ``column`` in ``chunk`` comes from: ``"value 'n/a' at line
         12 (byte 230, row 10 of the chunk)"``, or ``""`` when not found; for an error that
         refuses nulls to name the text that made one (pyarrow reads its ``null_values``, such
         as ``n/a`` or ``NULL``, as nulls in a column it types as non-string).
         """
+        layout = self._layout(chunk.path, fs, options)
         nulls = set(self.null_values if self.null_values is not None else _NULL_VALUES)
         hit: list[str] = []
 

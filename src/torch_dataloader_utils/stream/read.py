@@ -20,13 +20,13 @@ from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..arrow_values import take
-from ..errors import CorruptFileError, DataError, TorchDataloaderUtilsError
+from ..errors import CorruptFileError, NullValueError, TorchDataloaderUtilsError
 from ..formats import Format, ReadOptions
 from ..fs import FileSystemSpec
 from ..fs.identity import Identity, check_identity
@@ -34,6 +34,9 @@ from ..fs.threads import COUNT_THREADS, READ_THREADS
 from ..planning import Chunk, Piece
 from ..skipping import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
 from .ahead import AHEAD_PIECES, Ahead
+
+if TYPE_CHECKING:
+    from ..convert import Problem
 
 __all__ = ["Reader", "count_rows", "with_partition"]
 
@@ -78,7 +81,7 @@ class Reader:
     fs: FileSystemSpec
     options: ReadOptions
     output_columns: tuple[str, ...] | None = None
-    check: Callable[[pa.RecordBatch], tuple[type[DataError], str] | None] | None = None
+    check: Callable[[pa.RecordBatch], Problem | None] | None = None
     files: Mapping[str, Identity] = field(default_factory=dict)
     on_error: OnError = "raise"
     failures: FailureLog | None = None
@@ -274,10 +277,12 @@ class Reader:
             batch = with_partition(batch, chunk.partition, self.options)
         problem = self.check(batch) if self.check is not None else None
         if problem is not None:
-            error, reason = problem
-            raise error(
+            origin = ""
+            if problem.error is NullValueError:  # (a text format can name the null's text)
+                origin = self.fmt.null_origin(chunk, problem.column, self.fs, self.options)
+            raise problem.error(
                 f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows from "
-                f"{position}): {reason}"
+                f"{position}): {problem.reason}" + (f"; the first null: {origin}" if origin else "")
             )
         if self.output_columns is not None:
             batch = batch.select(list(self.output_columns))

@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..fs.forks import ProcessLocal
-from .memory import Buffer, new_buffer
+from .memory import POOL_BUFFERS, Buffer, new_buffer
 
 __all__ = ["BufferPool", "Lent", "Received", "Taken"]
 
@@ -78,7 +78,7 @@ class BufferPool:
             process hands out batches of, and the one holding the batch the user has.
     """
 
-    def __init__(self, size: int = 6) -> None:
+    def __init__(self, size: int = POOL_BUFFERS) -> None:
         self.size = size
         # Per process: a forked process inherits the pool, whose pages it shares with its
         # parent and siblings: it must never write to them, so it starts afresh.

@@ -28,6 +28,7 @@ import torch
 __all__ = [
     "BUNDLE_BYTES",
     "DEV_SHM",
+    "POOL_BUFFERS",
     "Buffer",
     "bundle_bytes",
     "dev_shm_room",
@@ -45,8 +46,8 @@ BUNDLE_BYTES = 16 * 2**20
 
 DEV_SHM = "/dev/shm"
 
-# Pooled buffers one worker may hold at once (`BufferPool.size`), counted when sizing bundles.
-_POOL_BUFFERS = 6
+# Buffers a worker's pool keeps (`BufferPool.size`), counted when sizing bundles.
+POOL_BUFFERS = 6
 
 # Of the room /dev/shm has when a worker starts, the share our bundles may use: the rest stays
 # for everything else on the machine that needs it (other ranks' loaders, NCCL, torch).
@@ -166,7 +167,7 @@ def bundle_bytes(workers: int, *, tell: bool = True) -> int:
         return BUNDLE_BYTES
     size, free = dev_shm_room()
     ranks = _local_ranks()
-    fits = int(free * _ROOM_SHARE) // max(1, workers * ranks * _POOL_BUFFERS)
+    fits = int(free * _ROOM_SHARE) // max(1, workers * ranks * POOL_BUFFERS)
     if fits >= BUNDLE_BYTES:
         return BUNDLE_BYTES
     if tell:

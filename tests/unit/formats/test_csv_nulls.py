@@ -4,6 +4,8 @@ on the same file; and where a null of a numeric column comes from (`CsvFormat.nu
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -60,6 +62,28 @@ def test_null_origin_names_the_value_and_its_line(tmp_path: Path) -> None:
     table, plan = _read(fmt, path)
     assert table.column("x").to_pylist() == [2, None, 4]
     (chunk,) = plan.chunks
-    layout = plan.read_options.layout(chunk.path)
-    where = fmt.null_origin(chunk, "x", FS, layout)
+    where = fmt.null_origin(chunk, "x", FS, plan.read_options)
     assert "'n/a'" in where and "line 3" in where, where
+
+
+def test_a_refused_null_names_the_text_that_made_it(tmp_path: Path) -> None:
+    """``n/a`` in a numeric column is a null to pyarrow; torch output (null_policy="error")
+    refuses it naming the file, the column, the text and its line. In its own process (bad
+    input): a crash or a hang fails this test only."""
+    (tmp_path / "a.csv").write_text("id,x\n1,2\n2,n/a\n3,4\n")
+    script = (
+        "import sys, torch_dataloader_utils as tdu\n"
+        "loader = tdu.create_dataloader(sys.argv[1], format='csv', num_workers=0, batch_size=2)\n"
+        "try:\n    list(loader)\nexcept tdu.NullValueError as exc:\n    print(exc)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    message = done.stdout.strip()
+    assert "a.csv" in message and "column 'x'" in message, message
+    assert "the first null: value 'n/a' at line 3" in message, message
