@@ -22,29 +22,21 @@ import shlex
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from throughput import DATA, make_tabular, make_tokens  # noqa: E402
+from throughput import DATA, make_tabular, make_tokens, one_command  # noqa: E402
 
 SHM_MIB = 64
 
 
 def measure(
     kind: str, data: Path, batch_size: int, *, small_shm: bool, memory: str
-) -> dict[str, float]:
+) -> dict[str, Any]:
     """One `throughput.py --one` run, in a 64 MiB ``/dev/shm`` when ``small_shm``."""
-    command = [
-        sys.executable,
-        str(HERE / "throughput.py"),
-        "--one",
-        kind,
-        "--data",
-        str(data),
-        "--batch-size",
-        str(batch_size),
-    ]
+    command = one_command(kind, data, batch_size, "padded")
     env = dict(os.environ)
     if memory == "dev-shm":
         env["TDU_SHARED_MEMORY"] = "dev-shm"
@@ -53,8 +45,8 @@ def measure(
         command = ["unshare", "-m", "--propagation", "private", "sh", "-c", inner]
     done = subprocess.run(command, check=False, capture_output=True, text=True, env=env)
     if done.returncode:
-        return {"error": float("nan"), "message": done.stderr.strip().splitlines()[-1:]}  # type: ignore[dict-item]
-    result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
+        return {"error": done.stderr.strip().splitlines()[-1:]}
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
 
 
@@ -80,10 +72,14 @@ def main() -> None:
     ]
     print(f"cpus={os.cpu_count()} batch_size={args.batch_size} best of {args.repeat}")
     print("x limit: rows/s over raw pyarrow iter_batches (one process, no shuffle), same run")
-    print(f"{'dataset':16} {'workers':>7} {'/dev/shm':18} {'rows/s':>11} {'x limit':>8}")
+    print(
+        f"{'dataset':16} {'workers':>7} {'/dev/shm, buffers':18} {'rows/s':>11} {'x limit':>8} "
+        f"{'total µs/row':>13}"
+    )
     for label, data in datasets:
-        limit = max(
-            measure("raw", data, args.batch_size, small_shm=False, memory="memfd")["rows_per_s"]
+        limit = max(  # the faster of pyarrow with and without its threads, as throughput.py
+            measure(raw, data, args.batch_size, small_shm=False, memory="memfd")["rows_per_s"]
+            for raw in ("raw", "raw-threads")
             for _ in range(args.repeat)
         )
         print(f"{label:16} {'raw':>7} {'default':18} {limit:11,.0f} {1:8.2f}", flush=True)
@@ -97,11 +93,12 @@ def main() -> None:
                 ]
                 failed = [r for r in runs if "error" in r]
                 if failed:
-                    print(f"{label:16} {workers:7} {name:18} FAILED: {failed[0]['message']}")
+                    print(f"{label:16} {workers:7} {name:18} FAILED: {failed[0]['error']}")
                     continue
-                best = max(r["rows_per_s"] for r in runs)
+                best = max(runs, key=lambda r: r["rows_per_s"])
                 print(
-                    f"{label:16} {workers:7} {name:18} {best:11,.0f} {best / limit:8.2f}",
+                    f"{label:16} {workers:7} {name:18} {best['rows_per_s']:11,.0f} "
+                    f"{best['rows_per_s'] / limit:8.2f} {best['total_us_per_row']:13.3f}",
                     flush=True,
                 )
 

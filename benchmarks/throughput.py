@@ -194,8 +194,9 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
     }
 
 
-def _subprocess(kind: str, data: Path, batch_size: int, list_format: str) -> dict[str, float]:
-    cmd = [
+def one_command(kind: str, data: Path, batch_size: int, list_format: str) -> list[str]:
+    """The command that runs one configuration (`run_one`) in a process of its own."""
+    return [
         sys.executable,
         __file__,
         "--one",
@@ -207,6 +208,10 @@ def _subprocess(kind: str, data: Path, batch_size: int, list_format: str) -> dic
         "--list-format",
         list_format,
     ]
+
+
+def _subprocess(kind: str, data: Path, batch_size: int, list_format: str) -> dict[str, float]:
+    cmd = one_command(kind, data, batch_size, list_format)
     done = subprocess.run(cmd, check=True, capture_output=True, text=True)
     result: dict[str, float] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
