@@ -218,12 +218,25 @@ def _after_planning(case: Case, change: dict[str, Any] | None) -> None:
         raise AssertionError(f"unknown change {action!r}")
 
 
+def _reference(case: Case) -> pa.Table:
+    """The reference's read of ``case``, Parquet files whose names repeat read whole by
+    ``ParquetFile``: ``pq.read_table`` (the dataset API) cannot bind a repeated name."""
+    try:
+        return reference(case)
+    except pa.ArrowInvalid as exc:
+        if case.format != "parquet" or "Multiple matches for FieldRef" not in str(exc):
+            raise
+    import pyarrow.parquet as pq
+
+    return pq.ParquetFile(case.path, page_checksum_verification=True).read()
+
+
 def run(request: dict[str, Any]) -> dict[str, Any]:
     case = Case(**request["case"])
     config = request["config"]
     verdict: dict[str, Any] = {"config": config}
     try:
-        expected = reference(case)
+        expected = _reference(case)
         # Repeated or empty names (and names a Python user cannot have: a failure): the
         # library reads them under the documented new names.
         expected = expected.rename_columns(list(unique_names(expected.schema.names)))

@@ -7,7 +7,7 @@ import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -21,10 +21,12 @@ from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache
+from .magic import refuse_other_format
+from .names import unique_names, unique_schema, warn_renamed
 from .opening import open_input, parsing, slice_batches
 from .parquet_facts import FileFacts, chunk_ranges, leaf_owners, read_facts
 from .parquet_footer import Footer, footer_file, read_footer
-from .parquet_leafless import ParquetReadOptions, put_back, read_options
+from .parquet_leafless import ParquetReadOptions, leaf_count, put_back, read_options
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["ParquetFormat"]
@@ -62,6 +64,88 @@ _LOCAL_WAITING = 0.5
 _REMOTE_BUFFER = 8 << 20
 
 
+class _Ask(NamedTuple):
+    """A read of some unique-named columns of a file whose names are not unique."""
+
+    asked: list[str] | None  # the file's names asked of pyarrow (None: all)
+    given: list[str]  # the file's names of the columns pyarrow gives, in its order
+    renamed: list[str]  # their unique names
+    keep: list[str] | None  # the columns read, in their order (None: all given)
+
+
+class _Renaming:
+    """How a file whose column names repeat or are empty is read under the unique names
+    (`names`).
+
+    pyarrow selects columns by the file's names and gives every column of a name asked, in the
+    order asked, each name's in file order (leaving out those without leaf columns,
+    `parquet_leafless`): its columns are renamed by position, then those asked selected.
+    """
+
+    def __init__(self, schema: pa.Schema) -> None:
+        self.names = tuple(schema.names)
+        self.unique = unique_names(self.names)
+        self._stored = [bool(leaf_count(field.type)) for field in schema]
+        self._position = {name: i for i, name in enumerate(self.unique)}
+        self._sharing: dict[str, list[int]] = {}  # the positions of each name of the file
+        for i, name in enumerate(self.names):
+            self._sharing.setdefault(name, []).append(i)
+        self._asks: dict[tuple[str, ...] | None, _Ask] = {}  # a plan reads one or two
+
+    @staticmethod
+    def of(schema: pa.Schema) -> _Renaming | None:
+        """The renaming of a file of ``schema``; ``None`` when its names are unique."""
+        return None if unique_schema(schema) is schema else _Renaming(schema)
+
+    def ask(self, columns: tuple[str, ...] | None) -> _Ask:
+        """How to read ``columns`` (unique names; None: all)."""
+        found = self._asks.get(columns)
+        if found is not None:
+            return found
+        if columns is None:
+            asked, positions = None, list(range(len(self.names)))
+        else:
+            asked = list(dict.fromkeys(self.names[self._position[c]] for c in columns))
+            positions = [i for name in asked for i in self._sharing[name]]
+        given = [i for i in positions if self._stored[i]]
+        renamed = [self.unique[i] for i in given]
+        kept = set(renamed)
+        keep = None if columns is None else [c for c in columns if c in kept]
+        found = _Ask(asked, [self.names[i] for i in given], renamed, keep)
+        self._asks[columns] = found
+        return found
+
+    def rename(
+        self, batches: Iterator[pa.RecordBatch], columns: tuple[str, ...] | None, where: str
+    ) -> Iterator[pa.RecordBatch]:
+        """``batches`` read as `ask` says for ``columns``, under unique names, of ``columns``
+        in their order (those without leaf columns are `put_back` later)."""
+        ask = self.ask(columns)
+        for batch in batches:
+            if batch.schema.names != ask.given:  # renaming by position must pair right
+                raise CorruptFileError(
+                    f"{where}: pyarrow read columns {batch.schema.names}, expected {ask.given}"
+                )
+            renamed = batch.rename_columns(ask.renamed)
+            yield renamed if ask.keep is None else renamed.select(ask.keep)
+
+
+def _asked(renaming: _Renaming | None, columns: tuple[str, ...] | None) -> list[str] | None:
+    """The file's names to ask pyarrow for ``columns`` (the plan's unique names)."""
+    if columns is None or renaming is None:
+        return None if columns is None else list(columns)
+    return renaming.ask(columns).asked
+
+
+class _Remote(NamedTuple):
+    """What reading a remote file needs: its footer, parsed and checked, and its size."""
+
+    metadata: pq.FileMetaData
+    footer: Footer
+    size: int
+    renaming: _Renaming | None
+
+
 class ParquetFormat(Format):
     """Apache Parquet.
 
@@ -69,7 +153,8 @@ class ParquetFormat(Format):
     against the filter (and hive partition values), and groups consecutive row groups into
     chunks. Workers re-open the file (one footer read per file per worker) rather than receive
     pickled footers: a footer pickles to ~40 KB, which ``spawn`` would copy into every worker for
-    every file, while a re-read costs one small request (see docs/adr/0002).
+    every file, while a re-read costs one small request (see docs/adr/0002). Columns whose
+    names repeat or are empty are read under unique names (`names`, `_Renaming`).
 
     Args:
         verify_checksums: verify the page checksums a file carries (a mismatch raises
@@ -83,13 +168,13 @@ class ParquetFormat(Format):
         # parquet-mr): a flipped bit is a CorruptFileError, not a wrong value. Measured: ~8%
         # more decode time on files that carry them (2M rows, 3 columns); none without.
         self.verify_checksums = verify_checksums
-        self._open: HandleCache[str, pq.ParquetFile] = HandleCache(
-            _OPEN_FILES, pq.ParquetFile.close
+        self._open: HandleCache[str, tuple[pq.ParquetFile, _Renaming | None]] = HandleCache(
+            _OPEN_FILES, lambda opened: opened[0].close()
         )
         # Remote reads: footers and file sizes, row groups fetched ahead (by row group), the
         # fetch threads. Open files, reads ahead and fetch threads are per process (a forked
         # child starts its own: `fs.forks`); footers are facts, a child may use its parent's.
-        self._footers: OrderedDict[str, tuple[pq.FileMetaData, Footer, int]] = OrderedDict()
+        self._footers: OrderedDict[str, _Remote] = OrderedDict()
         self._ahead: ReadsAhead[tuple[str, int], dict[int, bytes | bytearray]] = ReadsAhead(_AHEAD)
         self._fetcher: RangeFetcher | None = None
 
@@ -104,9 +189,13 @@ class ParquetFormat(Format):
 
         def read() -> pa.Schema:
             with open_input(file.path, fs) as source, parsing(url):
-                return pq.read_schema(source).remove_metadata()
+                return unique_schema(pq.read_schema(source).remove_metadata())
 
-        return fs.request(read, what=url)
+        try:
+            return fs.request(read, what=url)
+        except CorruptFileError as exc:  # say so when it is another format
+            refuse_other_format(file, fs, "Parquet", exc)
+            raise
 
     def plan(
         self,
@@ -152,6 +241,9 @@ class ParquetFormat(Format):
             finally:  # on an error, the files not started yet are not read
                 pool.shutdown(wait=True, cancel_futures=True)
         progress.finish()
+        for f, fact in zip(files, facts, strict=True):
+            if fact.renamed is not None:
+                warn_renamed(fs.url(f.path), fact.renamed, stacklevel=3)
         schema = check_schemas(*_distinct_schemas(files, facts), fs, options)
         chunks: list[Chunk] = []
         rows = uncompressed = 0
@@ -169,17 +261,18 @@ class ParquetFormat(Format):
             read_options=read_options(options, schema),
         )
 
-    def _file(self, path: str, fs: FileSystemSpec) -> pq.ParquetFile:
-        def open_file() -> pq.ParquetFile:
+    def _file(self, path: str, fs: FileSystemSpec) -> tuple[pq.ParquetFile, _Renaming | None]:
+        def open_file() -> tuple[pq.ParquetFile, _Renaming | None]:
             source = open_input(path, fs)
             try:
                 with parsing(fs.url(path)):
-                    return pq.ParquetFile(
+                    handle = pq.ParquetFile(
                         source,
                         pre_buffer=False,
                         buffer_size=_STREAM_BUFFER,
                         page_checksum_verification=self.verify_checksums,
                     )
+                    return handle, _Renaming.of(handle.schema_arrow)
             except BaseException:  # corrupt, or the storage failed mid-parse
                 source.close()
                 raise
@@ -209,12 +302,28 @@ class ParquetFormat(Format):
         options: ReadOptions,
     ) -> Iterator[pa.RecordBatch]:
         url = fs.url(chunk.path)
-        columns = list(options.columns) if options.columns is not None else None
+        if fs.is_local:
+            renaming = self._file(chunk.path, fs)[1]
+        else:
+            renaming = self._footer(chunk.path, fs).renaming
+        batches = self._decode(chunk, row_start, row_stop, fs, _asked(renaming, options.columns))
+        yield from batches if renaming is None else renaming.rename(batches, options.columns, url)
+
+    def _decode(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        columns: list[str] | None,
+    ) -> Iterator[pa.RecordBatch]:
+        """Rows ``[row_start, row_stop)`` of ``chunk``, of the file's columns ``columns``."""
+        url = fs.url(chunk.path)
         spans = list(_row_group_spans(chunk, row_start, row_stop))
         for k, (rg, lo, hi, rg_rows) in enumerate(spans):
             where = f"{url} row group {rg} (rows {lo}:{hi})"
             if fs.is_local:
-                handle = self._file(chunk.path, fs)
+                handle = self._file(chunk.path, fs)[0]
                 with parsing(where):
                     # One thread: pyarrow's column threads cost more than they give at these
                     # sizes (measured 2.8 M vs 2.4 M rows/s), and workers are processes anyway.
@@ -249,27 +358,29 @@ class ParquetFormat(Format):
         """Start fetching the first row group of rows ``[row_start, row_stop)`` (remote)."""
         if fs.is_local:
             return
-        columns = list(options.columns) if options.columns is not None else None
         for rg, lo, hi, rg_rows in _row_group_spans(chunk, row_start, row_stop):
             if not _head_only(lo, hi, rg_rows):
-                self._fetch_ahead(chunk.path, rg, columns, fs)
+                renaming = self._footer(chunk.path, fs).renaming  # read next anyway
+                self._fetch_ahead(chunk.path, rg, _asked(renaming, options.columns), fs)
             return
 
     # --- remote reading: whole column chunks fetched in parallel, ahead of decoding ---------
 
-    def _footer(self, path: str, fs: FileSystemSpec) -> tuple[pq.FileMetaData, Footer, int]:
+    def _footer(self, path: str, fs: FileSystemSpec) -> _Remote:
         found = self._footers.get(path)
         if found is not None:
             self._footers.move_to_end(path)
             return found
         url = fs.url(path)
 
-        def read() -> tuple[pq.FileMetaData, Footer, int]:
+        def read() -> _Remote:
             with open_input(path, fs) as source, parsing(url):
                 size = source.size()
                 checked, thrift, start = read_footer(source, size, url)
                 tail = footer_file(source, size, start, thrift)
-                return pq.read_metadata(tail), checked, size  # remote only: no second request
+                metadata = pq.read_metadata(tail)  # remote only: no second request
+                renaming = _Renaming.of(metadata.schema.to_arrow_schema())
+                return _Remote(metadata, checked, size, renaming)
 
         found = fs.request(read, what=url)
         self._footers[path] = found
@@ -284,7 +395,7 @@ class ParquetFormat(Format):
         started = self._ahead.take((path, rg))
         if started is not None:
             return started
-        metadata, footer, _ = self._footer(path, fs)
+        metadata, footer, _, _ = self._footer(path, fs)
         return self._fetcher_of(fs).fetch(path, chunk_ranges(metadata, footer, rg, columns))
 
     def _fetch_ahead(
@@ -295,7 +406,7 @@ class ParquetFormat(Format):
         twice) or it is too big to hold whole (streamed when it is read)."""
 
         def begin() -> Future[dict[int, bytes | bytearray]] | None:
-            metadata, footer, _ = self._footer(path, fs)
+            metadata, footer, _, _ = self._footer(path, fs)
             ranges = chunk_ranges(metadata, footer, rg, columns)
             if sum(n for _, n in ranges) > _FETCH_BYTES:
                 return None
@@ -323,7 +434,7 @@ class ParquetFormat(Format):
     ) -> Iterator[pa.RecordBatch]:
         """Rows ``[lo, hi)`` of row group ``rg``; row group ``after`` starts downloading
         once this one's requests are out."""
-        metadata, footer, size = self._footer(path, fs)
+        metadata, footer, size, _ = self._footer(path, fs)
         if (path, rg) not in self._ahead and (
             sum(n for _, n in chunk_ranges(metadata, footer, rg, columns)) > _FETCH_BYTES
         ):

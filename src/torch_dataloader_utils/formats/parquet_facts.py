@@ -14,6 +14,8 @@ import pyarrow.parquet as pq
 from ..errors import CorruptFileError, SchemaMismatchError
 from ..fs import FileSystemSpec, SourceFile
 from .base import ReadOptions
+from .magic import refuse_other_format
+from .names import unique_schema
 from .opening import open_input, parsing
 from .parquet_footer import MAGIC, Footer, footer_file, read_footer
 from .parquet_leafless import check_empty_structs, leaf_count, unreadable_columns
@@ -26,10 +28,15 @@ __all__ = ["FileFacts", "chunk_ranges", "leaf_owners", "read_facts"]
 
 @dataclass(frozen=True)
 class FileFacts:
-    """What planning keeps of one file: its schema and the row groups it reads."""
+    """What planning keeps of one file: its schema and the row groups it reads.
+
+    ``schema`` has unique column names (`names`); ``renamed`` holds the file's own names when
+    they repeat or are empty (``None`` when the schema's are the file's).
+    """
 
     schema: pa.Schema
     row_groups: list[tuple[int, int, int, int]]  # (id, rows, compressed, uncompressed) kept
+    renamed: tuple[str, ...] | None = None
 
 
 def _partition_expression(partition: tuple[tuple[str, object], ...]) -> pc.Expression:
@@ -68,7 +75,9 @@ def read_facts(
             size = source.size()
             checked, thrift, start = read_footer(source, size, url)
             schema = _arrow_schema(checked, thrift)
-            if not filtered:
+            # pyarrow's dataset binds the filter to the file's names, which a renamed file
+            # repeats: its row groups are not pruned (its rows are still filtered when read).
+            if not filtered or schema[3] is not None:
                 return checked, schema, None
             # pyarrow parses the footer again for the statistics: remote, from the bytes
             # already read (no second request); local, from the file.
@@ -84,7 +93,11 @@ def read_facts(
             fragment.ensure_complete_metadata()
             return checked, schema, fragment
 
-    checked, (schema, owners, unreadable), fragment = fs.request(footer, what=url)
+    try:
+        checked, (schema, owners, unreadable, renamed), fragment = fs.request(footer, what=url)
+    except CorruptFileError as exc:  # say so when it is another format
+        refuse_other_format(f, fs, "Parquet", exc)
+        raise
     if unreadable:
         check_empty_structs(unreadable, schema, options.columns, url)
     kept: set[int] | None = None
@@ -121,12 +134,13 @@ def read_facts(
             compressed += c.compressed
             uncompressed += c.uncompressed
         row_groups.append((i, rows, compressed, uncompressed))
-    return FileFacts(schema, row_groups)
+    return FileFacts(schema, row_groups, renamed)
 
 
-# A file's Arrow schema, the top-level column of each of its leaf columns, and its columns
-# pyarrow cannot read (`parquet_leafless.unreadable_columns`).
-_Schema = tuple[pa.Schema, list[str], dict[str, str]]
+# A file's Arrow schema under unique names (`names`), the top-level column of each of its leaf
+# columns, its columns pyarrow cannot read (`parquet_leafless.unreadable_columns`), all by those
+# names, and the file's own names when they differ (None when they do not).
+_Schema = tuple[pa.Schema, list[str], dict[str, str], tuple[str, ...] | None]
 # Arrow schemas by the footer bytes they come from (`Footer.rest`): the files of a source
 # usually share one. Bounded: a source whose footers differ in their metadata (a writer that
 # stamps each file) parses each, as before this cache existed.
@@ -136,15 +150,18 @@ _SCHEMAS_KEPT = 256
 
 def _arrow_schema(footer: Footer, thrift: bytes) -> _Schema:
     """The Arrow schema of the footer ``thrift`` (parsed by pyarrow, once per distinct
-    schema and metadata), its leaf columns' owners and its columns pyarrow cannot read."""
+    schema and metadata) under unique names, its leaf columns' owners, its columns pyarrow
+    cannot read, and the file's own names when they repeat or are empty."""
     found = _SCHEMAS.get(footer.rest)
     if found is not None:
         return found
     # pyarrow reads a footer from a buffer holding only it (the row groups' offsets are not
     # followed).
     tail = pa.BufferReader(thrift + len(thrift).to_bytes(4, "little") + MAGIC)
-    schema = pq.read_metadata(tail).schema.to_arrow_schema()
-    found = (schema, leaf_owners(schema), unreadable_columns(schema))
+    stored = pq.read_metadata(tail).schema.to_arrow_schema()
+    schema = unique_schema(stored)
+    renamed = None if schema is stored else tuple(stored.names)
+    found = (schema, leaf_owners(schema), unreadable_columns(schema), renamed)
     if len(_SCHEMAS) >= _SCHEMAS_KEPT:
         _SCHEMAS.clear()
     _SCHEMAS[footer.rest] = found
