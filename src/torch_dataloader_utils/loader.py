@@ -23,7 +23,7 @@ from .fs import Source
 from .options import check_dataloader_options, check_dataset_keywords, check_loader_arguments
 from .skipping import FailureLog, ReadFailure
 from .state import read_failures, with_read_failures
-from .state.wrappers import Forwarded, Reader
+from .state.wrappers import Forwarded, Reader, kept
 from .transport import Unbundler, forget_exited_workers, in_order, init_worker, map_tensors
 from .worker_deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
@@ -145,6 +145,7 @@ class TabularDataLoader(DataLoader[Any]):
         # working through the wrapper: `wrapped.state_dict()` is this loader's.
         self.__dict__.update(Forwarded.methods(self, "set_epoch", "state_dict", "load_state_dict"))
 
+    @kept
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the dataset (reaches persistent workers)."""
         self.dataset.set_epoch(epoch)
@@ -180,6 +181,7 @@ class TabularDataLoader(DataLoader[Any]):
 
     # --- state ----------------------------------------------------------------------------------
 
+    @kept
     def state_dict(self) -> dict[str, Any]:
         """Where this rank stands: the epoch and the batches it delivered, small and versioned.
 
@@ -204,6 +206,7 @@ class TabularDataLoader(DataLoader[Any]):
             rows + sum(f.skipped for f in self._read_failures),
         )
 
+    @kept
     def load_state_dict(
         self, state_dict: dict[str, Any], *, allow_changed_data: bool = False
     ) -> None:

@@ -8,7 +8,9 @@ counted back out of the state (`Reader.held`). ADR 0018.
 
 The same wrapper copies the loader's attributes (``__dict__``), not its methods: a
 `Forwarded` method kept among the attributes makes ``wrapped.state_dict()`` (and
-``load_state_dict``, ``set_epoch``) the loader's own.
+``load_state_dict``, ``set_epoch``) the loader's own. On the loader itself the method is a
+`kept` one, which wins over the attribute, so ``make_loader().load_state_dict(s)`` keeps its
+loader alive through the call as any bound method does.
 
 Lightning prefetches only from loaders without a length (ours has one), and torchdata's
 ``StatefulDataLoader`` snapshots its workers' states batch by batch: neither holds a batch the
@@ -17,12 +19,14 @@ state counts.
 
 from __future__ import annotations
 
+import types
 import warnings
 import weakref
+from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
-__all__ = ["Forwarded", "Reader"]
+__all__ = ["Forwarded", "Reader", "kept"]
 
 # Readers known to hold one batch ahead, by module and class: what they hold is read from
 # their attributes (`Reader.held`).
@@ -96,3 +100,25 @@ class Forwarded:
     def methods(cls, loader: Any, *names: str) -> dict[str, Forwarded]:
         """``names`` of ``loader`` forwarded, for its ``__dict__``."""
         return {name: cls(loader, name) for name in names}
+
+
+class kept:  # noqa: N801 - used as a decorator, like property
+    """A method that wins over an instance attribute of its name (a data descriptor): the
+    loader's own ``state_dict`` is its method, while its ``__dict__`` holds the `Forwarded`
+    one that wrappers copy."""
+
+    def __init__(self, function: Callable[..., Any]) -> None:
+        self.function = function
+        self.name = function.__name__
+        self.__doc__ = function.__doc__  # (what help() and the API reference show)
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, instance: Any, owner: type | None = None) -> Any:
+        if instance is None:
+            return self.function
+        return types.MethodType(self.function, instance)
+
+    def __set__(self, instance: Any, value: Any) -> None:
+        instance.__dict__[self.name] = value
