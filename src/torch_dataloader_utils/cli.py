@@ -300,10 +300,23 @@ def main(argv: Sequence[str] | None = None) -> int:
         # argparse's own errors are; the traceback is for bugs, on request.
         if args.traceback or os.environ.get(DEBUG_ENV, "") not in ("", "0"):
             raise
-        message = " ".join(str(exc).split()) or type(exc).__name__
+        message = " ".join(_last_words(str(exc)).split()) or type(exc).__name__
         print(f"tdu {args.command}: {message}", file=sys.stderr)
         return 2
     return status
+
+
+def _last_words(text: str) -> str:
+    """The error itself: a worker's error re-raised by torch carries the worker's traceback
+    ("Caught X in DataLoader worker process N. Original Traceback ..."), whose last line is
+    the error."""
+    if "Original Traceback" not in text:
+        return text
+    lines = [line for line in text.strip().splitlines() if line.strip()]
+    if not lines:
+        return text
+    kind, _, message = lines[-1].partition(": ")  # "package.module.SomeError: message"
+    return message if message and kind.rsplit(".", 1)[-1].isidentifier() else lines[-1]
 
 
 if __name__ == "__main__":

@@ -78,12 +78,9 @@ def _check_columns(columns: Sequence[str] | None) -> None:
         return
     if isinstance(columns, str):
         raise InvalidArgumentError(f"columns must be a list of names, got the string {columns!r}")
-    try:
-        names = list(columns)
-    except TypeError:
-        raise InvalidArgumentError(
-            f"columns must be a list of names, got {type(columns).__name__}"
-        ) from None
+    if not isinstance(columns, Sequence):  # (an iterator would be used up by this check)
+        raise InvalidArgumentError(f"columns must be a list of names, got {type(columns).__name__}")
+    names = list(columns)
     if not names:  # an empty list reads no column: surely a mistake (None reads them all)
         raise InvalidArgumentError("columns must name at least one column (None: all of them)")
     bad = [c for c in names if not isinstance(c, str)]

@@ -6,7 +6,8 @@ Spec: ``data`` (a directory of Parquet files with an ``id`` column), ``rows`` (i
 ``runs``: a list of ``[workers, batch_size, context, collate]``.
 
 Result per run: ``workers``, ``batch_size``, ``context``, ``collate``, ``ids_ok`` (every id
-exactly once), ``batches``, or ``error`` (class and message).
+exactly once), ``batches``, or ``error`` (class and message); ``left_in_shm``: torch's files
+left in /dev/shm after the run.
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ def run(spec: dict[str, Any], workers: int, batch_size: int, context: str, colla
         out["batches"] = batches
     except Exception as exc:
         out["error"] = f"{type(exc).__name__}: {exc}"[:2000]
+    # torch's shared memory files left behind (a failed allocation leaves its file).
+    out["left_in_shm"] = sorted(n for n in os.listdir("/dev/shm") if n.startswith("torch_"))
     return out
 
 

@@ -96,6 +96,7 @@ def assert_exact(results: list[dict[str, Any]], shm_bytes: int) -> None:
         assert result["shm"] == shm_bytes  # it did run in the small /dev/shm
         assert result["ids_ok"], result
         assert result["batches"] == -(-ROWS // result["batch_size"])
+        assert result["left_in_shm"] == [], result  # nothing left behind in /dev/shm
 
 
 RUNS = [[2, 1024, "fork", False], [4, 1024, "fork", False], [2, 8192, "fork", False]]

@@ -142,6 +142,20 @@ def test_mixed_schemas_are_one_line(mixed: Path) -> None:
     assert_one_line(tdu("plan", str(mixed)), "plan", "disagree on the schema", "id: string")
 
 
+def test_an_error_in_a_worker_is_one_line_without_its_traceback(tmp_path: Path) -> None:
+    # A value that does not parse, met by one of tdu read's 2 workers: torch re-raises it in
+    # the main process with the worker's traceback; the line is the error itself.
+    data = tmp_path / "csv"
+    data.mkdir()
+    (data / "a.csv").write_text("id,x\n" + "".join(f"{i},{i}.5\n" for i in range(100)))
+    (data / "b.csv").write_text("id,x\n100,1.5\n101,oops\n")  # types come from a.csv
+    done = tdu("read", str(data), "--format", "csv", "--workers", "2", "--epochs", "1")
+    progress = [line for line in done.stderr.splitlines() if "batch/s" in line or not line]
+    done.stderr = "\n".join(line for line in done.stderr.splitlines() if line not in progress)
+    assert_one_line(done, "read", "b.csv", "value 'oops' at line 3", "is not a valid double")
+    assert "Traceback" not in done.stderr and "CorruptFileError" not in done.stderr
+
+
 def test_bad_storage_options_json_is_one_line(tmp_path: Path) -> None:
     write_parquet(tmp_path / "d" / "a.parquet", np.arange(10))
     done = tdu("read", str(tmp_path / "d"), "--storage-options", "{anon: true}")

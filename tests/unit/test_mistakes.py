@@ -92,7 +92,7 @@ def test_numpy_booleans_are_booleans(source: Path) -> None:
     assert loader.dataset.shuffle
 
 
-@pytest.mark.parametrize("columns", [[], (), ["id", 3]])
+@pytest.mark.parametrize("columns", [[], (), ["id", 3], iter(["id"])])
 def test_columns_must_name_columns(source: Path, columns: Any) -> None:
     with pytest.raises(tdu.InvalidArgumentError, match="columns must"):
         tdu.create_dataloader(source, num_workers=0, columns=columns)

@@ -100,7 +100,8 @@ class Decoding:
                 bad.setdefault(row, error)
                 out.append(None)
             except Exception as exc:  # a bug in a decoder, not a bad value: keep its type
-                exc.add_note(f"while decoding {_where(batch, name, row)}")
+                if hasattr(exc, "add_note"):  # (Python 3.11+; on 3.10 the error goes unnoted)
+                    exc.add_note(f"while decoding {_where(batch, name, row)}")
                 raise
         return out
 

@@ -321,10 +321,10 @@ class TextFormat(Format):
         if codec is not None:
             return open_decompressed(chunk.path, codec, fs)
         size = chunk.stop - chunk.start
+        if fs.is_local:  # a native stream: nothing Python-owned reaches Arrow's threads, no copy
+            return open_input(chunk.path, fs).get_stream(chunk.start, size)
         if size <= _READ_PIECE:
             return pa.BufferReader(arrow_owned(read_range(chunk.path, chunk.start, size, fs)))
-        if fs.is_local:  # a native stream: nothing Python-owned reaches Arrow's threads
-            return open_input(chunk.path, fs).get_stream(chunk.start, size)
         return pa.PythonFile(_RangeStream(chunk.path, chunk.start, chunk.stop, fs), mode="r")
 
     def _batches(

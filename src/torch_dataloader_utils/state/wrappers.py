@@ -26,6 +26,8 @@ from collections.abc import Callable
 from types import FrameType
 from typing import Any
 
+from ..errors import TorchDataloaderUtilsWarning
+
 __all__ = ["Forwarded", "Reader", "kept"]
 
 # Readers known to hold one batch ahead, by module and class: what they hold is read from
@@ -57,6 +59,7 @@ class Reader:
                 f"{kind.__module__}.{kind.__name__} wraps this loader but no longer has the "
                 "attributes read to find the batch it holds ahead: a state taken now may "
                 "resume one batch late. Pass move_to_device=False to prepare_data_loader",
+                TorchDataloaderUtilsWarning,
                 stacklevel=3,
             )
             return None

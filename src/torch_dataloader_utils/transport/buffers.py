@@ -18,7 +18,7 @@ from typing import Any, NamedTuple
 import torch
 
 from ..fs.forks import ProcessLocal
-from .memory import POOL_BUFFERS, Buffer, new_buffer
+from .memory import POOL_BUFFERS, POOL_GRAIN, Buffer, new_buffer
 
 __all__ = ["BufferPool", "Lent", "Received", "Taken"]
 
@@ -96,16 +96,15 @@ class BufferPool:
                 header[0] = _IN_USE
                 told, pool.dropped = tuple(pool.dropped), []
                 return Taken(made.tensor, made.carrier, serial, told)
-        # Round up so that a slightly larger next message still fits.
-        size = _round_up(_HEADER + nbytes, _POOL_GRAIN)
+        size = _round_up(_HEADER + nbytes, POOL_GRAIN)
         dropped = pool.dropped
         fresh = new_buffer(size)
-        freed = [serial for made, serial in items if made.tensor.numpy()[0] == _FREE]
-        if fresh is None and freed:  # free buffers hold room: give it back, try once more
+        if fresh is None:  # free buffers too small hold room: let them go (the main process
+            # unmaps them when told, with the next message) so that a later buffer can fit
+            freed = [serial for made, serial in items if made.tensor.numpy()[0] == _FREE]
             items[:] = [item for item in items if item[1] not in freed]
             dropped.extend(freed)
-            fresh = new_buffer(size)
-        if fresh is not None:
+        else:
             fresh.tensor.numpy()[0] = _IN_USE
             serial = next(pool.serials)
             items.append((fresh, serial))
@@ -114,9 +113,16 @@ class BufferPool:
         with pool.lock:
             pool.sent.difference_update(dropped)
         if fresh is None:
-            return None  # (the dropped serials go with the next buffer taken)
+            return None  # (the dropped serials go with the next message: `told`)
         pool.dropped = []
         return Taken(fresh.tensor, fresh.carrier, serial, tuple(dropped))
+
+    def told(self) -> tuple[int, ...]:
+        """The serials dropped and not yet told to the main process, now told (a message
+        that carries no pooled buffer carries these)."""
+        pool = self._buffers.get()
+        told, pool.dropped = tuple(pool.dropped), []
+        return told
 
     def owner(self) -> tuple[int, int]:
         """This process's pool's name in the main process (`Received`): its pid and a nonce."""
@@ -185,6 +191,12 @@ class Received:
                 "error while sending)"
             )
         return buffer
+
+    def forget(self, owner: tuple[int, int], dropped: tuple[int, ...]) -> None:
+        """Unmap ``owner``'s ``dropped`` buffers (told by a message that carried none)."""
+        with self._lock:
+            for old in dropped:
+                self._buffers.pop((owner, old), None)
 
     def forget_exited(self) -> None:
         """Unmap the buffers of worker processes that have exited."""
@@ -268,9 +280,6 @@ def _use_count(tensor: torch.Tensor) -> int | None:
 
 def _round_up(n: int, grain: int) -> int:
     return -(-n // grain) * grain
-
-
-_POOL_GRAIN = 1 << 20
 
 
 _lent = Lent()

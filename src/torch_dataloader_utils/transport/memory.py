@@ -4,12 +4,15 @@ A container's ``/dev/shm`` is small by default (Docker and Kubernetes give it 64
 worker's pool holds several bundles of up to 16 MiB. So, in this order (ADR 0018):
 
 1. **memfd** (Linux): anonymous shared memory from ``memfd_create``, not bounded by the size of
-   ``/dev/shm`` (it counts against the container's memory limit, as ``/dev/shm`` does), and as
-   fast to fill and to map.
+   ``/dev/shm``, and as fast to fill and to map. It counts against the container's memory
+   limit, as ``/dev/shm`` does: past that limit the kernel kills the worker (a
+   `WorkerDiedError`), as it would for any memory.
 2. **/dev/shm**, through torch, where memfd is missing or refused: bundles are sized from the
-   room ``statvfs`` reports when a worker starts (`bundle_bytes`).
+   room ``statvfs`` reports when a worker starts (`bundle_bytes`), and a buffer is asked of
+   torch only when ``/dev/shm`` has room for it now (a failed torch allocation leaves its file
+   behind in ``/dev/shm``).
 3. **none**: a bundle no shared memory has room for is sent through the pipe as bytes (one
-   copy more), never an error.
+   copy more), not an error.
 
 ``TDU_SHARED_MEMORY=dev-shm`` skips the memfd (to test, or where a memfd is unwanted).
 """
@@ -29,12 +32,15 @@ __all__ = [
     "BUNDLE_BYTES",
     "DEV_SHM",
     "POOL_BUFFERS",
+    "POOL_GRAIN",
     "Buffer",
     "bundle_bytes",
+    "dev_shm_fits",
     "dev_shm_room",
     "memory_kind",
     "new_buffer",
     "no_room",
+    "remove_left_behind",
     "room_log",
 ]
 
@@ -48,6 +54,8 @@ DEV_SHM = "/dev/shm"
 
 # Buffers a worker's pool keeps (`BufferPool.size`), counted when sizing bundles.
 POOL_BUFFERS = 6
+# A new buffer is rounded up to this, so that a slightly larger next message still fits it.
+POOL_GRAIN = 1 << 20
 
 # Of the room /dev/shm has when a worker starts, the share our bundles may use: the rest stays
 # for everything else on the machine that needs it (other ranks' loaders, NCCL, torch).
@@ -91,12 +99,42 @@ def new_buffer(nbytes: int) -> Buffer | None:
     """A new shared buffer of ``nbytes`` bytes, or None when shared memory has no room."""
     if memory_kind() == "memfd":
         return _new_memfd(nbytes)
+    if not dev_shm_fits(nbytes):
+        return None
     try:
         return _new_dev_shm(nbytes)
     except RuntimeError as exc:  # torch: "unable to allocate shared memory(shm) ... (28)"
         if "shared memory" not in str(exc) and "shm" not in str(exc):
             raise
+        remove_left_behind()
         return None
+
+
+def dev_shm_fits(nbytes: int) -> bool:
+    """Whether ``/dev/shm`` has room for ``nbytes`` more now (True where there is no
+    ``/dev/shm`` to ask: macOS, Windows)."""
+    size, free = dev_shm_room()
+    return size == 0 or nbytes <= free
+
+
+def remove_left_behind() -> None:
+    """Unlink the files this process's failed torch allocations left in /dev/shm (another
+    process may have taken the room between our check and torch's). Under torch's default
+    strategy a file that worked is unlinked at once, so every one left is a failure's."""
+    import torch.multiprocessing as tmp
+
+    if tmp.get_sharing_strategy() != "file_descriptor":  # type: ignore[no-untyped-call]
+        return
+    prefix = f"torch_{os.getpid()}_"
+    try:
+        names = [n for n in os.listdir(DEV_SHM) if n.startswith(prefix)]
+    except OSError:
+        return
+    for name in names:
+        try:
+            os.unlink(os.path.join(DEV_SHM, name))
+        except OSError:
+            continue
 
 
 def _new_dev_shm(nbytes: int) -> Buffer:
@@ -126,12 +164,11 @@ class _Memfd:
 
 
 def _new_memfd(nbytes: int) -> Buffer | None:
-    fd = os.memfd_create("tdu-bundle", os.MFD_CLOEXEC)
-    carrier = _Memfd(fd, nbytes)
     try:
-        os.ftruncate(fd, nbytes)
-        memory = mmap.mmap(fd, nbytes)
-    except OSError:  # the memory limit: no room
+        carrier = _Memfd(os.memfd_create("tdu-bundle", os.MFD_CLOEXEC), nbytes)
+        os.ftruncate(carrier.fd, nbytes)
+        memory = mmap.mmap(carrier.fd, nbytes)
+    except OSError:  # out of descriptors or address space: the pipe instead
         return None
     return Buffer(torch.frombuffer(memory, dtype=torch.uint8), carrier)
 
@@ -163,11 +200,13 @@ def bundle_bytes(workers: int, *, tell: bool = True) -> int:
     Smaller bundles cost the main process more CPU a row, never rows. ``tell``: log it when
     bundles are shrunk (one worker of a loader tells).
     """
-    if memory_kind() == "memfd":
-        return BUNDLE_BYTES
     size, free = dev_shm_room()
+    if memory_kind() == "memfd" or size == 0:  # (no /dev/shm to size for: macOS, Windows)
+        return BUNDLE_BYTES
     ranks = _local_ranks()
-    fits = int(free * _ROOM_SHARE) // max(1, workers * ranks * POOL_BUFFERS)
+    # A buffer is rounded up to POOL_GRAIN: what a bundle may fill is one grain less.
+    share = int(free * _ROOM_SHARE) // max(1, workers * ranks * POOL_BUFFERS)
+    fits = max(0, share - POOL_GRAIN)
     if fits >= BUNDLE_BYTES:
         return BUNDLE_BYTES
     if tell:
@@ -180,10 +219,11 @@ def bundle_bytes(workers: int, *, tell: bool = True) -> int:
     return fits
 
 
-def no_room(nbytes: int) -> str:
-    """Why a buffer of ``nbytes`` could not be made (for `room_log`)."""
-    if memory_kind() == "memfd":
-        return f"the memory limit left no room for {_mib(nbytes)} of shared memory"
+def no_room(nbytes: int, *, dev_shm: bool = False) -> str:
+    """Why a buffer of ``nbytes`` could not be made (for `room_log`); ``dev_shm``: torch's
+    own shared memory, whatever this process's kind."""
+    if memory_kind() == "memfd" and not dev_shm:
+        return f"no memfd of {_mib(nbytes)} could be made (out of descriptors or address space)"
     size, free = dev_shm_room()
     return f"{DEV_SHM} ({_mib(free)} free of {_mib(size)}) has no room for {_mib(nbytes)}"
 

@@ -209,7 +209,9 @@ class PackedBundle:
     def __reduce__(self) -> tuple[Any, ...]:
         state = (self.layouts, self.tensors_end, self.end, self.worker, self.failures)
         if not self.pooled:  # no shared memory had room: the bytes go through the pipe
-            return (_unpickled, (self.buffer.numpy()[: self.end], None, 0, (), state))
+            owner = _pool.owner() if self.dropped else None  # (it tells the pool's drops)
+            raw = self.buffer.numpy()[: self.end]
+            return (_unpickled, (raw, owner, 0, self.dropped, state))
         if self.serial is None or not _received.enabled:
             return (_unpickled, (self.carrier, None, 0, (), state))
         carried = self.carrier if _pool.first_send(self.serial) else None
@@ -291,6 +293,8 @@ def _unpickled(
     pooled = not isinstance(buffer, np.ndarray)  # (bytes sent through the pipe: private)
     if isinstance(buffer, np.ndarray):
         buffer = torch.from_numpy(buffer)
+        if owner is not None:
+            _received.forget(owner, dropped)
     elif owner is not None:  # a pooled buffer: received once, then named by its serial
         if buffer is None:
             buffer = _received.get(owner, serial, dropped)
@@ -298,7 +302,7 @@ def _unpickled(
             _received.add(owner, serial, buffer, dropped)
     assert buffer is not None
     layouts, tensors_end, end, worker, failures = state
-    bundle = PackedBundle(buffer, layouts, tensors_end, end, worker, pooled=pooled)
+    bundle = PackedBundle(buffer, layouts, tensors_end, end, worker, carrier=buffer, pooled=pooled)
     bundle.failures = failures
     return bundle
 
@@ -377,7 +381,7 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
         else:
             out[...] = as_numpy(field)
     if taken is None:
-        return PackedBundle(buffer, layouts, tensors_end, offset)
+        return PackedBundle(buffer, layouts, tensors_end, offset, dropped=_pool.told())
     return PackedBundle(
         buffer,
         layouts,

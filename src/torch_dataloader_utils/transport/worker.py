@@ -16,7 +16,14 @@ from torch.utils.data import get_worker_info
 
 from ..convert import Converter, Field
 from ..skipping import FailureLog
-from .memory import BUNDLE_BYTES, bundle_bytes, no_room, room_log
+from .memory import (
+    BUNDLE_BYTES,
+    bundle_bytes,
+    dev_shm_fits,
+    no_room,
+    remove_left_behind,
+    room_log,
+)
 from .wire import Bundle, PackedBundle, map_tensors, pack, packed_nbytes
 
 if TYPE_CHECKING:
@@ -101,8 +108,13 @@ def worker_messages(
         group: list[list[Field]] = []
         nbytes = 0
         for batch, rows in batches:
-            group.append(convert.fields(batch, rows))
-            nbytes += packed_nbytes(group[-1])
+            fields = convert.fields(batch, rows)
+            more = packed_nbytes(fields)
+            if group and nbytes + more > _bundle_bytes:  # (a bundle stays within its bytes)
+                yield _mark(pack(group), worker, failures)
+                group, nbytes, size = [], 0, min(size * 2, per_bundle)
+            group.append(fields)
+            nbytes += more
             if len(group) >= size or nbytes >= _bundle_bytes:
                 yield _mark(pack(group), worker, failures)
                 group, nbytes, size = [], 0, min(size * 2, per_bundle)
@@ -124,16 +136,21 @@ def worker_messages(
 def _shared(items: list[Any]) -> bool:
     """Move the tensors in ``items`` to torch's shared memory here (torch would when sending);
     False when /dev/shm has no room for them."""
+    tensors = _tensors(items)
+    nbytes = sum(int(t.nbytes) for t in tensors if not t.untyped_storage().is_shared())
     try:
-        map_tensors(items, _share)
+        if not dev_shm_fits(nbytes):  # (asked first: a failed allocation leaves a file)
+            raise RuntimeError("unable to allocate shared memory(shm): checked before")
+        for tensor in tensors:
+            tensor.share_memory_()  # type: ignore[no-untyped-call]
     except RuntimeError as exc:  # torch: "unable to allocate shared memory(shm) ... (28)"
         if "shared memory" not in str(exc) and "shm" not in str(exc):
             raise
-        nbytes = sum(t.nbytes for t in _tensors(items))
+        remove_left_behind()
         room_log(
             "collated",
-            f"{no_room(nbytes)} (a collated batch): batches that do not fit go through the "
-            "pipe (one copy more)",
+            f"{no_room(nbytes, dev_shm=True)} (a collated batch): batches that do not fit go "
+            "through the pipe (one copy more)",
         )
         return False
     return True
@@ -148,10 +165,6 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
     map_tensors(value, keep)
     return found
-
-
-def _share(tensor: torch.Tensor) -> torch.Tensor:
-    return tensor.share_memory_()  # type: ignore[no-untyped-call,no-any-return]
 
 
 def _mark(
