@@ -27,6 +27,7 @@ from multiprocessing.reduction import DupFd
 from typing import Any, NamedTuple
 
 import torch
+import torch.multiprocessing
 
 __all__ = [
     "BUNDLE_BYTES",
@@ -121,9 +122,7 @@ def remove_left_behind() -> None:
     """Unlink the files this process's failed torch allocations left in /dev/shm (another
     process may have taken the room between our check and torch's). Under torch's default
     strategy a file that worked is unlinked at once, so every one left is a failure's."""
-    import torch.multiprocessing as tmp
-
-    if tmp.get_sharing_strategy() != "file_descriptor":  # type: ignore[no-untyped-call]
+    if torch.multiprocessing.get_sharing_strategy() != "file_descriptor":  # type: ignore[no-untyped-call]
         return
     prefix = f"torch_{os.getpid()}_"
     try:
