@@ -22,11 +22,12 @@ from .base import Format, FormatPlan, ReadOptions
 from .chunking import group_units
 from .handles import HandleCache
 from .magic import refuse_other_format
-from .names import unique_names, unique_schema, warn_renamed
+from .names import unique_schema, warn_renamed
 from .opening import open_input, parsing, slice_batches
 from .parquet_facts import FileFacts, chunk_ranges, leaf_owners, read_facts
 from .parquet_footer import Footer, footer_file, read_footer
-from .parquet_leafless import ParquetReadOptions, leaf_count, put_back, read_options
+from .parquet_leafless import ParquetReadOptions, put_back, read_options
+from .parquet_names import Renaming, asked
 from .schemas import FileSchema, check_schemas
 
 __all__ = ["ParquetFormat"]
@@ -64,86 +65,13 @@ _LOCAL_WAITING = 0.5
 _REMOTE_BUFFER = 8 << 20
 
 
-class _Ask(NamedTuple):
-    """A read of some unique-named columns of a file whose names are not unique."""
-
-    asked: list[str] | None  # the file's names asked of pyarrow (None: all)
-    given: list[str]  # the file's names of the columns pyarrow gives, in its order
-    renamed: list[str]  # their unique names
-    keep: list[str] | None  # the columns read, in their order (None: all given)
-
-
-class _Renaming:
-    """How a file whose column names repeat or are empty is read under the unique names
-    (`names`).
-
-    pyarrow selects columns by the file's names and gives every column of a name asked, in the
-    order asked, each name's in file order (leaving out those without leaf columns,
-    `parquet_leafless`): its columns are renamed by position, then those asked selected.
-    """
-
-    def __init__(self, schema: pa.Schema) -> None:
-        self.names = tuple(schema.names)
-        self.unique = unique_names(self.names)
-        self._stored = [bool(leaf_count(field.type)) for field in schema]
-        self._position = {name: i for i, name in enumerate(self.unique)}
-        self._sharing: dict[str, list[int]] = {}  # the positions of each name of the file
-        for i, name in enumerate(self.names):
-            self._sharing.setdefault(name, []).append(i)
-        self._asks: dict[tuple[str, ...] | None, _Ask] = {}  # a plan reads one or two
-
-    @staticmethod
-    def of(schema: pa.Schema) -> _Renaming | None:
-        """The renaming of a file of ``schema``; ``None`` when its names are unique."""
-        return None if unique_schema(schema) is schema else _Renaming(schema)
-
-    def ask(self, columns: tuple[str, ...] | None) -> _Ask:
-        """How to read ``columns`` (unique names; None: all)."""
-        found = self._asks.get(columns)
-        if found is not None:
-            return found
-        if columns is None:
-            asked, positions = None, list(range(len(self.names)))
-        else:
-            asked = list(dict.fromkeys(self.names[self._position[c]] for c in columns))
-            positions = [i for name in asked for i in self._sharing[name]]
-        given = [i for i in positions if self._stored[i]]
-        renamed = [self.unique[i] for i in given]
-        kept = set(renamed)
-        keep = None if columns is None else [c for c in columns if c in kept]
-        found = _Ask(asked, [self.names[i] for i in given], renamed, keep)
-        self._asks[columns] = found
-        return found
-
-    def rename(
-        self, batches: Iterator[pa.RecordBatch], columns: tuple[str, ...] | None, where: str
-    ) -> Iterator[pa.RecordBatch]:
-        """``batches`` read as `ask` says for ``columns``, under unique names, of ``columns``
-        in their order (those without leaf columns are `put_back` later)."""
-        ask = self.ask(columns)
-        for batch in batches:
-            if batch.schema.names != ask.given:  # renaming by position must pair right
-                raise CorruptFileError(
-                    f"{where}: pyarrow read columns {batch.schema.names}, expected {ask.given}"
-                )
-            renamed = batch.rename_columns(ask.renamed)
-            yield renamed if ask.keep is None else renamed.select(ask.keep)
-
-
-def _asked(renaming: _Renaming | None, columns: tuple[str, ...] | None) -> list[str] | None:
-    """The file's names to ask pyarrow for ``columns`` (the plan's unique names)."""
-    if columns is None or renaming is None:
-        return None if columns is None else list(columns)
-    return renaming.ask(columns).asked
-
-
 class _Remote(NamedTuple):
     """What reading a remote file needs: its footer, parsed and checked, and its size."""
 
     metadata: pq.FileMetaData
     footer: Footer
     size: int
-    renaming: _Renaming | None
+    renaming: Renaming | None
 
 
 class ParquetFormat(Format):
@@ -154,7 +82,7 @@ class ParquetFormat(Format):
     chunks. Workers re-open the file (one footer read per file per worker) rather than receive
     pickled footers: a footer pickles to ~40 KB, which ``spawn`` would copy into every worker for
     every file, while a re-read costs one small request (see docs/adr/0002). Columns whose
-    names repeat or are empty are read under unique names (`names`, `_Renaming`).
+    names repeat or are empty are read under unique names (`names`, `Renaming`).
 
     Args:
         verify_checksums: verify the page checksums a file carries (a mismatch raises
@@ -168,7 +96,7 @@ class ParquetFormat(Format):
         # parquet-mr): a flipped bit is a CorruptFileError, not a wrong value. Measured: ~8%
         # more decode time on files that carry them (2M rows, 3 columns); none without.
         self.verify_checksums = verify_checksums
-        self._open: HandleCache[str, tuple[pq.ParquetFile, _Renaming | None]] = HandleCache(
+        self._open: HandleCache[str, tuple[pq.ParquetFile, Renaming | None]] = HandleCache(
             _OPEN_FILES, lambda opened: opened[0].close()
         )
         # Remote reads: footers and file sizes, row groups fetched ahead (by row group), the
@@ -261,8 +189,8 @@ class ParquetFormat(Format):
             read_options=read_options(options, schema),
         )
 
-    def _file(self, path: str, fs: FileSystemSpec) -> tuple[pq.ParquetFile, _Renaming | None]:
-        def open_file() -> tuple[pq.ParquetFile, _Renaming | None]:
+    def _file(self, path: str, fs: FileSystemSpec) -> tuple[pq.ParquetFile, Renaming | None]:
+        def open_file() -> tuple[pq.ParquetFile, Renaming | None]:
             source = open_input(path, fs)
             try:
                 with parsing(fs.url(path)):
@@ -272,7 +200,7 @@ class ParquetFormat(Format):
                         buffer_size=_STREAM_BUFFER,
                         page_checksum_verification=self.verify_checksums,
                     )
-                    return handle, _Renaming.of(handle.schema_arrow)
+                    return handle, Renaming.of(handle.schema_arrow)
             except BaseException:  # corrupt, or the storage failed mid-parse
                 source.close()
                 raise
@@ -306,7 +234,7 @@ class ParquetFormat(Format):
             renaming = self._file(chunk.path, fs)[1]
         else:
             renaming = self._footer(chunk.path, fs).renaming
-        batches = self._decode(chunk, row_start, row_stop, fs, _asked(renaming, options.columns))
+        batches = self._decode(chunk, row_start, row_stop, fs, asked(renaming, options.columns))
         yield from batches if renaming is None else renaming.rename(batches, options.columns, url)
 
     def _decode(
@@ -361,7 +289,7 @@ class ParquetFormat(Format):
         for rg, lo, hi, rg_rows in _row_group_spans(chunk, row_start, row_stop):
             if not _head_only(lo, hi, rg_rows):
                 renaming = self._footer(chunk.path, fs).renaming  # read next anyway
-                self._fetch_ahead(chunk.path, rg, _asked(renaming, options.columns), fs)
+                self._fetch_ahead(chunk.path, rg, asked(renaming, options.columns), fs)
             return
 
     # --- remote reading: whole column chunks fetched in parallel, ahead of decoding ---------
@@ -379,7 +307,7 @@ class ParquetFormat(Format):
                 checked, thrift, start = read_footer(source, size, url)
                 tail = footer_file(source, size, start, thrift)
                 metadata = pq.read_metadata(tail)  # remote only: no second request
-                renaming = _Renaming.of(metadata.schema.to_arrow_schema())
+                renaming = Renaming.of(metadata.schema.to_arrow_schema())
                 return _Remote(metadata, checked, size, renaming)
 
         found = fs.request(read, what=url)

@@ -19,7 +19,7 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from torch_dataloader_utils.errors import UnsupportedFileError
-from torch_dataloader_utils.formats import FormatPlan, ReadOptions
+from torch_dataloader_utils.formats import FormatPlan, ReadOptions, parquet_names
 from torch_dataloader_utils.formats import parquet as parquet_module
 from torch_dataloader_utils.formats.names import RenamedColumnsWarning, unique_names
 from torch_dataloader_utils.formats.parquet import ParquetFormat
@@ -128,10 +128,10 @@ def test_a_remote_fetch_takes_every_column_of_the_names_asked(remote: str) -> No
     (file,) = list_files(remote, fs)
     fmt = ParquetFormat()
     found = fmt._footer(file.path, fs)
-    asked = parquet_module._asked(found.renaming, ("a_1", "id"))
+    asked = parquet_names.asked(found.renaming, ("a_1", "id"))
     assert asked == ["a", "id"]  # pyarrow gives both columns named a: both are fetched
     assert len(chunk_ranges(found.metadata, found.footer, 0, asked)) == 3
-    assert parquet_module._asked(found.renaming, None) is None
+    assert parquet_names.asked(found.renaming, None) is None
 
 
 def test_the_schema_and_planning_use_the_unique_names(local: Path) -> None:
