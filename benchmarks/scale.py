@@ -319,10 +319,10 @@ def make_layout(args: argparse.Namespace) -> Any:
 
 def worker_stream(plan: Any, layout: Any, iteration: Any, topology: Any) -> Any:
     """What a worker does before its first read: its stream, then the stream's pieces."""
-    from torch_dataloader_utils.stream.resolve import resolve
+    from torch_dataloader_utils.planning.streams import OneSource
 
-    stream = resolve(plan.chunk_rows, layout, iteration, topology)
-    return stream.epoch.pieces(stream.runs)
+    stream = OneSource(plan.chunk_rows, layout).resolve(iteration, topology)
+    return [p for part in stream.parts for p in part.pieces()]
 
 
 def state_bytes(plan: Any, iteration: Any, world_size: int, workers: int, layout: Any) -> str:

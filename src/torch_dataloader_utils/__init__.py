@@ -17,6 +17,7 @@ import logging
 
 from .cache import CacheStats
 from .convert import Converter
+from .create import create_dataloader
 from .dataset import StructuredDataset
 from .errors import (
     ColumnNotFoundError,
@@ -60,10 +61,10 @@ from .formats.text_json import JsonFormat
 from .formats.webdataset import WebDatasetFormat
 from .fs import RetryPolicy
 from .iceberg import IcebergDataset
-from .loader import TabularDataLoader, create_dataloader
+from .loader import TabularDataLoader
 from .mixture import MixtureDataset
+from .options import Source
 from .planning import Chunk, Piece, Plan, Topology
-from .source import Source
 from .webdataset import ShardWriter
 
 __version__ = "0.3.0.dev0"

@@ -1,22 +1,33 @@
-"""The IterableDataset: plans once in the main process, resolves its stream in each worker."""
+"""The IterableDataset: plans its sources once, resolves its stream in each worker.
+
+One body serves every dataset: a tuple of planned sources (one for files or a table, several
+for a mixture) and the `Streams` that cut its epochs. The constructors differ only in how they
+plan and combine their sources (`StructuredDataset`, `IcebergDataset`, `MixtureDataset`).
+"""
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import Any, TypeVar
 
 import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
 from .cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
-from .convert import Converter, Decoding, ListFormat, NullPolicy, OutputFormat
+from .convert import Converter, Decoding, ListFormat, NullPolicy, Output, OutputFormat
 from .errors import InvalidArgumentError, UnsupportedTypeError
+from .errors.keywords import check_keywords, keywords_of
+from .errors.on_error import FailureLog, OnError
 from .formats import Format, ReadOptions, get_format
-from .fs import FileSystemSpec, RetryPolicy, Source, StorageBackend, StorageOptions
-from .options import check_arguments, check_dataset_keywords
+from .fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
+from .fs import Source as Paths
+from .loader import LOADER_KEYWORDS, LoaderOptions, TabularDataLoader
+from .options import Options, Source, ranks_of
 from .planning import (
     Iteration,
     Layout,
@@ -28,22 +39,30 @@ from .planning import (
     Topology,
     strategy_of,
 )
-from .skipping import FailureLog, OnError
-from .sources.broadcast import plan_once
+from .planning.streams import OneSource, Stream, Streams
 from .sources.files import Planned, plan_source
+from .sources.planned import PlannedSource, plan_sources, planned_source
 from .state import Passes, Progress
-from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, Segment, block_sizes
+from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, Segment
 from .stream.pipeline import stream_segments
 from .stream.read import Reader
-from .stream.resolve import resolve
 from .transport import bundle_rows, worker_messages
 
-if TYPE_CHECKING:
-    from .loader import TabularDataLoader
-
-__all__ = ["StructuredDataset"]
+__all__ = ["Combined", "StructuredDataset", "check_dataset_keywords"]
 
 logger = logging.getLogger(__name__)
+
+_Dataset = TypeVar("_Dataset", bound="StructuredDataset")
+
+
+@dataclass(frozen=True)
+class Combined:
+    """A dataset's planned sources as one: the plan the state names, decoded bytes per row
+    (block sizes), and how a layout cuts the epochs into streams."""
+
+    plan: Plan
+    row_bytes: float
+    streams: Callable[[Layout], Streams]
 
 
 class StructuredDataset(IterableDataset[Any]):
@@ -136,7 +155,7 @@ class StructuredDataset(IterableDataset[Any]):
 
     def __init__(
         self,
-        path: Source,
+        path: Paths,
         format: str | Format = "parquet",
         *,
         batch_size: int = 1024,
@@ -168,175 +187,200 @@ class StructuredDataset(IterableDataset[Any]):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
     ) -> None:
-        super().__init__()
-        world_size = check_arguments(
+        # The public keywords become the two option values here, once.
+        options = Options(
             batch_size=batch_size,
-            columns=columns,
+            shuffle=shuffle,
             shuffle_seed=shuffle_seed,
-            split_bytes=split_bytes,
-            split_rows=split_rows,
-            partitioning=partitioning,
+            drop_last=drop_last,
             shuffle_block_size=shuffle_block_size,
             shuffle_block_bytes=shuffle_block_bytes,
-            world_size=world_size,
+            rank=rank,
+            world_size=ranks_of(world_size, num_ranks),
             remainder=remainder,
             split_strategy=split_strategy,
-            num_ranks=num_ranks,
             on_error=on_error,
-            shuffle=shuffle,
-            drop_last=drop_last,
+            collate_fn=collate_fn,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+            output=Output(output_format, list_format, null_policy, pad_value),
         )
-        self.format = get_format(format, format_options)
-        self.fs = self._filesystem(
-            path, storage_options, backend=storage_backend, retry=RetryPolicy.of(retries)
-        )
-        self.collate_fn = collate_fn
-        self.on_error: OnError = on_error
-        self._failures: FailureLog | None = None  # this process's, made when first used
-        self._ranks = Ranks(rank, world_size)  # validates an explicit rank now
-        self._reading: Progress | None = None  # the pass this process reads
-        self._use_cache(cache_dir, cache_limit)
-
-        # Listing, footers and row counting happen once: on rank 0 when torch.distributed is up
-        # (the others receive the result), else here.
-        planned = plan_once(
-            lambda: self._plan_source(
-                path,
-                columns=columns,
-                filters=filters,
-                partitioning=partitioning,
-                split_bytes=split_bytes,
-                split_rows=split_rows,
-            ),
-            explicit=rank is not None,
-        )
-        if planned.fs is not None:  # storage found by planning (an Iceberg table's), read
-            self.fs = planned.fs.under(self.fs)  # with this rank's options, backend, retries
-        self.read_options: ReadOptions = planned.read_options
-        self.plan: Plan = planned.plan
-        self._output_columns = planned.output_columns
-        decoders = self.format.decoders(self.plan.schema) if output_format != "arrow" else {}
-        # Read with decoded columns, so that a value that does not decode is named by its
-        # file and sample whatever the columns asked for; dropped after decoding.
-        self._carried = tuple(
-            c for c in self.format.sample_columns if decoders and c not in self.plan.schema.names
-        )
-        try:
-            self.converter = Converter(
-                pa.schema([*self.plan.schema, *(pa.field(c, pa.string()) for c in self._carried)]),
-                output_format=output_format,
-                list_format=list_format,
-                null_policy=null_policy,
-                pad_value=pad_value,
-            )
-        except UnsupportedTypeError as exc:  # at planning: name the source
-            where = (
-                os.fspath(path)
-                if isinstance(path, str | os.PathLike)
-                else ", ".join(str(p) for p in path)
-            )
-            raise UnsupportedTypeError(f"{where}: {exc}") from None
-        block_rows, first_block_rows = block_sizes(
-            batch_size=batch_size,
-            block_size=shuffle_block_size,
-            block_bytes=shuffle_block_bytes,
-            row_bytes=max(self.plan.row_bytes, planned.decoded_row_bytes),
-            chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
-        )
-        # Every option that decides which rows each stream reads and in what order.
-        self.layout = Layout(
-            batch_size=batch_size,
-            shuffle=shuffle,
-            seed=shuffle_seed,
-            drop_last=drop_last,
-            remainder=remainder,
-            block_rows=block_rows,
-            first_block_rows=first_block_rows,
-            strategy=split_strategy,
-        )
-        strategy_of(split_strategy).check(self.layout, self._ranks)
-        # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
-        # too) and with the loader: see `Passes`.
-        self.passes = Passes(self.plan, self.layout, self._ranks)
-        self._collate = (
-            Decoding(
-                decoders,
-                output_format=output_format,
-                collate=collate_fn,
-                on_error=on_error,
-                carried=self._carried,
-            )
-            if decoders
-            else collate_fn
-        )
-        logger.info("%s", self.plan.summary())
-
-    # --- planning (subclasses read other sources: IcebergDataset) ------------------------------
-
-    def _filesystem(
-        self,
-        path: Source,
-        storage_options: StorageOptions | None,
-        *,
-        backend: StorageBackend,
-        retry: RetryPolicy,
-    ) -> FileSystemSpec:
-        """The filesystem the data lives on (from the first path's protocol)."""
-        first = os.fspath(path if isinstance(path, str | os.PathLike) else next(iter(path), ""))
-        return FileSystemSpec.for_path(first, storage_options, backend=backend, retry=retry)
-
-    def _plan_source(
-        self,
-        path: Source,
-        *,
-        columns: Sequence[str] | None,
-        filters: Any,
-        partitioning: str | None,
-        split_bytes: int | None,
-        split_rows: int | None,
-    ) -> Planned:
-        """Plan the source: list, read footers, count filtered rows (`plan_source`)."""
-        return plan_source(
-            path,
-            self.format,
-            self.fs,
+        source = Source(
+            path=path,
+            format=format,
             columns=columns,
             filters=filters,
+            storage_options=storage_options,
+            format_options=format_options,
             partitioning=partitioning,
             split_bytes=split_bytes,
             split_rows=split_rows,
-            cached=self._cached if self.cache is not None else None,
+            storage_backend=storage_backend,
+            retries=retries,
         )
+        self._build((source,), options)
 
-    # --- the node-local cache ------------------------------------------------------------------
+    # --- the one body: plan the sources, combine them, cut the epochs ---------------------------
 
-    # Whether the source never rewrites a file under its name (an Iceberg table's data files):
-    # then a file's size alone identifies it for the cache.
-    _immutable_files = False
-
-    def _use_cache(
-        self, cache_dir: str | os.PathLike[str] | None, cache_limit: int | str | None
-    ) -> None:
-        """Set up the node-local cache (``cache_dir``, else ``TDU_CACHE_DIR``; none: off)."""
-        self.cache: CacheConfig | None = CacheConfig.of(cache_dir, cache_limit)
+    def _build(self, sources: Sequence[Source], options: Options) -> None:
+        """Plan ``sources`` in one planning step and set up the dataset over them."""
+        IterableDataset.__init__(self)
+        self.options = options
+        self.collate_fn = options.collate_fn
+        self.on_error: OnError = options.on_error
+        self._failures: FailureLog | None = None  # this process's, made when first used
+        self._ranks = Ranks(options.rank, options.world_size)  # validates an explicit rank now
+        self._reading: Progress | None = None  # the pass this process reads
+        self.cache: CacheConfig | None = CacheConfig.of(options.cache_dir, options.cache_limit)
         self._cache_counter = CacheCounter() if self.cache is not None else None
         if self.cache is not None:
             open_store(self.cache)  # a directory that cannot be made fails here, named
+        formats = [self._format(s) for s in sources]
+        filesystems = [
+            FileSystemSpec.for_path(
+                s.first_path,
+                s.storage_options,
+                backend=s.storage_backend,
+                retry=RetryPolicy.of(s.retries),
+            )
+            for s in sources
+        ]
+        # Listing, footers and row counting happen once: on rank 0 when torch.distributed is
+        # up (the others receive the result), else here.
+        planned = plan_sources(
+            len(sources),
+            lambda i: self._plan(sources[i], formats[i], filesystems[i]),
+            explicit=options.rank is not None,
+        )
+        self.sources: tuple[PlannedSource, ...] = tuple(
+            planned_source(s.label, p, f, fs, immutable=s.table is not None)
+            for s, p, f, fs in zip(sources, planned, formats, filesystems, strict=True)
+        )
+        combined = self._combine(self.sources)
+        self.plan: Plan = combined.plan
+        self.layout = options.layout(
+            row_bytes=combined.row_bytes,
+            chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
+        )
+        strategy_of(self.layout.strategy).check(self.layout, self._ranks)
+        self.streams = combined.streams(self.layout)
+        # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
+        # too) and with the loader: see `Passes`.
+        self.passes = Passes(self.plan, self.streams, self._ranks)
+        self._convert(options.output)
+        logger.info("%s", self.plan.summary())
+
+    def _convert(self, output: Output) -> None:
+        """The converter, each source's checks and the decoders of the sources' formats."""
+        decoders: dict[str, Any] = {}
+        if output.format != "arrow":
+            for source in self.sources:
+                for name, decoder in source.format.decoders(source.plan.schema).items():
+                    decoders.setdefault(name, decoder)
+        # Read with the columns that name a sample (every source has them), so that a value
+        # that does not decode is named by its file and sample whatever the columns asked
+        # for; dropped after decoding.
+        schema = self.plan.schema
+        carried = [
+            c
+            for c in self.sources[0].format.sample_columns
+            if decoders
+            and c not in schema.names
+            and all(c in s.format.sample_columns for s in self.sources)
+        ]
+        self._carried = tuple(carried)
+        strings = [pa.field(c, pa.string()) for c in carried]
+        self._checks = tuple(
+            _converter(output, pa.schema([*s.plan.schema, *strings]), s.label).check
+            for s in self.sources
+        )
+        self.converter: Converter = _converter(
+            output, pa.schema([*schema, *strings]), self.sources[0].label
+        )
+        self._collate = (
+            Decoding(
+                decoders,
+                output_format=output.format,
+                collate=self.collate_fn,
+                on_error=self.on_error,
+                carried=self._carried,
+            )
+            if decoders
+            else self.collate_fn
+        )
+
+    def _format(self, source: Source) -> Format:
+        """The format ``source`` is read with (on every rank)."""
+        return get_format(source.format, source.format_options)
+
+    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
+        """Plan ``source``: list, read footers, count filtered rows (on rank 0 only)."""
+        if source.table is not None:
+            raise InvalidArgumentError(
+                f"{type(self).__name__} reads files; read the table {source.label!r} with "
+                "IcebergDataset, or as a tdu.Source of a mixture"
+            )
+        assert source.path is not None
+        return plan_source(
+            source.path,
+            fmt,
+            fs,
+            columns=source.columns,
+            filters=source.filters,
+            partitioning=source.partitioning,
+            split_bytes=source.split_bytes,
+            split_rows=source.split_rows,
+            cached=self._cached if self.cache is not None else None,
+        )
+
+    def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
+        """The planned sources as one (a mixture's differ): here, the only one."""
+        (only,) = sources
+        return Combined(
+            only.plan, only.row_bytes, functools.partial(OneSource, only.plan.chunk_rows)
+        )
+
+    # --- what one source has (a mixture's sources each have their own) --------------------------
+
+    def _only(self, what: str) -> PlannedSource:
+        if len(self.sources) != 1:
+            raise AttributeError(
+                f"a dataset of {len(self.sources)} sources has no single {what}: see "
+                f"dataset.sources[i].{what}"
+            )
+        return self.sources[0]
+
+    @property
+    def format(self) -> Format:
+        """The format the source is read with."""
+        return self._only("format").format
+
+    @property
+    def fs(self) -> FileSystemSpec:
+        """The filesystem the source is on."""
+        return self._only("fs").fs
+
+    @property
+    def read_options(self) -> ReadOptions:
+        """What the source's reads read (columns, filter, what planning learned)."""
+        return self._only("read_options").read_options
+
+    # --- the node-local cache ------------------------------------------------------------------
 
     def _cached(
-        self, fs: FileSystemSpec, files: Mapping[str, tuple[int, str]], *, trusted: bool = False
+        self,
+        fs: FileSystemSpec,
+        files: Mapping[str, tuple[int, str]],
+        *,
+        trusted: bool = False,
+        immutable: bool = False,
     ) -> FileSystemSpec:
         """``fs`` with its reads of ``files`` through the cache (remote storage only)."""
         if self.cache is None or fs.is_local:
             return fs
         assert self._cache_counter is not None
         return CachingFileSystem(
-            fs,
-            self.cache,
-            self._cache_counter,
-            files,
-            immutable=self._immutable_files,
-            trusted=trusted,
+            fs, self.cache, self._cache_counter, files, immutable=immutable, trusted=trusted
         )
 
     @property
@@ -347,9 +391,10 @@ class StructuredDataset(IterableDataset[Any]):
 
     @property
     def storage_retries(self) -> int:
-        """Storage requests retried so far, in this process and its DataLoader workers (each
-        retry is also logged at WARNING on the ``torch_dataloader_utils.storage`` logger)."""
-        return self.fs.retries.total
+        """Storage requests retried so far, in this process and its DataLoader workers, over
+        every source (each retry is also logged at WARNING on the
+        ``torch_dataloader_utils.storage`` logger)."""
+        return sum(s.fs.retries.total for s in self.sources)
 
     # --- epochs and passes (kept by `Passes`, shared with the loader) --------------------------
 
@@ -407,50 +452,62 @@ class StructuredDataset(IterableDataset[Any]):
         return self._ranks.resolve()
 
     def pieces(self, topology: Topology, epoch: int) -> list[Piece]:
-        """The pieces ``topology``'s stream reads in a fresh pass over ``epoch``."""
-        stream = resolve(self.plan.chunk_rows, self.layout, Iteration(epoch), topology, done=0)
-        return stream.epoch.pieces(stream.runs)
+        """The pieces ``topology``'s stream reads in a fresh pass over ``epoch`` (a mixture's:
+        each source's in turn, numbered as the chunks of `plan`)."""
+        stream = self.streams.resolve(Iteration(epoch), topology, done=0)
+        offsets = [0]
+        for source in self.sources[:-1]:
+            offsets.append(offsets[-1] + len(source.plan.chunks))
+        return [
+            p._replace(chunk=p.chunk + offsets[part.source or 0])
+            for part in stream.parts
+            for p in part.pieces()
+        ]
 
-    def reader(self, failures: FailureLog | None = None, *, carry: bool = False) -> Reader:
-        """A reader of this dataset's plan; its skipped reads go to ``failures`` (default: this
-        process's `failure_log`). ``carry``: its batches also hold the columns that name a
-        sample (`Format.sample_columns`) for this dataset's decoding to name bad values."""
-        options, output = self.read_options, self._output_columns
+    def reader(
+        self, failures: FailureLog | None = None, *, carry: bool = False, source: int = 0
+    ) -> Reader:
+        """A reader of source ``source``'s plan; its skipped reads go to ``failures`` (default:
+        this process's `failure_log`). ``carry``: its batches also hold the columns that name
+        a sample (`Format.sample_columns`) for this dataset's decoding to name bad values."""
+        planned = self.sources[source]
+        options, output = planned.read_options, planned.output_columns
         if carry and self._carried and options.columns is not None and output is not None:
             options = dataclasses.replace(options, columns=(*options.columns, *self._carried))
             output = (*output, *self._carried)
         return Reader(
-            self.plan.chunks,
-            self.format,
-            self._cached(self.fs, self.plan.files),
+            planned.plan.chunks,
+            planned.format,
+            self._cached(planned.fs, planned.plan.files, immutable=planned.immutable),
             options,
             output_columns=output,
-            check=self.converter.check,
-            files=self.plan.files,
+            check=self._checks[source],
+            files=planned.plan.files,
             on_error=self.on_error,
             failures=self.failure_log if failures is None else failures,
-            row_bytes=self.plan.row_bytes,
+            row_bytes=planned.plan.row_bytes,
         )
 
-    def _segments(self, stream: Any) -> Iterator[Segment]:
+    def _segments(self, stream: Stream) -> Iterator[Segment]:
         """The batches of ``stream`` before conversion, from where its pass starts."""
-        return stream_segments(stream, self.reader(carry=True))
+        readers = [self.reader(carry=True, source=i) for i in range(len(self.sources))]
+        return stream_segments(stream, readers, **self._mixing())
+
+    def _mixing(self) -> dict[str, Any]:
+        """What `stream_segments` needs to interleave several sources (none: one source)."""
+        return {}
 
     def __iter__(self) -> Iterator[Any]:
         # Not a generator: the pass (its epoch, its start) is fixed when iter() is called, as
         # torchdata's StatefulDataLoader asks a worker's state right after iter(dataset).
         topology = self.topology()
         iteration, done = self.passes.this_pass(topology)
-        stream = self._resolve(iteration, topology, done)
+        stream = self.streams.resolve(iteration, topology, done=done)
         reading = Progress(iteration, stream.done, stream.batches, topology)
         self._reading = reading
         return self._read(stream, reading)
 
-    def _resolve(self, iteration: Iteration, topology: Topology, done: int | None) -> Any:
-        """The stream ``topology`` reads in ``iteration`` (a `Stream`; a mixture's differs)."""
-        return resolve(self.plan.chunk_rows, self.layout, iteration, topology, done=done)
-
-    def _read(self, stream: Any, reading: Progress) -> Iterator[Any]:
+    def _read(self, stream: Stream, reading: Progress) -> Iterator[Any]:
         in_main = get_worker_info() is None
         if not in_main:
             self.failure_log.relayed = bundle_rows() > 0  # a TabularDataLoader's worker
@@ -505,13 +562,12 @@ class StructuredDataset(IterableDataset[Any]):
                 (``split_strategy="round_robin"``).
         """
         rank, world_size = self.resolved_rank()
-        strategy = strategy_of(self.layout.strategy)
-        return strategy.rank_batches(self.epoch_rows, Topology(rank, world_size), self.layout)
+        return self.streams.rank_batches(Topology(rank, world_size))
 
     @property
     def epoch_rows(self) -> int:
         """Rows an epoch reads across all ranks, before the remainder policy."""
-        return self.plan.num_rows
+        return self.streams.epoch_rows
 
     # --- the options, as the layout holds them ---------------------------------------------------
 
@@ -564,17 +620,52 @@ class StructuredDataset(IterableDataset[Any]):
 
     @classmethod
     def create_dataloader(
-        cls, path: Source, format: str | Format = "parquet", **kwargs: Any
-    ) -> tuple[TabularDataLoader, StructuredDataset]:
+        cls, path: Paths, format: str | Format = "parquet", **kwargs: Any
+    ) -> tuple[TabularDataLoader[StructuredDataset], StructuredDataset]:
         """Build the dataset and a DataLoader over it; see `create_dataloader`.
 
         Returns:
             ``(loader, dataset)``: call ``dataset.set_epoch(epoch)`` before each epoch.
         """
-        from .loader import create_dataloader
-
-        loader = create_dataloader(path, format=format, dataset_class=cls, **kwargs)
+        loader = loader_over(cls, path, format, kwargs)
         return loader, loader.dataset
+
+
+def loader_over(
+    cls: type[_Dataset], data: Any, format: Any, kwargs: Mapping[str, Any]
+) -> TabularDataLoader[_Dataset]:
+    """``cls(data, format, **dataset keywords)`` and a `TabularDataLoader` over it (the loader's
+    options checked first, before anything is planned)."""
+    given = dict(kwargs)
+    loading = LoaderOptions(**{k: given.pop(k) for k in LOADER_KEYWORDS if k in given})
+    check_dataset_keywords(cls, given, also=LOADER_KEYWORDS)
+    return loading.loader(cls(data, format, **given))
+
+
+def check_dataset_keywords(
+    cls: type, kwargs: Mapping[str, Any], *, also: Sequence[str] = ()
+) -> None:
+    """Refuse keywords that ``cls.__init__`` does not take, naming the closest valid one (of
+    the class, or ``also``: the loader's, which `create_dataloader` takes besides). A class
+    whose ``__init__`` takes ``**kwargs`` checks its own.
+
+    Raises:
+        UnknownKeywordError: a keyword the class does not take.
+    """
+    accepted, anything = keywords_of(cls.__init__)  # type: ignore[misc]
+    if anything or kwargs.keys() <= accepted:
+        return
+    named = f"create_dataloader and {cls.__name__}" if also else cls.__name__
+    check_keywords(
+        kwargs, accepted, refusal=f"{named} got an unexpected keyword argument", also=also
+    )
+
+
+def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:
+    try:
+        return output.converter(schema)
+    except UnsupportedTypeError as exc:  # at planning: name the source
+        raise UnsupportedTypeError(f"{label}: {exc}") from None
 
 
 def _storage_repr(fs: FileSystemSpec) -> str:

@@ -1,4 +1,5 @@
-"""``create_dataloader`` and the DataLoader it returns."""
+"""The DataLoader of a dataset (`TabularDataLoader`), and the options that build it
+(`LoaderOptions`); `create_dataloader` (create.py) builds the dataset first."""
 
 from __future__ import annotations
 
@@ -8,32 +9,37 @@ import multiprocessing
 import os
 import sys
 from collections.abc import Callable, Iterator
-from typing import Any, TypeVar
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar, cast
 
 import torch
-from torch.utils.data import DataLoader
+from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
-from .arrow_values import load_numpy_conversion
 from .cache import CacheStats
-from .dataset import StructuredDataset
+from .convert.arrow_values import load_numpy_conversion
 from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
-from .formats import Format
-from .fs import Source
-from .options import check_dataloader_options, check_dataset_keywords, check_loader_arguments
-from .skipping import FailureLog, ReadFailure
-from .state import read_failures, with_read_failures
+from .errors.keywords import check_flags
+from .errors.on_error import FailureLog, ReadFailure
+from .state import Readable, read_failures, with_read_failures
 from .state.wrappers import Forwarded, Reader, kept
 from .transport import Unbundler, forget_exited_workers, in_order, init_worker, map_tensors
-from .worker_deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
+from .transport.deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
-__all__ = ["DEFAULT_BUNDLE_ROWS", "EpochSampler", "TabularDataLoader", "create_dataloader"]
+__all__ = [
+    "DEFAULT_BUNDLE_ROWS",
+    "LOADER_KEYWORDS",
+    "EpochSampler",
+    "LoaderOptions",
+    "TabularDataLoader",
+]
 
-# Rows a worker sends per message. Measured on 2 cores (benchmarks/throughput.py): one message
-# per 1024-row batch caps two workers near 0.75 M rows/s; 8192-row bundles lift the cap ~4x.
+# Rows a worker sends per message: one message per batch caps the workers' throughput
+# (docs/adr/0003-bundled-packed-transport.md; benchmarks/throughput.py).
 DEFAULT_BUNDLE_ROWS = 32_768
 
 _T = TypeVar("_T")
+_D = TypeVar("_D", bound=Readable)
 
 
 def _identity(batch: Any) -> Any:
@@ -48,7 +54,7 @@ class EpochSampler(_InfiniteConstantSampler):
     iterable-style DataLoader it yields ``None`` forever, like torch's own.
     """
 
-    def __init__(self, dataset: StructuredDataset) -> None:
+    def __init__(self, dataset: Readable) -> None:
         super().__init__()
         self.dataset = dataset
 
@@ -57,7 +63,7 @@ class EpochSampler(_InfiniteConstantSampler):
         self.dataset.set_epoch(epoch)
 
 
-class TabularDataLoader(DataLoader[Any]):
+class TabularDataLoader(DataLoader[Any], Generic[_D]):
     """A ``torch.utils.data.DataLoader`` over a `StructuredDataset`.
 
     It is an ordinary DataLoader (``batch_size=None``: the dataset yields whole batches) with
@@ -75,7 +81,7 @@ class TabularDataLoader(DataLoader[Any]):
             ``persistent_workers``, ``multiprocessing_context``, ``timeout``, ...).
     """
 
-    dataset: StructuredDataset
+    dataset: _D  # type: ignore[assignment]  # (torch's is a Dataset; ours reads passes too)
     # accelerate's prepare() returns a loader with this attribute unchanged. Ours already reads
     # only its rank's share with equal batch counts; rebuilt by prepare(), every rank would
     # read the whole data (dispatch_batches=False) or rank 0 would read its share and split it
@@ -86,7 +92,7 @@ class TabularDataLoader(DataLoader[Any]):
 
     def __init__(
         self,
-        dataset: StructuredDataset,
+        dataset: _D,
         *,
         num_workers: int = 0,
         bundle_rows: int = DEFAULT_BUNDLE_ROWS,
@@ -104,7 +110,7 @@ class TabularDataLoader(DataLoader[Any]):
         # Frameworks rebuild a DataLoader from its attributes (Lightning for predict, with
         # batch_size=None, sampler=None, batch_sampler=None, collate_fn=...): what they pass
         # back is accepted; anything that would change the batches is refused.
-        check_dataloader_options(
+        _refuse_rebatching(
             batch_size=batch_size,
             sampler=None if isinstance(sampler, EpochSampler) else sampler,
             batch_sampler=batch_sampler,
@@ -131,7 +137,7 @@ class TabularDataLoader(DataLoader[Any]):
         # A wrapper reading ahead of the user (Ray Train's default): its batch is not delivered.
         self._reader: Reader | None = None
         super().__init__(
-            dataset,
+            cast("Dataset[Any]", dataset),
             batch_size=None,
             collate_fn=_identity,
             num_workers=num_workers,
@@ -390,111 +396,95 @@ def _default_workers() -> int:
     return min(4, os.cpu_count() or 1)
 
 
-def create_dataloader(
-    source: Source | None = None,
-    *,
-    path: Source | None = None,
-    format: str | Format = "parquet",
-    num_workers: int | None = None,
-    pin_memory: bool = False,
-    persistent_workers: bool = False,
-    prefetch_factor: int | None = None,
-    multiprocessing_context: Any = None,
-    timeout: float = 0,
-    worker_init_fn: Callable[[int], None] | None = None,
-    bundle_rows: int = DEFAULT_BUNDLE_ROWS,
-    device: torch.device | str | None = None,
-    accelerator: Any = None,
-    dataset_class: type[StructuredDataset] = StructuredDataset,
-    **dataset_options: Any,
-) -> TabularDataLoader:
-    """Build a `StructuredDataset` over ``source`` and a DataLoader that reads it.
-
-    Args:
-        source: a path or URL, directory, glob, brace pattern, or a list of them.
-        path: the same as ``source``, under the name the earlier library used.
-        format: format name (``"parquet"``) or a `Format` instance.
-        num_workers: worker processes (default: ``min(4, cpu_count)``; 0 reads in-process).
-        pin_memory: pin batches for fast host→GPU copies.
-        persistent_workers: keep workers alive between epochs (``set_epoch`` still reaches
-            them).
-        prefetch_factor: messages each worker keeps ready (default 2).
-        multiprocessing_context: ``"fork"``, ``"spawn"``, ``"forkserver"`` or a context.
-        timeout: seconds to wait for a worker's batch (0: forever).
-        worker_init_fn: called in each worker with its id.
-        bundle_rows: rows per worker→main message (0: one batch per message). The batches and
-            their order are the same either way.
-        device: move each batch's tensors to this device (``non_blocking``; pair with
-            ``pin_memory=True`` for CUDA).
-        accelerator: an ``accelerate.Accelerator``: batches go to its device, and its gradient
-            accumulation sees the last batch of each epoch. Pass the loader through
-            ``accelerator.prepare()`` as usual; it comes back unchanged (each rank already
-            reads only its share).
-        dataset_class: the dataset class to build.
-        **dataset_options: everything `StructuredDataset` accepts (``batch_size``,
-            ``columns``, ``filters``, ``shuffle``, ``shuffle_seed``, ``drop_last``,
-            ``output_format``, ``storage_options``, ``partitioning``, ...).
-
-    Returns:
-        The loader; ``loader.dataset`` is the dataset. Call ``loader.set_epoch(epoch)`` before
-        each epoch.
+@dataclass(frozen=True)
+class LoaderOptions:
+    """`create_dataloader`'s options of the DataLoader (as it documents them), checked when
+    made: before the dataset is planned.
 
     Raises:
-        InvalidArgumentError: an option is out of range.
-        UnknownFormatError: ``format`` is not registered.
-        StorageNotFoundError: ``source`` does not exist.
-        ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
-        FilterTypeError: ``filters`` is not a ``pyarrow.compute.Expression``.
-        CorruptFileError: a file cannot be parsed.
-        SchemaMismatchError: files disagree on the schema of the columns read.
-
-    Examples:
-        >>> import torch_dataloader_utils as tdu  # doctest: +SKIP
-        >>> loader = tdu.create_dataloader("data/*.parquet", batch_size=1024, shuffle=True)
-        >>> for epoch in range(2):
-        ...     loader.set_epoch(epoch)
-        ...     for batch in loader:
-        ...         ...
+        InvalidArgumentError: an option is out of range or of the wrong kind.
     """
-    workers = _default_workers() if num_workers is None else num_workers
-    data = check_loader_arguments(
-        source=source,
-        path=path,
-        num_workers=workers,
-        bundle_rows=bundle_rows,
-        persistent_workers=persistent_workers,
-        pin_memory=pin_memory,
-    )
-    from .mixture import MixtureDataset
-    from .source import Source
 
-    if isinstance(data, Source) or (
-        isinstance(data, list | tuple) and data and all(isinstance(s, Source) for s in data)
-    ):
-        if dataset_class is not StructuredDataset:
-            raise InvalidArgumentError("a mixture of tdu.Source is read by MixtureDataset")
-        if format != "parquet":
-            raise InvalidArgumentError(
-                f"format={format!r} with a list of tdu.Source: give each Source its own format="
-            )
-        sources = [data] if isinstance(data, Source) else list(data)
-        dataset: StructuredDataset = MixtureDataset(sources, **dataset_options)
-    else:
-        check_dataset_keywords(dataset_class, dataset_options, caller=create_dataloader)
-        dataset = dataset_class(data, format, **dataset_options)
-    extra: dict[str, Any] = {}
-    if workers > 0:
-        extra["persistent_workers"] = persistent_workers
-        extra["prefetch_factor"] = prefetch_factor
-        extra["multiprocessing_context"] = multiprocessing_context
-        extra["timeout"] = timeout
-    return TabularDataLoader(
-        dataset,
-        num_workers=workers,
-        bundle_rows=bundle_rows,
-        worker_init_fn=worker_init_fn,
-        pin_memory=pin_memory,
-        device=device,
-        accelerator=accelerator,
-        **extra,
-    )
+    num_workers: int | None = None
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    multiprocessing_context: Any = None
+    timeout: float = 0
+    worker_init_fn: Callable[[int], None] | None = None
+    bundle_rows: int = DEFAULT_BUNDLE_ROWS
+    device: torch.device | str | None = None
+    accelerator: Any = None
+
+    def __post_init__(self) -> None:
+        check_flags(persistent_workers=self.persistent_workers, pin_memory=self.pin_memory)
+        if self.num_workers is not None and self.num_workers < 0:
+            raise InvalidArgumentError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.bundle_rows < 0:
+            raise InvalidArgumentError(f"bundle_rows must be >= 0, got {self.bundle_rows}")
+        if self.persistent_workers and self.workers == 0:
+            raise InvalidArgumentError("persistent_workers=True needs num_workers > 0")
+
+    @property
+    def workers(self) -> int:
+        """Worker processes (default: ``min(4, cpu_count)``)."""
+        return _default_workers() if self.num_workers is None else self.num_workers
+
+    def loader(self, dataset: _D) -> TabularDataLoader[_D]:
+        """A `TabularDataLoader` over ``dataset`` with these options."""
+        extra: dict[str, Any] = {}
+        if self.workers > 0:  # DataLoader refuses these without workers
+            extra["persistent_workers"] = self.persistent_workers
+            extra["prefetch_factor"] = self.prefetch_factor
+            extra["multiprocessing_context"] = self.multiprocessing_context
+            extra["timeout"] = self.timeout
+        return TabularDataLoader(
+            dataset,
+            num_workers=self.workers,
+            bundle_rows=self.bundle_rows,
+            worker_init_fn=self.worker_init_fn,
+            pin_memory=self.pin_memory,
+            device=self.device,
+            accelerator=self.accelerator,
+            **extra,
+        )
+
+
+# The keywords `create_dataloader` gives the loader (the others build the dataset).
+LOADER_KEYWORDS = tuple(f.name for f in dataclasses.fields(LoaderOptions))
+
+
+def _refuse_rebatching(
+    *,
+    batch_size: int | None,
+    sampler: Any,
+    batch_sampler: Any,
+    collate_fn: Callable[[Any], Any] | None,
+    shuffle: bool | None,
+    drop_last: bool,
+) -> None:
+    """Refuse DataLoader options that would re-batch or re-order what the dataset yields
+    (``TabularDataLoader``'s own sampler and collate function are passed as ``None``).
+
+    Raises:
+        InvalidArgumentError: one of them is set.
+    """
+    problems = []
+    if batch_size is not None:
+        problems.append(f"batch_size={batch_size}")
+    if sampler is not None:
+        problems.append(f"sampler={sampler!r}")
+    if batch_sampler is not None:
+        problems.append(f"batch_sampler={batch_sampler!r}")
+    if collate_fn is not None:
+        problems.append(f"collate_fn={collate_fn!r}")
+    if shuffle:
+        problems.append("shuffle=True")
+    if drop_last:
+        problems.append("drop_last=True")
+    if problems:
+        raise InvalidArgumentError(
+            f"TabularDataLoader does not take {', '.join(problems)}: the dataset yields whole "
+            "batches, already shuffled and cut for this rank. Pass batch_size, shuffle, "
+            "drop_last and collate_fn to create_dataloader (or the dataset) instead"
+        )

@@ -1,76 +1,233 @@
-"""Every argument check of the dataset and the loader, before anything is listed or read."""
+"""The options a dataset is built from: one `Source` per source, and the dataset's `Options`.
+
+The public keyword arguments (`create_dataloader`'s, the dataset classes', the earlier
+library's) are turned into these values once, at the edge; each value checks itself when made,
+before anything is listed or read. Nothing here reads storage.
+"""
 
 from __future__ import annotations
 
+import dataclasses
 import numbers
+import os
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
+from .convert import Output
 from .errors import InvalidArgumentError
-from .fs import Source
-from .keywords import check_flags, check_keywords, keywords_of
-from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES
-from .skipping import ON_ERROR
+from .errors.keywords import check_flags
+from .errors.on_error import ON_ERROR, OnError
+from .formats import Format
+from .fs import RetryPolicy, StorageBackend, StorageOptions
+from .fs import Source as Paths
+from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES, Layout, Remainder, SplitStrategy
+from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, block_sizes
 
-__all__ = [
-    "check_arguments",
-    "check_dataloader_options",
-    "check_dataset_keywords",
-    "check_loader_arguments",
-]
+__all__ = ["EVERY_SOURCE", "Options", "Source", "with_defaults"]
 
 
-def check_arguments(
-    *,
-    batch_size: int,
-    columns: Sequence[str] | None,
-    shuffle_seed: int,
-    split_bytes: int | None,
-    split_rows: int | None,
-    partitioning: str | None,
-    shuffle_block_size: int | None,
-    shuffle_block_bytes: int,
-    world_size: int | None,
-    remainder: str,
-    split_strategy: str,
-    num_ranks: int | None,
-    on_error: str = "raise",
-    shuffle: bool = False,
-    drop_last: bool = False,
-) -> int | None:
-    """Check `StructuredDataset`'s arguments; returns ``world_size`` (``num_ranks``, the
-    earlier library's name for it, when only that is given).
+# Marks a `Source` field that a mixture's own keyword arguments may set for every source that
+# leaves it unset.
+_EVERY = {"every_source": True}
+
+
+@dataclass(frozen=True)
+class Source:
+    """One source of data: files (``path``) or an Iceberg table (``table``), with the options of
+    reading it; in a mixture, also its weight.
+
+    Args:
+        path: a path or URL, a directory, a glob, a brace pattern, or a list of them.
+        format: the format of the files (``"parquet"``, ``"webdataset"``, ...).
+        table: an Iceberg table name (``"db.table"``), read through ``catalog_config``.
+        weight: the source's share of each epoch's rows, relative to the other sources'
+            (default: 1 when another source has a weight; when none has, the sources share
+            the epoch in proportion to their rows).
+        name: a name for messages (default: the path or table).
+        columns, filters, storage_options, format_options, partitioning, split_bytes,
+            split_rows, storage_backend, retries: as for one source (`StructuredDataset`).
+        catalog_config, snapshot_id, as_of, ref, from_snapshot_id: the Iceberg table's catalog
+            and snapshot (`IcebergDataset`).
 
     Raises:
-        InvalidArgumentError: an argument is out of range or of the wrong kind (a flag that is
-            not a bool, ``columns`` that is not a non-empty list of names).
+        InvalidArgumentError: an option is out of range or of the wrong kind.
+
+    Examples:
+        >>> import torch_dataloader_utils as tdu  # doctest: +SKIP
+        >>> loader = tdu.create_dataloader(
+        ...     [tdu.Source("web/", weight=3), tdu.Source("code/", weight=1)],
+        ...     epoch_rows=1_000_000, batch_size=1024, shuffle=True)
     """
-    if num_ranks is not None:  # the earlier library's name for world_size
-        if world_size is not None and world_size != num_ranks:
+
+    path: Paths | None = None
+    format: str | Format = "parquet"
+    table: Any = None
+    weight: float | None = None
+    name: str | None = None
+    columns: Sequence[str] | None = field(default=None, metadata=_EVERY)
+    filters: Any = field(default=None, metadata=_EVERY)
+    storage_options: StorageOptions | None = field(default=None, metadata=_EVERY)
+    format_options: Mapping[str, Any] | None = field(default=None, metadata=_EVERY)
+    partitioning: str | None = field(default=None, metadata=_EVERY)
+    split_bytes: int | None = field(default=None, metadata=_EVERY)
+    split_rows: int | None = field(default=None, metadata=_EVERY)
+    storage_backend: StorageBackend = "auto"
+    retries: RetryPolicy | int | None = field(default=None, metadata=_EVERY)
+    catalog_config: Mapping[str, Any] | None = field(default=None, repr=False, metadata=_EVERY)
+    snapshot_id: int | None = None
+    as_of: Any = None
+    ref: str | None = None
+    from_snapshot_id: int | None = None
+
+    def __post_init__(self) -> None:
+        if (self.path is None) == (self.table is None):
+            raise InvalidArgumentError("a Source reads either path= (files) or table= (Iceberg)")
+        if self.weight is not None and not (self.weight >= 0):
+            raise InvalidArgumentError(f"a Source's weight must be >= 0, got {self.weight}")
+        _check_positive(split_bytes=self.split_bytes, split_rows=self.split_rows)
+        if self.partitioning not in (None, "hive"):
             raise InvalidArgumentError(
-                f"num_ranks={num_ranks} and world_size={world_size} disagree; pass one"
+                f'partitioning must be None or "hive", got {self.partitioning!r}'
             )
-        world_size = num_ranks
-    _check_positive(batch_size=batch_size, shuffle_block_bytes=shuffle_block_bytes)
-    _check_positive(split_bytes=split_bytes, split_rows=split_rows)
-    _check_positive(shuffle_block_size=shuffle_block_size)
-    if shuffle_seed < 0:
-        raise InvalidArgumentError(f"shuffle_seed must be >= 0, got {shuffle_seed}")
-    if remainder not in REMAINDER_POLICIES:
-        raise InvalidArgumentError(
-            f"remainder must be one of {REMAINDER_POLICIES}, got {remainder!r}"
+        _check_columns(self.columns)
+        if self.table is None:
+            return
+        if self.partitioning is not None:
+            raise InvalidArgumentError(
+                "partitioning does not apply to Iceberg tables: their partitions come from the "
+                "table's metadata"
+            )
+        if self.catalog_config is not None and not isinstance(self.catalog_config, Mapping):
+            raise InvalidArgumentError(
+                f"catalog_config must be a mapping of catalog properties, got "
+                f"{type(self.catalog_config).__name__}"
+            )
+
+    @property
+    def label(self) -> str:
+        """The source's name in messages."""
+        if self.name:
+            return self.name
+        if self.table is not None:
+            return self.table if isinstance(self.table, str) else ".".join(self.table)
+        path = self.path
+        if isinstance(path, str | os.PathLike):
+            return os.fspath(path)
+        return ", ".join(os.fspath(p) for p in path or ())
+
+    @property
+    def first_path(self) -> str:
+        """The first path (or the table's name): its protocol names the filesystem."""
+        path = self.path if self.path is not None else self.label
+        return os.fspath(path if isinstance(path, str | os.PathLike) else next(iter(path), ""))
+
+
+# The `Source` fields a mixture's keyword arguments may give for every source.
+EVERY_SOURCE = tuple(f.name for f in dataclasses.fields(Source) if f.metadata.get("every_source"))
+
+
+def with_defaults(source: Source, defaults: Mapping[str, Any]) -> Source:
+    """``source`` with the options it leaves unset taken from ``defaults``."""
+    unset = {k: v for k, v in defaults.items() if getattr(source, k) is None}
+    return dataclasses.replace(source, **unset) if unset else source
+
+
+@dataclass(frozen=True)
+class Options:
+    """The options of a dataset besides its sources': how its epochs are ordered and cut, on
+    which ranks, what a failed read does, the node-local cache, and the conversion.
+
+    Attributes are `StructuredDataset`'s arguments of the same names (``output`` holds
+    ``output_format``, ``list_format``, ``null_policy`` and ``pad_value``).
+
+    Raises:
+        InvalidArgumentError: an option is out of range or of the wrong kind.
+    """
+
+    batch_size: int = 1024
+    shuffle: bool = False
+    shuffle_seed: int = 42
+    drop_last: bool = False
+    shuffle_block_size: int | None = None
+    shuffle_block_bytes: int = DEFAULT_SHUFFLE_BLOCK_BYTES
+    rank: int | None = None
+    world_size: int | None = None
+    remainder: Remainder = "drop"
+    split_strategy: SplitStrategy = "equal"
+    on_error: OnError = "raise"
+    collate_fn: Callable[[Any], Any] | None = None
+    cache_dir: str | os.PathLike[str] | None = None
+    cache_limit: int | str | None = None
+    output: Output = field(default_factory=Output)
+
+    def __post_init__(self) -> None:
+        _check_positive(batch_size=self.batch_size, shuffle_block_bytes=self.shuffle_block_bytes)
+        _check_positive(shuffle_block_size=self.shuffle_block_size)
+        if self.shuffle_seed < 0:
+            raise InvalidArgumentError(f"shuffle_seed must be >= 0, got {self.shuffle_seed}")
+        if self.remainder not in REMAINDER_POLICIES:
+            raise InvalidArgumentError(
+                f"remainder must be one of {REMAINDER_POLICIES}, got {self.remainder!r}"
+            )
+        if self.split_strategy not in SPLIT_STRATEGIES:
+            raise InvalidArgumentError(
+                f"split_strategy must be one of {SPLIT_STRATEGIES}, got {self.split_strategy!r}"
+            )
+        if self.on_error not in ON_ERROR:
+            raise InvalidArgumentError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
+        check_flags(shuffle=self.shuffle, drop_last=self.drop_last)
+
+    @classmethod
+    def split(cls, keywords: Mapping[str, Any]) -> tuple[Options, dict[str, Any]]:
+        """The options among ``keywords`` (the public names: ``output_format``, ``num_ranks``,
+        ...), and the rest (a source's)."""
+        own = {f.name for f in dataclasses.fields(cls)} - {"output"}
+        rest = dict(keywords)
+        mine = {k: rest.pop(k) for k in own if k in rest}
+        output = {k: rest.pop(f"{p}{k}") for p, k in _OUTPUT if f"{p}{k}" in rest}
+        world_size = ranks_of(mine.pop("world_size", None), rest.pop("num_ranks", None))
+        return cls(**mine, world_size=world_size, output=Output(**output)), rest
+
+    def layout(self, *, row_bytes: float, chunk_rows: float) -> Layout:
+        """Every option that decides which rows each stream reads and in what order, with block
+        sizes for rows of ``row_bytes`` decoded bytes in chunks of ``chunk_rows`` rows."""
+        block_rows, first_block_rows = block_sizes(
+            batch_size=self.batch_size,
+            block_size=self.shuffle_block_size,
+            block_bytes=self.shuffle_block_bytes,
+            row_bytes=row_bytes,
+            chunk_rows=chunk_rows,
         )
-    if split_strategy not in SPLIT_STRATEGIES:
-        raise InvalidArgumentError(
-            f"split_strategy must be one of {SPLIT_STRATEGIES}, got {split_strategy!r}"
+        return Layout(
+            batch_size=self.batch_size,
+            shuffle=self.shuffle,
+            seed=self.shuffle_seed,
+            drop_last=self.drop_last,
+            remainder=self.remainder,
+            block_rows=block_rows,
+            first_block_rows=first_block_rows,
+            strategy=self.split_strategy,
         )
-    if on_error not in ON_ERROR:
-        raise InvalidArgumentError(f"on_error must be one of {ON_ERROR}, got {on_error!r}")
-    if partitioning not in (None, "hive"):
-        raise InvalidArgumentError(f'partitioning must be None or "hive", got {partitioning!r}')
-    check_flags(shuffle=shuffle, drop_last=drop_last)
-    _check_columns(columns)
-    return world_size
+
+
+# `Output`'s fields under their public names (``output_format``, ``list_format``, ...).
+_OUTPUT = (("output_", "format"), ("", "list_format"), ("", "null_policy"), ("", "pad_value"))
+
+
+def ranks_of(world_size: int | None, num_ranks: int | None) -> int | None:
+    """``world_size``, or ``num_ranks`` (the earlier library's name for it).
+
+    Raises:
+        InvalidArgumentError: both are given and disagree.
+    """
+    if num_ranks is None:
+        return world_size
+    if world_size is not None and world_size != num_ranks:
+        raise InvalidArgumentError(
+            f"num_ranks={num_ranks} and world_size={world_size} disagree; pass one"
+        )
+    return num_ranks
 
 
 def _check_columns(columns: Sequence[str] | None) -> None:
@@ -88,93 +245,9 @@ def _check_columns(columns: Sequence[str] | None) -> None:
         raise InvalidArgumentError(f"columns must be names (str), got {bad[0]!r}")
 
 
-def check_dataset_keywords(
-    cls: type, kwargs: Mapping[str, Any], *, caller: Callable[..., Any] | None = None
-) -> None:
-    """Refuse keywords that ``cls.__init__`` does not take, naming the closest valid one (of
-    the class, or of ``caller``, which passes the others on to the class: `create_dataloader`).
-    A class whose ``__init__`` takes ``**kwargs`` checks its own.
-
-    Raises:
-        UnknownKeywordError: a keyword the class does not take.
-    """
-    accepted, anything = keywords_of(cls.__init__)  # type: ignore[misc]
-    if anything or kwargs.keys() <= accepted:
-        return
-    also, _ = keywords_of(caller) if caller is not None else (set(), False)
-    named = f"{caller.__name__} and {cls.__name__}" if caller is not None else cls.__name__
-    check_keywords(
-        kwargs, accepted, refusal=f"{named} got an unexpected keyword argument", also=also
-    )
-
-
 def _check_positive(**values: object) -> None:
     for name, value in values.items():
         if value is not None and (
             isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0
         ):
             raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
-
-
-def check_loader_arguments(
-    *,
-    source: Source | None,
-    path: Source | None,
-    num_workers: int,
-    bundle_rows: int,
-    persistent_workers: bool,
-    pin_memory: bool = False,
-) -> Source:
-    """Check `create_dataloader`'s own arguments; returns the data to read.
-
-    Raises:
-        InvalidArgumentError: an option is out of range, or the data is given twice or not at
-            all.
-    """
-    check_flags(persistent_workers=persistent_workers, pin_memory=pin_memory)
-    if num_workers < 0:
-        raise InvalidArgumentError(f"num_workers must be >= 0, got {num_workers}")
-    if bundle_rows < 0:
-        raise InvalidArgumentError(f"bundle_rows must be >= 0, got {bundle_rows}")
-    data = source if source is not None else path
-    if data is None or (source is not None and path is not None):
-        raise InvalidArgumentError("pass the data as source (or path=), exactly once")
-    if persistent_workers and num_workers == 0:
-        raise InvalidArgumentError("persistent_workers=True needs num_workers > 0")
-    return data
-
-
-def check_dataloader_options(
-    *,
-    batch_size: int | None,
-    sampler: Any,
-    batch_sampler: Any,
-    collate_fn: Callable[[Any], Any] | None,
-    shuffle: bool | None,
-    drop_last: bool,
-) -> None:
-    """Refuse DataLoader options that would re-batch or re-order what the dataset yields
-    (``TabularDataLoader``'s own sampler and collate function are passed as ``None``).
-
-    Raises:
-        InvalidArgumentError: one of them is set.
-    """
-    problems = []
-    if batch_size is not None:
-        problems.append(f"batch_size={batch_size}")
-    if sampler is not None:
-        problems.append(f"sampler={sampler!r}")
-    if batch_sampler is not None:
-        problems.append(f"batch_sampler={batch_sampler!r}")
-    if collate_fn is not None:
-        problems.append(f"collate_fn={collate_fn!r}")
-    if shuffle:
-        problems.append("shuffle=True")
-    if drop_last:
-        problems.append("drop_last=True")
-    if problems:
-        raise InvalidArgumentError(
-            f"TabularDataLoader does not take {', '.join(problems)}: the dataset yields whole "
-            "batches, already shuffled and cut for this rank. Pass batch_size, shuffle, "
-            "drop_last and collate_fn to create_dataloader (or the dataset) instead"
-        )

@@ -34,12 +34,14 @@ shaped like ``col``).
 - `parts`: gathering from a shuffle block left in parts (`BlockParts`, `Picks`, `GatherParts`);
 - `stacks`: small batches' numeric columns, one gather per type (`Stacks`);
 - `last_block`: what is derived once per block, for every batch cut from it (`LastBlock`);
-- `decoders`: a format's per-value decoders, applied and stacked (`Decoding`).
+- `decoders`: a format's per-value decoders, applied and stacked (`Decoding`);
+- `output`: the options of a dataset's conversion (`Output`).
 """
 
 from .decoders import Decoding
 from .fields import Field, Gather, as_numpy, as_tensor
 from .lists import ListRows
+from .output import Output
 from .parts import GatherParts, Picks
 from .rules import (
     LIST_FORMATS,
@@ -64,6 +66,7 @@ __all__ = [
     "ListFormat",
     "ListRows",
     "NullPolicy",
+    "Output",
     "OutputFormat",
     "Picks",
     "Problem",

@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from ..errors import CorruptFileError, DataError
-from ..skipping import FailureLog, OnError, ReadFailure
+from ..errors.on_error import FailureLog, OnError, ReadFailure
 
 __all__ = ["Decoder", "Decoding"]
 

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..arrow_values import Picks
+from .arrow_values import Picks
 
 __all__ = ["BlockParts", "GatherParts", "Picks"]
 

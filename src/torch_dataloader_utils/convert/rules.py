@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import torch
 
-from ..arrow_values import (
+from ..errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
+from .arrow_values import (
     as_plain,
     holds_interval,
     intervals,
@@ -22,7 +23,6 @@ from ..arrow_values import (
     take,
     temporal_int,
 )
-from ..errors import DataError, InvalidArgumentError, NullValueError, UnsupportedTypeError
 from .fields import Field, Gather, as_numpy, as_tensor
 from .last_block import LastBlock
 from .lists import ListRows, fixed_values

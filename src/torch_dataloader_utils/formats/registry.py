@@ -23,7 +23,7 @@ from ..errors import (
     TorchDataloaderUtilsWarning,
     UnknownFormatError,
 )
-from ..keywords import check_keywords, keywords_of
+from ..errors.keywords import check_keywords, keywords_of
 from .base import Format
 
 __all__ = ["ENTRY_POINT_GROUP", "available_formats", "get_format", "register_format"]

@@ -25,10 +25,10 @@ from ..errors import (
     MissingComponentError,
     StorageError,
 )
+from ..errors.keywords import check_flags
 from ..fs import FileSystemSpec, SourceFile
 from ..fs.ranges import ReadsAhead
 from ..fs.threads import AHEAD_THREADS
-from ..keywords import check_flags
 from ..planning import Chunk
 from ..webdataset import slicing
 from ..webdataset.decoders import (

@@ -1,24 +1,59 @@
-"""`IcebergDataset`: a `StructuredDataset` over an Iceberg table read by name."""
+"""`IcebergDataset`: a `StructuredDataset` over an Iceberg table read by name; and how any
+dataset plans a table source (`plan_table`, `table_format`)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from ..dataset import StructuredDataset
+from ..dataset import StructuredDataset, loader_over
 from ..errors import InvalidArgumentError
+from ..errors.keywords import check_keywords, keywords_of
 from ..formats import Format
-from ..fs import Source
-from ..keywords import check_keywords, keywords_of
+from ..fs import FileSystemSpec
+from ..loader import TabularDataLoader
+from ..options import Options, Source
 from ..sources.files import Planned
 from .catalog import TableName, require_pyiceberg, table_name
+from .format import IcebergFormat
 from .snapshots import SnapshotSelector
 
-if TYPE_CHECKING:
-    from ..loader import TabularDataLoader
+__all__ = ["IcebergDataset", "plan_table", "table_format"]
 
-__all__ = ["IcebergDataset"]
+
+def table_format() -> Format:
+    """The format a table source is read with (pyiceberg must be installed).
+
+    Raises:
+        MissingDependencyError: pyiceberg is not installed.
+    """
+    require_pyiceberg()
+    return IcebergFormat()
+
+
+def plan_table(source: Source, fs: FileSystemSpec) -> Planned:
+    """Load ``source``'s table, resolve and pin the snapshot, plan its files (`plan_table`
+    of `iceberg.planning`); the plan's ``fs`` is the table's storage, which this rank's own
+    storage options, backend and retries (``fs``) apply over."""
+    from .planning import plan_table as plan
+
+    selector = SnapshotSelector.of(
+        snapshot_id=source.snapshot_id,
+        as_of=source.as_of,
+        ref=source.ref,
+        from_snapshot_id=source.from_snapshot_id,
+    )
+    return plan(
+        table_name(source.table),
+        dict(source.catalog_config or {}),
+        selector,
+        columns=source.columns,
+        filters=source.filters,
+        split_bytes=source.split_bytes,
+        split_rows=source.split_rows,
+        user_fs=fs,
+    )
 
 
 class IcebergDataset(StructuredDataset):
@@ -79,10 +114,6 @@ class IcebergDataset(StructuredDataset):
         ...         ...
     """
 
-    # Data files of an Iceberg table are never rewritten under their names (a change writes
-    # new files): their size identifies them for the cache.
-    _immutable_files = True
-
     def __init__(
         self,
         table: TableName,
@@ -102,67 +133,40 @@ class IcebergDataset(StructuredDataset):
             also=keywords_of(IcebergDataset.__init__)[0],
         )
         require_pyiceberg()
-        from .format import IcebergFormat
-
         if not (format == "iceberg" or isinstance(format, IcebergFormat)):
             raise InvalidArgumentError(
                 f'IcebergDataset reads format="iceberg" only, got {format!r}; for files use '
                 "StructuredDataset"
             )
-        if options.get("partitioning") is not None:
-            raise InvalidArgumentError(
-                "partitioning does not apply to Iceberg tables: their partitions come from the "
-                "table's metadata"
-            )
-        if catalog_config is not None and not isinstance(catalog_config, Mapping):
-            raise InvalidArgumentError(
-                f"catalog_config must be a mapping of catalog properties, got "
-                f"{type(catalog_config).__name__}"
-            )
         self.table = table_name(table)
+        settings, per_source = Options.split(options)
+        # The catalog's properties travel in the Source to planning (rank 0) and are not kept:
+        # they may hold secrets.
+        source = Source(
+            table=self.table,
+            catalog_config=catalog_config,
+            snapshot_id=snapshot_id,
+            as_of=as_of,
+            ref=ref,
+            from_snapshot_id=from_snapshot_id,
+            **per_source,
+        )
         self.selector = SnapshotSelector.of(
             snapshot_id=snapshot_id, as_of=as_of, ref=ref, from_snapshot_id=from_snapshot_id
         )
-        # Used by planning only (in the constructor), then dropped: it may hold secrets.
-        self._catalog_config = dict(catalog_config or {})
-        try:
-            # Every rank receives the table's storage with the plan (`Planned.fs`) and reads
-            # it under its own storage options, backend and retries.
-            super().__init__(self.table, IcebergFormat(), **options)
-        finally:
-            del self._catalog_config
+        self._build((source,), settings)
+
+    def _format(self, source: Source) -> Format:
+        return IcebergFormat()
+
+    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
+        return plan_table(source, fs)
 
     @property
     def snapshot_id(self) -> int | None:
         """The snapshot this dataset reads (pinned at planning; ``None``: an empty table)."""
         value = dict(self.plan.details).get("snapshot_id", "None")
         return None if value == "None" else int(value)
-
-    def _plan_source(
-        self,
-        path: Source,
-        *,
-        columns: Sequence[str] | None,
-        filters: Any,
-        partitioning: str | None,
-        split_bytes: int | None,
-        split_rows: int | None,
-    ) -> Planned:
-        """Load the table, resolve the snapshot, plan its files (`plan_table`); the plan's
-        ``fs`` is the table's storage, which the dataset's own storage options, backend and
-        retries (``self.fs``, until then) apply over."""
-        from .planning import plan_table
-
-        return plan_table(
-            self.table,
-            self._catalog_config,
-            self.selector,
-            columns=columns,
-            filters=filters,
-            split_bytes=split_bytes,
-            split_rows=split_rows,
-            user_fs=self.fs,
-        )
 
     def __repr__(self) -> str:
         return (
@@ -174,7 +178,7 @@ class IcebergDataset(StructuredDataset):
     @classmethod
     def create_dataloader(  # type: ignore[override]
         cls, table: TableName | None = None, format: str | Format = "iceberg", **kwargs: Any
-    ) -> tuple[TabularDataLoader, IcebergDataset]:
+    ) -> tuple[TabularDataLoader[IcebergDataset], IcebergDataset]:
         """Build the dataset and a DataLoader over it; see `create_dataloader` for the loader's
         options and `IcebergDataset` for the table's.
 
@@ -184,12 +188,7 @@ class IcebergDataset(StructuredDataset):
         Raises:
             InvalidArgumentError: no ``table``, or a bad option.
         """
-        from ..loader import create_dataloader
-
         if table is None:
             raise InvalidArgumentError('pass the table to read: table="namespace.table"')
-        loader = create_dataloader(table, format=format, dataset_class=cls, **kwargs)
-        dataset = loader.dataset
-        if not isinstance(dataset, IcebergDataset):  # pragma: no cover - create_dataloader built it
-            raise TypeError(f"expected an IcebergDataset, got {type(dataset).__name__}")
-        return loader, dataset
+        loader = loader_over(cls, table, format, kwargs)
+        return loader, loader.dataset

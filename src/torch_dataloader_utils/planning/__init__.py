@@ -6,7 +6,6 @@ from .assign import (
     Piece,
     Remainder,
     SplitStrategy,
-    chunk_order,
     rank_span,
     span_pieces,
     worker_span,
@@ -34,7 +33,7 @@ from .sequence import (
     sequence_length,
     stream_runs,
 )
-from .shuffle import block_bounds, block_of, block_permutation
+from .shuffle import block_bounds, block_of, block_permutation, chunk_order, source_order
 from .strategy import (
     STRATEGIES,
     EpochRows,
@@ -85,6 +84,7 @@ __all__ = [
     "round_robin_runs",
     "run_pieces",
     "sequence_length",
+    "source_order",
     "span_pieces",
     "stream_batches",
     "stream_runs",

@@ -21,7 +21,6 @@ __all__ = [
     "Piece",
     "Remainder",
     "SplitStrategy",
-    "chunk_order",
     "rank_span",
     "span_pieces",
     "worker_span",
@@ -48,13 +47,6 @@ class Piece(NamedTuple):
     def num_rows(self) -> int:
         """Rows in the piece."""
         return self.stop - self.start
-
-
-def chunk_order(num_chunks: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
-    """The order chunks are concatenated in for ``epoch``: a permutation by ``(seed, epoch)``."""
-    if not shuffle:
-        return np.arange(num_chunks)
-    return np.random.default_rng([seed, epoch, 0x0C]).permutation(num_chunks)
 
 
 def rank_span(

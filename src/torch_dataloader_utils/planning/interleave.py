@@ -17,6 +17,7 @@ from typing import Literal
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from .shuffle import window_order
 
 __all__ = ["MIXINGS", "WINDOW", "Interleave", "Mixing"]
 
@@ -97,8 +98,9 @@ class Interleave:
         labels = np.concatenate(sources) if sources else np.zeros(0, np.int16)
         if self.mixing == "random":
             seed, epoch, leg = self._key
-            rng = np.random.default_rng([seed, epoch, leg, w, 0x313])
-            return labels[rng.permutation(len(labels))]
+            order = window_order(len(labels), seed=seed, epoch=epoch, leg=leg, window=w)
+            shuffled: np.ndarray = labels[order]
+            return shuffled
         # The merged order inside the window: key (2j + 1) / (2 q_i), ties by source. (Float
         # keys may order two keys closer than a float tells apart the other way round: the
         # window's counts stay the exact ones.)

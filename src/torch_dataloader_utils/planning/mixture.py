@@ -33,6 +33,7 @@ from .interleave import Interleave, Mixing
 from .layout import Layout
 from .resume import Leg, block_rest, consumed, stream_batches, stream_spans
 from .sequence import Deferred, Item, Run, cut, sequence_length
+from .shuffle import source_order
 from .strategy import EpochRows
 from .topology import Topology
 
@@ -42,7 +43,6 @@ __all__ = [
     "SourceEpoch",
     "quotas",
     "source_layouts",
-    "source_order",
 ]
 
 
@@ -92,15 +92,6 @@ def quotas(
         if q and not n:
             raise InvalidArgumentError(f"source {i} has no rows, but a quota of {q} rows")
     return base
-
-
-def source_order(
-    num_chunks: int, *, seed: int, source: int, passes: int, shuffle: bool
-) -> np.ndarray:
-    """The chunk order of pass ``passes`` over source ``source``."""
-    if not shuffle:
-        return np.arange(num_chunks)
-    return np.random.default_rng([seed, passes, 0x0C, 0x5C, source]).permutation(num_chunks)
 
 
 @dataclass(frozen=True, eq=False)

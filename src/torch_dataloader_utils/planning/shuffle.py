@@ -1,4 +1,18 @@
-"""Row shuffling inside a stream: block boundaries and per-block permutations (pure)."""
+"""Every random permutation of the library, and the blocks rows are shuffled in (pure).
+
+Each permutation is a function of its key alone: the seed and the numbers that say which
+permutation it is (epoch, stream, block, ...). A named salt keeps the keys of different kinds of
+permutation apart, so that no two draw the same random numbers:
+
+- `chunk_order`: the order an epoch concatenates one source's chunks in (`CHUNK_ORDER`);
+- `source_order`: a mixture's source's chunk order in one of its passes (`CHUNK_ORDER`,
+  `SOURCE`);
+- `window_order`: the positions of one window of a random interleave (`INTERLEAVE`);
+- `block_permutation`: the rows of one shuffle block of a stream (`SOURCE` for a mixture's
+  source's part of a stream).
+
+The values are part of every saved state's meaning: changing one changes every shuffled order.
+"""
 
 from __future__ import annotations
 
@@ -6,7 +20,41 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 
-__all__ = ["block_bounds", "block_of", "block_permutation"]
+__all__ = [
+    "block_bounds",
+    "block_of",
+    "block_permutation",
+    "chunk_order",
+    "source_order",
+    "window_order",
+]
+
+# The salts (see the module docstring).
+CHUNK_ORDER = 0x0C
+SOURCE = 0x5C
+INTERLEAVE = 0x313
+
+
+def chunk_order(num_chunks: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
+    """The order chunks are concatenated in for ``epoch``: a permutation by ``(seed, epoch)``."""
+    if not shuffle:
+        return np.arange(num_chunks)
+    return np.random.default_rng([seed, epoch, CHUNK_ORDER]).permutation(num_chunks)
+
+
+def source_order(
+    num_chunks: int, *, seed: int, source: int, passes: int, shuffle: bool
+) -> np.ndarray:
+    """The chunk order of pass ``passes`` over a mixture's source ``source``."""
+    if not shuffle:
+        return np.arange(num_chunks)
+    key = [seed, passes, CHUNK_ORDER, SOURCE, source]
+    return np.random.default_rng(key).permutation(num_chunks)
+
+
+def window_order(n: int, *, seed: int, epoch: int, leg: int, window: int) -> np.ndarray:
+    """The order of the ``n`` positions of window ``window`` of a random interleave."""
+    return np.random.default_rng([seed, epoch, leg, window, INTERLEAVE]).permutation(n)
 
 
 def block_bounds(length: int, *, block_rows: int, first_block_rows: int) -> list[tuple[int, int]]:
@@ -62,5 +110,5 @@ def block_permutation(
     """
     key = [seed, epoch, stream, block] if not leg else [seed, epoch, stream, block, leg]
     if source is not None:
-        key += [leg, 0x5C, source]
+        key += [leg, SOURCE, source]
     return np.random.default_rng(key).permutation(n)

@@ -24,10 +24,11 @@ from typing import ClassVar
 import numpy as np
 
 from ..errors import InvalidArgumentError
-from .assign import SPLIT_STRATEGIES, Piece, Remainder, SplitStrategy, chunk_order, rank_span
+from .assign import SPLIT_STRATEGIES, Piece, Remainder, SplitStrategy, rank_span
 from .layout import Layout
 from .resume import Leg, epoch_sequence, stream_spans
 from .sequence import Item, Run, round_robin_runs, run_pieces, sequence_length, stream_runs
+from .shuffle import chunk_order
 from .topology import Ranks, Topology
 
 __all__ = [
@@ -101,12 +102,10 @@ class Strategy(ABC):
         name: the ``split_strategy`` value.
         batch_aligned: every stream holds whole batches but a rank's last (``drop_last`` acts
             on the rank's span); otherwise each stream's last short batch is its own.
-        elastic: a state resumes on another number of ranks or workers.
     """
 
     name: ClassVar[SplitStrategy]
     batch_aligned: ClassVar[bool]
-    elastic: ClassVar[bool]
 
     @abstractmethod
     def runs(self, epoch: EpochRows, topology: Topology) -> list[Run]:
@@ -133,7 +132,6 @@ class EqualStreams(Strategy):
 
     name = "equal"
     batch_aligned = True
-    elastic = True
 
     def runs(self, epoch: EpochRows, topology: Topology) -> list[Run]:
         layout = epoch.layout
@@ -173,7 +171,6 @@ class RoundRobinChunks(Strategy):
 
     name = "round_robin"
     batch_aligned = False
-    elastic = False
 
     def runs(self, epoch: EpochRows, topology: Topology) -> list[Run]:
         return round_robin_runs(epoch.rows, topology, ends=epoch.ends)

@@ -19,21 +19,19 @@ The ranks poll with ``check`` (at most once a second each) rather than block in 
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import logging
 import os
 import pickle
 import time
-from collections.abc import Callable, Iterator
-from contextvars import ContextVar
+from collections.abc import Callable
 from typing import Any, TypeVar, cast
 
 import torch.distributed as dist
 
 from ..errors import InvalidArgumentError, PlanTimeoutError
 
-__all__ = ["PLAN_TIMEOUT_ENV", "plan_once", "plan_timeout", "planned_by"]
+__all__ = ["PLAN_TIMEOUT_ENV", "plan_once", "plan_timeout"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -54,24 +52,6 @@ _FAILED = b"failed"
 # call of each process names the same key. A restarted job gets a new store (torchelastic
 # creates one per attempt), so keys of a previous attempt are never seen.
 _calls = itertools.count()
-
-
-# Set by `planned_by`: what plan_once does instead (a mixture plans its sources itself).
-_given: ContextVar[Callable[[Callable[[], Any]], Any] | None] = ContextVar(
-    "torch_dataloader_utils_plan_given", default=None
-)
-
-
-@contextlib.contextmanager
-def planned_by(hook: Callable[[Callable[[], Any]], Any]) -> Iterator[None]:
-    """Within the block (in this thread), `plan_once(make)` returns ``hook(make)``: a
-    mixture plans all its sources in one `plan_once`, then builds each source's dataset with
-    its plan given (or, on rank 0, planned there and kept)."""
-    token = _given.set(hook)
-    try:
-        yield
-    finally:
-        _given.reset(token)
 
 
 def plan_timeout() -> float:
@@ -112,9 +92,6 @@ def plan_once(make: Callable[[], T], *, explicit: bool) -> T:
         PlanTimeoutError: (ranks other than 0) rank 0 did not finish within the timeout.
         Exception: rank 0's planning error, on every rank.
     """
-    hook = _given.get()
-    if hook is not None:
-        return cast(T, hook(make))
     if explicit or not (dist.is_available() and dist.is_initialized()):
         return make()
     if dist.get_world_size() == 1:

@@ -22,7 +22,7 @@ from .codec import (
     with_read_failures,
 )
 from .control import WORKER_SLOTS, PassControl
-from .passes import Passes, Progress
+from .passes import Passes, Progress, Readable
 
 __all__ = [
     "STATE_VERSION",
@@ -32,6 +32,7 @@ __all__ = [
     "PassControl",
     "Passes",
     "Progress",
+    "Readable",
     "decode_state",
     "decode_stream_state",
     "encode_state",

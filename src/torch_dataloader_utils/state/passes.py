@@ -1,4 +1,5 @@
-"""One rank's passes over a dataset: the contract between the loader and the dataset.
+"""One rank's passes over a dataset: the contract between the loader and the dataset
+(`Readable`: what the loader uses of a dataset).
 
 `Passes` answers, for the process it is used in: which epoch the next pass reads, which pass
 this process (the main one, or a DataLoader worker) reads now and where it starts, how far the
@@ -15,15 +16,15 @@ from __future__ import annotations
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from torch.utils.data import get_worker_info
 
+from ..cache import CacheStats
 from ..errors import TorchDataloaderUtilsWarning
+from ..errors.on_error import FailureLog
 from ..planning import Iteration, Layout, Plan, Ranks, Topology
-from ..planning.mixture import Mixture
-from ..stream.mix import rank_mix_streams
-from ..stream.resolve import rank_streams
+from ..planning.streams import Streams
 from .codec import (
     decode_state,
     decode_stream_state,
@@ -33,7 +34,7 @@ from .codec import (
 )
 from .control import PassControl
 
-__all__ = ["Passes", "Progress"]
+__all__ = ["Passes", "Progress", "Readable"]
 
 _T = TypeVar("_T")
 
@@ -72,19 +73,14 @@ class Passes:
 
     Args:
         plan: the plan (the state names its fingerprint and rows).
-        layout: the options that order and cut the streams.
+        streams: how the epochs are cut into streams (their layout orders and cuts them).
         ranks: how the calling process finds its rank.
-        mixture: a mixture's sources (its streams are cut from the mixture's sequence), or
-            ``None``: the plan's chunks are the one source.
     """
 
-    def __init__(
-        self, plan: Plan, layout: Layout, ranks: Ranks, mixture: Mixture | None = None
-    ) -> None:
+    def __init__(self, plan: Plan, streams: Streams, ranks: Ranks) -> None:
         self.plan = plan
-        self.layout = layout
+        self.streams = streams
         self.ranks = ranks
-        self.mixture = mixture
         # Shared with this rank's DataLoader workers (persistent ones too).
         self.control = PassControl()
         self.pending: Iteration | None = None  # a loaded state, for the next pass
@@ -93,6 +89,11 @@ class Passes:
         self._begun: Iteration | None = None  # the pass the main process began last
         self._claimed = True  # ... and whether this process's own iteration took it
         self._stream_resume: dict[str, Any] | None = None  # a worker's loaded stream state
+
+    @property
+    def layout(self) -> Layout:
+        """The options that order and cut the streams."""
+        return self.streams.layout
 
     # --- the epoch ------------------------------------------------------------------------------
 
@@ -128,10 +129,7 @@ class Passes:
         iteration = self._begin(for_workers=True)
         rank, world_size = self.ranks.resolve()
         topology = Topology(rank, world_size, 0, max(1, num_workers))
-        if self.mixture is not None:
-            counts, done = rank_mix_streams(self.mixture, self.layout, iteration, topology)
-        else:
-            counts, done = rank_streams(self.plan.chunk_rows, self.layout, iteration, topology)
+        counts, done = self.streams.rank_streams(iteration, topology)
         progress = Progress(iteration, iteration.batches, sum(counts), Topology(rank, world_size))
         self.progress = progress
         return progress, counts, done
@@ -250,3 +248,29 @@ class Passes:
     def load_stream_state(self, state: dict[str, Any]) -> None:
         """Resume this worker's stream from ``state`` (checked when its pass begins)."""
         self._stream_resume = state
+
+
+class Readable(Protocol):
+    """What a `TabularDataLoader` uses of its dataset (an iterable of batches besides)."""
+
+    @property
+    def passes(self) -> Passes:
+        """The rank's passes (epoch, position, state)."""
+
+    @property
+    def failure_log(self) -> FailureLog:
+        """The reads this process skipped and has not reported yet."""
+
+    @property
+    def finish(self) -> Any:
+        """The main process's last conversion step of a worker's batch, or ``None``."""
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the node-local cache did so far; None without a cache."""
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch of the next pass."""
+
+    def __iter__(self) -> Iterator[Any]:
+        """The batches of this process's stream of the next pass."""

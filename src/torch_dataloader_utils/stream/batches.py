@@ -6,7 +6,7 @@ from collections.abc import Iterable, Iterator
 
 import pyarrow as pa
 
-from ..arrow_values import take
+from ..convert.arrow_values import take
 from .blocks import Segment
 
 __all__ = ["cut_batches"]

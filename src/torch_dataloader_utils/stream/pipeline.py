@@ -1,63 +1,115 @@
-"""One stream from its runs to batches: read → blocks (shuffled) → read ahead → batches."""
+"""One stream from its runs to batches: each source's part read → blocks (shuffled) → read
+ahead, then batches cut (one source) or interleaved position by position (a mixture)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
 
 from ..errors import DataError
 from ..planning import block_start, cut, strategy_of
+from ..planning.streams import SourcePart, Stream
 from .batches import cut_batches
 from .blocks import BLOCK_PARTS, BLOCK_PARTS_MIN_BATCH, Segment, shuffled_blocks
+from .mix import interleaved
 from .prefetch import Prefetcher
 from .read import Reader
-from .resolve import Stream
 
 __all__ = ["stream_segments"]
 
 
-def stream_segments(stream: Stream, reader: Reader) -> Iterator[Segment]:
+def stream_segments(
+    stream: Stream,
+    readers: Sequence[Reader],
+    *,
+    schema: pa.Schema | None = None,
+    source_column: str | None = None,
+) -> Iterator[Segment]:
     """The batches of ``stream`` before conversion, from where its pass starts: each a record
     batch and the indices of its rows in output order (``None``: all, in order).
+
+    ``readers``: one per source of the stream's parts. A mixture's: ``schema``, its batches'
+    (each source's rows are cast to it), and ``source_column``, as `interleaved` takes them.
 
     Raises:
         DataError: a block or batch holds more than a 32-bit offset column can address.
     """
-    epoch = stream.epoch
-    layout = epoch.layout
-    start = stream.start
-    # A resumed stream re-reads the block it stopped in and skips the rows it delivered.
-    _, first = block_start(stream.length, start, layout)
-    parts = (epoch.run_pieces(run) for run in cut(stream.runs, first, stream.length))
-    iteration = stream.iteration
-    blocks = shuffled_blocks(
-        reader.read(parts),
-        stream.length,
-        layout,
-        epoch=iteration.epoch,
-        stream=stream.topology.stream,
-        leg=len(iteration.legs),
-        start=start,
-        parts=BLOCK_PARTS if layout.batch_size >= BLOCK_PARTS_MIN_BATCH else 1,
-    )
-    # The thread reads and assembles whole blocks while this one gathers, converts
-    # and packs the previous block. A queue of read batches instead let the reader get only
-    # a little ahead of a block, and the two alternated (measured: ~25% of a worker idle).
-    # Memory: the block being gathered and the next one being assembled.
-    ahead = Prefetcher(blocks, depth=1 if layout.shuffle else 4)
-    # Batch-aligned streams already left only whole batches under drop_last; round-robin's
-    # streams of whole chunks drop their own last short batch.
-    drop_short = layout.drop_last and not strategy_of(layout.strategy).batch_aligned
+    layout = stream.layout
+    # A lone source's block may stay several read batches (no copy); a mixture's parts are
+    # taken from row by row, so each of its blocks is one batch.
+    alone = stream.interleave is None and layout.batch_size >= BLOCK_PARTS_MIN_BATCH
+    parts = BLOCK_PARTS if alone else 1
+    aheads: list[Prefetcher[Segment] | None] = [
+        _read_ahead(stream, part, reader, parts)
+        for part, reader in zip(stream.parts, readers, strict=True)
+    ]
     try:
-        yield from cut_batches(ahead, layout.batch_size, drop_short=drop_short)
+        if stream.interleave is None:
+            (ahead,) = aheads
+            assert ahead is not None, "a stream of one source reads it"
+            # Batch-aligned streams already left only whole batches under drop_last;
+            # round-robin's streams of whole chunks drop their own last short batch.
+            drop_short = layout.drop_last and not strategy_of(layout.strategy).batch_aligned
+            yield from cut_batches(ahead, layout.batch_size, drop_short=drop_short)
+        else:
+            assert schema is not None, "a mixture's batches have a schema"
+            yield from interleaved(
+                [iter(a) if a is not None else None for a in aheads],
+                stream.interleave,
+                (stream.first + stream.start, stream.first + stream.length),
+                layout.batch_size,
+                schema,
+                where=[_recent(r) for r in readers],
+                source_column=source_column,
+            )
     except pa.ArrowInvalid as exc:
         if "overflow" not in str(exc):
             raise
         # A string, binary or list column's 32-bit offsets cannot hold the block or batch.
+        files = ", ".join(f for r in readers for f in r.recent_files())
         raise DataError(
-            f"{', '.join(reader.recent_files())}: a shuffle block or batch of these rows "
-            "holds more than 2 GiB in one string, binary or list column, more than its "
-            f"32-bit offsets address ({exc}); read with a smaller batch_size (and "
-            "shuffle_block_bytes), or write the column as large_string/large_binary"
+            f"{files}: a shuffle block or batch of these rows holds more than 2 GiB in one "
+            "string, binary or list column, more than its 32-bit offsets address "
+            f"({exc}); read with a smaller batch_size (and shuffle_block_bytes), or write the "
+            "column as large_string/large_binary"
         ) from exc
+    finally:
+        for ahead in aheads:
+            if ahead is not None:
+                ahead.close()
+
+
+def _read_ahead(
+    stream: Stream, part: SourcePart, reader: Reader, parts: int
+) -> Prefetcher[Segment] | None:
+    """The shuffled blocks of ``part`` from where the pass starts, read ahead in a thread
+    (``None``: the pass reads nothing of it)."""
+    if stream.interleave is not None and (not part.length or part.start >= part.length):
+        return None
+    layout = part.rows.layout
+    # A resumed stream re-reads the block it stopped in and skips the rows it delivered.
+    _, first = block_start(part.length, part.start, layout)
+    # (map binds this part's epoch now.)
+    pieces = map(part.rows.run_pieces, cut(part.runs, first, part.length))
+    iteration = stream.iteration
+    blocks = shuffled_blocks(
+        reader.read(pieces),
+        part.length,
+        layout,
+        epoch=iteration.epoch,
+        stream=stream.topology.stream,
+        leg=len(iteration.legs),
+        start=part.start,
+        source=part.source,
+        parts=parts,
+    )
+    # The thread reads and assembles whole blocks while this one gathers, converts and packs
+    # the previous block. Memory: the block being gathered and the next one being assembled.
+    name = "tdu-prefetch" if part.source is None else f"tdu-mix-{part.source}"
+    return Prefetcher(blocks, depth=1 if stream.layout.shuffle else 4, name=name)
+
+
+def _recent(reader: Reader) -> Callable[[], str]:
+    """What names ``reader``'s recent files in an error."""
+    return lambda: ", ".join(reader.recent_files())

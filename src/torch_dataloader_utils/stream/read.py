@@ -25,14 +25,14 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 import pyarrow as pa
 
-from ..arrow_values import take
+from ..convert.arrow_values import take
 from ..errors import CorruptFileError, NullValueError, TorchDataloaderUtilsError
+from ..errors.on_error import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
 from ..formats import Format, ReadOptions
 from ..fs import FileSystemSpec
 from ..fs.identity import Identity, check_identity
 from ..fs.threads import COUNT_THREADS, READ_THREADS
 from ..planning import Chunk, Piece
-from ..skipping import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
 from .ahead import AHEAD_PIECES, Ahead
 
 if TYPE_CHECKING:

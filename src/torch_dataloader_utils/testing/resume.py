@@ -20,8 +20,8 @@ from ..loader import TabularDataLoader
 __all__ = ["check_elastic_resume", "check_resume"]
 
 Batches = list[list[Any]]
-MakeLoader = Callable[[], TabularDataLoader]
-MakeLoaderFor = Callable[[int, int, int], TabularDataLoader]
+MakeLoader = Callable[[], TabularDataLoader[Any]]
+MakeLoaderFor = Callable[[int, int, int], TabularDataLoader[Any]]
 
 
 def _expect(ok: bool, message: str) -> None:
@@ -37,12 +37,12 @@ def _ids(batch: Any, id_column: str) -> list[Any]:
     return list(column)
 
 
-def _take(loader: TabularDataLoader, id_column: str, count: int | None = None) -> Batches:
+def _take(loader: TabularDataLoader[Any], id_column: str, count: int | None = None) -> Batches:
     """The ids of the next ``count`` batches of a pass over ``loader`` (``None``: all)."""
     return [_ids(batch, id_column) for batch in islice(loader, count)]
 
 
-def _saved(loader: TabularDataLoader) -> dict[str, Any]:
+def _saved(loader: TabularDataLoader[Any]) -> dict[str, Any]:
     """``loader.state_dict()``, checked to be a plain dict, round-tripped through pickle."""
     state = loader.state_dict()
     _expect(isinstance(state, dict), f"state_dict() returned {type(state)}, not a dict")
@@ -85,7 +85,7 @@ def _check_rows(batches: Batches, expected_ids: Sequence[Any] | None, what: str)
 
 
 def _epochs(
-    loader: TabularDataLoader, id_column: str, epochs: int
+    loader: TabularDataLoader[Any], id_column: str, epochs: int
 ) -> tuple[list[Batches], list[dict[str, Any]]]:
     """The batches of each epoch of an uninterrupted run, and the state after each epoch."""
     batches, states = [], []
@@ -102,7 +102,7 @@ def _positions(positions: Sequence[int] | None, total: int) -> list[int]:
     return sorted({k for k in positions if 0 <= k <= total})
 
 
-def _check_epoch_of(loader: TabularDataLoader, epoch: int, what: str) -> None:
+def _check_epoch_of(loader: TabularDataLoader[Any], epoch: int, what: str) -> None:
     now = loader.dataset.epoch
     _expect(now == epoch, f"{what}: load_state_dict set epoch {now}, not {epoch}")
 
@@ -235,7 +235,7 @@ def _read_old(
 
 def _read_new(
     make_loader_for: MakeLoaderFor, new: tuple[int, int], state: dict[str, Any] | None, epoch: int
-) -> list[TabularDataLoader]:
+) -> list[TabularDataLoader[Any]]:
     """A loader for every rank of ``new``: resuming ``state`` (which must resume at ``epoch``),
     or, without a state, set to ``epoch``."""
     loaders = []
@@ -250,7 +250,7 @@ def _read_new(
     return loaders
 
 
-def _slack(loader: TabularDataLoader, world_size: int) -> tuple[int, int]:
+def _slack(loader: TabularDataLoader[Any], world_size: int) -> tuple[int, int]:
     """Rows a topology's remainder policy may leave out of what it reads, and read twice."""
     dataset = loader.dataset
     lost = world_size - 1 if dataset.remainder == "drop" else 0

@@ -9,8 +9,8 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import DataError
+from ..errors.on_error import ReadFailure, log_failure
 from ..planning import round_robin
-from ..skipping import ReadFailure, log_failure
 from .wire import Bundle, PackedBundle
 
 __all__ = ["Unbundler", "in_order"]

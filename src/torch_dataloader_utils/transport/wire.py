@@ -14,7 +14,7 @@ import torch
 
 from ..convert import Field, Gather, GatherParts, ListRows, as_numpy
 from ..errors import DataError
-from ..skipping import ReadFailure
+from ..errors.on_error import ReadFailure
 from .buffers import (
     _ALIGN,
     _HEADER,

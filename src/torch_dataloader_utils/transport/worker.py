@@ -15,7 +15,7 @@ import torch
 from torch.utils.data import get_worker_info
 
 from ..convert import Converter, Field
-from ..skipping import FailureLog
+from ..errors.on_error import FailureLog
 from .memory import (
     BUNDLE_BYTES,
     bundle_bytes,

@@ -17,7 +17,7 @@ from torch_dataloader_utils.planning import interleave as il
 from torch_dataloader_utils.planning import mixture as mx
 from torch_dataloader_utils.planning.interleave import Interleave
 from torch_dataloader_utils.planning.mixture import Mixture, quotas
-from torch_dataloader_utils.stream.mix import rank_mix_streams, resolve_mix
+from torch_dataloader_utils.planning.streams import Mixed
 
 
 def merged(counts: list[int]) -> list[int]:
@@ -227,8 +227,8 @@ def test_streams_read_each_sources_quota_once_and_ranks_are_equal(
         for rank in range(ranks):
             mix = mixture.epoch(lay, epoch, ())
             spans = mixture.spans(mix, Topology(rank, ranks, 0, workers))
-            counts, _ = rank_mix_streams(
-                mixture, lay, Iteration(epoch), Topology(rank, ranks, 0, workers)
+            counts, _ = Mixed(mixture, lay).rank_streams(
+                Iteration(epoch), Topology(rank, ranks, 0, workers)
             )
             assert counts == [lay.batches(b - a) for a, b in spans]
             batches.append(sum(counts))
@@ -274,11 +274,12 @@ def test_a_resumed_pass_starts_each_source_where_its_delivered_positions_stopped
     lay = layout(4, shuffle=True)
     workers = rng.randint(1, 3)
     rank = Topology(0, 1, 0, workers)
-    counts, _ = rank_mix_streams(mixture, lay, Iteration(1), rank)
+    counts, _ = Mixed(mixture, lay).rank_streams(Iteration(1), rank)
     delivered = rng.randint(0, sum(counts))
     done = consumed(counts, delivered)
     for w in range(workers):
-        stream = resolve_mix(mixture, lay, Iteration(1, (), delivered), Topology(0, 1, w, workers))
+        resumed = Iteration(1, (), delivered)
+        stream = Mixed(mixture, lay).resolve(resumed, Topology(0, 1, w, workers))
         assert stream.done == done[w]
         assert stream.start == min(done[w] * 4, stream.length)
 
@@ -352,8 +353,8 @@ def test_elastic_legs_read_the_rest_of_each_source_once(seed: int) -> None:
         ranks, workers = rng.randint(1, 3), rng.randint(1, 3)
         per_rank = [
             sum(
-                rank_mix_streams(
-                    mixture, lay, Iteration(epoch, legs), Topology(r, ranks, 0, workers)
+                Mixed(mixture, lay).rank_streams(
+                    Iteration(epoch, legs), Topology(r, ranks, 0, workers)
                 )[0]
             )
             for r in range(ranks)

@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from tests.conftest import make_table
-from torch_dataloader_utils.arrow_values import take
+from torch_dataloader_utils.convert.arrow_values import take
 from torch_dataloader_utils.planning import Layout, block_start
 from torch_dataloader_utils.stream.batches import cut_batches
 from torch_dataloader_utils.stream.blocks import Segment, block_sizes, shuffled_blocks

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-from .errors import InvalidArgumentError, UnknownKeywordError
+from . import InvalidArgumentError, UnknownKeywordError
 
 __all__ = ["check_flags", "check_keywords", "keywords_of"]
 

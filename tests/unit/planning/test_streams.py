@@ -21,7 +21,7 @@ from torch_dataloader_utils.planning import (
     round_robin,
     strategy_of,
 )
-from torch_dataloader_utils.stream.resolve import rank_streams, resolve
+from torch_dataloader_utils.planning.streams import OneSource
 
 
 def layout_of(strategy: str, *, batch_size: int, drop_last: bool, shuffle: bool) -> Layout:
@@ -61,16 +61,17 @@ def test_every_row_once_and_counts_agree_with_what_each_worker_reads(
     layout = layout_of(strategy, batch_size=batch_size, drop_last=drop_last, shuffle=shuffle)
     seen: Counter[tuple[int, int]] = Counter()
     for rank in range(world_size):
-        counts, done = rank_streams(
-            chunk_rows, layout, Iteration(epoch), Topology(rank, world_size, 0, num_workers)
+        counts, done = OneSource(chunk_rows, layout).rank_streams(
+            Iteration(epoch), Topology(rank, world_size, 0, num_workers)
         )
         assert done == [0] * num_workers
         for worker in range(num_workers):
             topology = Topology(rank, world_size, worker, num_workers)
-            stream = resolve(chunk_rows, layout, Iteration(epoch), topology)
+            stream = OneSource(chunk_rows, layout).resolve(Iteration(epoch), topology)
             assert stream.batches == counts[worker]
             assert stream.done == 0 and stream.start == 0
-            pieces = stream.epoch.pieces(stream.runs)
+            (part,) = stream.parts
+            pieces = part.pieces()
             assert sum(p.num_rows for p in pieces) == stream.length
             assert layout.batches(stream.length) == stream.batches
             seen.update((p.chunk, row) for p in pieces for row in range(p.start, p.stop))
@@ -89,24 +90,25 @@ def test_a_resumed_pass_starts_each_stream_after_the_batches_dataloader_order_ga
     chunk_rows = [13, 0, 7, 21, 4, 9]
     layout = layout_of(strategy, batch_size=4, drop_last=False, shuffle=True)
     rank = Topology(0, 1, 0, 3)
-    counts, _ = rank_streams(chunk_rows, layout, Iteration(2), rank)
+    streams = OneSource(chunk_rows, layout)
+    counts, _ = streams.rank_streams(Iteration(2), rank)
     delivered = min(delivered, sum(counts))
     order = list(round_robin(counts, [0, 0, 0]))[:delivered]  # the workers of the first batches
-    counts_again, done = rank_streams(chunk_rows, layout, Iteration(2, batches=delivered), rank)
+    counts_again, done = streams.rank_streams(Iteration(2, batches=delivered), rank)
     assert counts_again == counts
     assert done == [order.count(w) for w in range(3)]
     for worker in range(3):
         resumed = Iteration(2, batches=delivered)
-        stream = resolve(chunk_rows, layout, resumed, Topology(0, 1, worker, 3))
+        stream = streams.resolve(resumed, Topology(0, 1, worker, 3))
         assert stream.done == done[worker]
         assert stream.start == min(done[worker] * 4, stream.length)
-        fresh = resolve(chunk_rows, layout, Iteration(2), Topology(0, 1, worker, 3))
-        assert stream.epoch.pieces(stream.runs) == fresh.epoch.pieces(fresh.runs)  # same rows
+        fresh = streams.resolve(Iteration(2), Topology(0, 1, worker, 3))
+        assert stream.parts[0].pieces() == fresh.parts[0].pieces()  # same rows
 
 
 def test_a_worker_state_overrides_the_rank_position() -> None:
     layout = layout_of("equal", batch_size=4, drop_last=False, shuffle=False)
-    stream = resolve([40], layout, Iteration(0, batches=6), Topology(0, 1, 1, 2), done=1)
+    stream = OneSource([40], layout).resolve(Iteration(0, batches=6), Topology(0, 1, 1, 2), done=1)
     assert stream.done == 1 and stream.start == 4
 
 
@@ -117,8 +119,8 @@ def test_an_unknown_strategy_names_the_known_ones() -> None:
 
 def test_strategies_say_what_they_promise() -> None:
     equal, dealt = strategy_of("equal"), strategy_of("round_robin")
-    assert equal.batch_aligned and equal.elastic
-    assert not dealt.batch_aligned and not dealt.elastic
+    assert equal.batch_aligned
+    assert not dealt.batch_aligned
     layout = layout_of("round_robin", batch_size=4, drop_last=False, shuffle=False)
     with pytest.raises(TypeError, match="depends on the workers"):
         dealt.rank_batches(100, Topology(), layout)

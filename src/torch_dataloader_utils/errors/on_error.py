@@ -23,7 +23,7 @@ from typing import Literal
 import numpy as np
 import pyarrow as pa
 
-from .errors import DataError, StorageError
+from . import DataError, StorageError
 
 __all__ = [
     "ON_ERROR",

@@ -27,7 +27,7 @@ from typing import Any
 # The registry torch.utils.data._utils.signal_handling re-exports (typed only here).
 from torch._C import _remove_worker_pids, _set_worker_pids
 
-from .errors import WorkerDiedError
+from ..errors import WorkerDiedError
 
 __all__ = ["DEATH_GRACE_S", "Death", "deaths", "died_error", "release", "shut_down", "watching"]
 

@@ -1,0 +1,225 @@
+"""Which rows each worker's stream reads in a pass, and where it starts: the one resolver.
+
+A dataset's `Streams` answers the two questions of a pass for every process alike: the batches
+of each stream of a rank (the main process orders the workers' batches and counts a rank's by
+them), and the `Stream` a worker reads. Two kinds, one per way of building an epoch:
+
+- `OneSource`: one plan's chunks, cut into streams by the layout's `Strategy`;
+- `Mixed`: a mixture's sources, each delivering its quota, interleaved position by position
+  (`planning.mixture`), cut into streams as one source's epoch is.
+
+A stream is the same value for both: a part of each source (`SourcePart`: runs of that source's
+epoch, where the pass starts in them) and, for a mixture, the interleave that says which source
+each position holds. `stream.pipeline` reads every part the same way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from .assign import Piece
+from .interleave import Interleave
+from .layout import Layout
+from .mixture import MixEpoch, Mixture
+from .resume import Iteration, consumed
+from .sequence import Run, sequence_length
+from .strategy import EpochRows, strategy_of
+from .topology import Topology
+
+__all__ = ["Mixed", "OneSource", "SourcePart", "Stream", "Streams"]
+
+
+@dataclass(frozen=True, eq=False)
+class SourcePart:
+    """One source's part of a stream.
+
+    Attributes:
+        source: the mixture's source number, which keys the part's block permutations
+            (``None``: a dataset of one source).
+        rows: the source's epoch (its chunk order; its layout cuts the part's blocks).
+        runs: the runs of the source's epoch sequence the part reads, in order.
+        length: rows in ``runs``.
+        start: rows of ``runs`` delivered before the pass began (a resume starts there).
+    """
+
+    source: int | None
+    rows: EpochRows
+    runs: list[Run]
+    length: int
+    start: int
+
+    def pieces(self) -> list[Piece]:
+        """The pieces of chunks the part reads in a fresh pass, in order."""
+        return self.rows.pieces(self.runs)
+
+
+@dataclass(frozen=True, eq=False)
+class Stream:
+    """One worker's stream of one pass.
+
+    Attributes:
+        topology: the rank and worker that read it.
+        iteration: the pass.
+        layout: the current leg's layout (batch size, shuffle).
+        parts: each source's part (one for a dataset of one source).
+        length: rows in the stream.
+        batches: batches the stream yields in the pass, from its start.
+        done: batches it delivered before this pass began (a resume starts there).
+        interleave: a mixture's: which source each position of the leg's sequence holds;
+            the stream is its positions ``[first, first + length)``.
+        first: the stream's first position in the interleave's sequence.
+    """
+
+    topology: Topology
+    iteration: Iteration
+    layout: Layout
+    parts: tuple[SourcePart, ...]
+    length: int
+    batches: int
+    done: int
+    interleave: Interleave | None = None
+    first: int = 0
+
+    @property
+    def start(self) -> int:
+        """The stream row the pass starts at."""
+        return min(self.done * self.layout.batch_size, self.length)
+
+
+class Streams(Protocol):
+    """How a dataset's epochs are cut into streams (`OneSource`, `Mixed`)."""
+
+    @property
+    def layout(self) -> Layout:
+        """The options that order and cut the streams."""
+
+    @property
+    def epoch_rows(self) -> int:
+        """Rows an epoch reads across all ranks, before the remainder policy."""
+
+    def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
+        """Batches of each stream of ``rank`` (one per worker of its ``num_workers``) in
+        ``iteration``, and how many each delivered before it began."""
+
+    def resolve(
+        self, iteration: Iteration, topology: Topology, *, done: int | None = None
+    ) -> Stream:
+        """The stream ``topology`` reads in ``iteration``.
+
+        ``done``: batches the stream already delivered (a worker's own saved state); by
+        default, its share of the batches its rank delivered (``iteration.batches``, in
+        DataLoader order).
+        """
+
+    def rank_batches(self, rank: Topology) -> int:
+        """Batches ``rank`` yields in a fresh epoch, whatever its workers.
+
+        Raises:
+            TypeError: the count depends on the number of workers.
+        """
+
+
+def _done(counts: list[int], iteration: Iteration, worker: int, done: int | None) -> int:
+    return consumed(counts, iteration.batches)[worker] if done is None else done
+
+
+@dataclass(frozen=True, eq=False)
+class OneSource:
+    """The streams of one plan's chunks (``chunk_rows``, in plan order) under ``layout``."""
+
+    chunk_rows: Sequence[int] | np.ndarray
+    layout: Layout
+
+    @property
+    def epoch_rows(self) -> int:
+        return int(np.sum(np.asarray(self.chunk_rows, dtype=np.int64)))
+
+    def rows(self, iteration: Iteration) -> EpochRows:
+        """The epoch's rows as ``iteration`` reads them."""
+        return EpochRows(self.chunk_rows, iteration.epoch, iteration.legs, self.layout)
+
+    def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
+        rows = strategy_of(self.layout.strategy).stream_rows(self.rows(iteration), rank)
+        counts = [self.layout.batches(n) for n in rows]
+        return counts, consumed(counts, iteration.batches)
+
+    def resolve(
+        self, iteration: Iteration, topology: Topology, *, done: int | None = None
+    ) -> Stream:
+        epoch = self.rows(iteration)
+        strategy = strategy_of(self.layout.strategy)
+        counts = [self.layout.batches(n) for n in strategy.stream_rows(epoch, topology)]
+        done = _done(counts, iteration, topology.worker, done)
+        runs = strategy.runs(epoch, topology)
+        length = sequence_length(runs)
+        start = min(done * self.layout.batch_size, length)
+        return Stream(
+            topology=topology,
+            iteration=iteration,
+            layout=self.layout,
+            parts=(SourcePart(None, epoch, runs, length, start),),
+            length=length,
+            batches=counts[topology.worker],
+            done=done,
+        )
+
+    def rank_batches(self, rank: Topology) -> int:
+        strategy = strategy_of(self.layout.strategy)
+        return strategy.rank_batches(self.epoch_rows, rank, self.layout)
+
+
+@dataclass(frozen=True, eq=False)
+class Mixed:
+    """The streams of a mixture's epochs under ``layout`` (``"equal"`` streams only)."""
+
+    mixture: Mixture
+    layout: Layout
+
+    @property
+    def epoch_rows(self) -> int:
+        return sum(self.mixture.quotas)
+
+    def _spans(
+        self, iteration: Iteration, rank: Topology
+    ) -> tuple[MixEpoch, list[tuple[int, int]]]:
+        mix = self.mixture.epoch(self.layout, iteration.epoch, iteration.legs)
+        return mix, self.mixture.spans(mix, rank)
+
+    def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
+        _, spans = self._spans(iteration, rank)
+        counts = [self.layout.batches(b - a) for a, b in spans]
+        return counts, consumed(counts, iteration.batches)
+
+    def resolve(
+        self, iteration: Iteration, topology: Topology, *, done: int | None = None
+    ) -> Stream:
+        mix, spans = self._spans(iteration, topology)
+        counts = [self.layout.batches(b - a) for a, b in spans]
+        done = _done(counts, iteration, topology.worker, done)
+        lo, hi = spans[topology.worker]
+        begin = lo + min(done * self.layout.batch_size, hi - lo)
+        # Each source's part is a contiguous range of its epoch; a resumed pass starts each at
+        # the rows its delivered positions held.
+        starts = (mix.current.prefix(begin) - mix.current.prefix(lo)).tolist()
+        parts = tuple(
+            SourcePart(i, mix.source_epoch(i), runs, sequence_length(runs), starts[i])
+            for i, runs in enumerate(mix.parts(lo, hi))
+        )
+        return Stream(
+            topology=topology,
+            iteration=iteration,
+            layout=self.layout,
+            parts=parts,
+            length=hi - lo,
+            batches=counts[topology.worker],
+            done=done,
+            interleave=mix.current,
+            first=lo,
+        )
+
+    def rank_batches(self, rank: Topology) -> int:
+        return strategy_of("equal").rank_batches(self.epoch_rows, rank, self.layout)

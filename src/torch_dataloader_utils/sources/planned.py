@@ -1,0 +1,90 @@
+"""A dataset's sources planned in one step: on rank 0 (the others receive the plans), each
+source in its own thread (`plan_sources`), each the same value (`PlannedSource`)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+from ..formats import Format, ReadOptions
+from ..fs import FileSystemSpec
+from ..planning import Plan
+from .broadcast import plan_once
+from .files import Planned
+
+__all__ = ["PlannedSource", "plan_sources", "planned_source"]
+
+# Sources planned at once (each plans its files in its own threads too).
+_PLAN_SOURCES = 8
+
+
+@dataclass(frozen=True)
+class PlannedSource:
+    """One source as planning left it: everything a worker needs to read it.
+
+    Attributes:
+        label: the source's name in messages.
+        plan: its plan.
+        format: its format (each process reads with its own copy, as constructed).
+        fs: its storage, with this rank's storage options, backend and retries.
+        read_options: the columns read, the filter, what the format's plan learned.
+        output_columns: the columns its batches carry, when not all read columns.
+        row_bytes: decoded bytes per row (the larger of the footers' and a sample's).
+        immutable: its files are never rewritten under their names (an Iceberg table's), so
+            a file's size alone identifies it for the cache.
+    """
+
+    label: str
+    plan: Plan
+    format: Format
+    fs: FileSystemSpec
+    read_options: ReadOptions
+    output_columns: tuple[str, ...] | None
+    row_bytes: float
+    immutable: bool = False
+
+
+def plan_sources(
+    count: int,
+    plan: Callable[[int], Planned],
+    *,
+    explicit: bool,
+) -> list[Planned]:
+    """``plan(i)`` for each of ``count`` sources, in threads, once: on rank 0 when
+    torch.distributed is up and the rank was not ``explicit`` (the others receive the plans in
+    one broadcast, `plan_once`), else here."""
+
+    def plan_all() -> list[Planned]:
+        if count == 1:
+            return [plan(0)]
+        with ThreadPoolExecutor(min(count, _PLAN_SOURCES), "tdu-sources") as pool:
+            return list(pool.map(plan, range(count)))
+
+    return plan_once(plan_all, explicit=explicit)
+
+
+def planned_source(
+    label: str,
+    planned: Planned,
+    fmt: Format,
+    fs: FileSystemSpec,
+    *,
+    immutable: bool = False,
+) -> PlannedSource:
+    """The `PlannedSource` of ``planned`` (rank 0's plan) on this rank's filesystem ``fs``.
+
+    Storage that planning found (an Iceberg table's) is read with this rank's options over it.
+    """
+    if planned.fs is not None:
+        fs = planned.fs.under(fs)
+    return PlannedSource(
+        label=label,
+        plan=planned.plan,
+        format=fmt,
+        fs=fs,
+        read_options=planned.read_options,
+        output_columns=planned.output_columns,
+        row_bytes=max(planned.plan.row_bytes, planned.decoded_row_bytes),
+        immutable=immutable,
+    )
