@@ -8,13 +8,14 @@ from typing import Any, cast
 
 import torch
 
-from .dataset import StructuredDataset, check_dataset_keywords
+from .dataset import StructuredDataset
 from .errors import InvalidArgumentError
+from .errors.keywords import check_init_keywords
 from .formats import Format
 from .fs import Source as Paths
-from .loader import DEFAULT_BUNDLE_ROWS, LOADER_KEYWORDS, LoaderOptions, TabularDataLoader
+from .loader import DEFAULT_BUNDLE_ROWS, TabularDataLoader
 from .mixture import MixtureDataset
-from .options import Source
+from .options import LOADER_KEYWORDS, LoaderOptions, Source
 
 __all__ = ["create_dataloader"]
 
@@ -112,7 +113,7 @@ def create_dataloader(
             )
         sources = [data] if isinstance(data, Source) else list(data)
         return loading.loader(MixtureDataset(sources, **dataset_options))
-    check_dataset_keywords(dataset_class, dataset_options, also=_OWN)
+    check_init_keywords(dataset_class, dataset_options, also=_OWN)
     return loading.loader(dataset_class(cast(Paths, data), format, **dataset_options))
 
 

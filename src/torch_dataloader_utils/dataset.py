@@ -21,13 +21,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 from .cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
 from .convert import Converter, Decoding, ListFormat, NullPolicy, Output, OutputFormat
 from .errors import InvalidArgumentError, UnsupportedTypeError
-from .errors.keywords import check_keywords, keywords_of
+from .errors.keywords import check_init_keywords
 from .errors.on_error import FailureLog, OnError
 from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
 from .fs import Source as Paths
-from .loader import LOADER_KEYWORDS, LoaderOptions, TabularDataLoader
-from .options import Options, Source, ranks_of
+from .loader import TabularDataLoader
+from .options import LOADER_KEYWORDS, LoaderOptions, Options, Source, ranks_of
 from .planning import (
     Iteration,
     Layout,
@@ -48,7 +48,7 @@ from .stream.pipeline import stream_segments
 from .stream.read import Reader
 from .transport import bundle_rows, worker_messages
 
-__all__ = ["Combined", "StructuredDataset", "check_dataset_keywords"]
+__all__ = ["Combined", "StructuredDataset", "loader_over"]
 
 logger = logging.getLogger(__name__)
 
@@ -150,7 +150,7 @@ class StructuredDataset(IterableDataset[Any]):
 
     def __new__(cls, *args: Any, **kwargs: Any) -> StructuredDataset:
         # Before __init__ binds them: Python's own error would name no valid keyword.
-        check_dataset_keywords(cls, kwargs)
+        check_init_keywords(cls, kwargs)
         return super().__new__(cls)
 
     def __init__(
@@ -613,7 +613,7 @@ class StructuredDataset(IterableDataset[Any]):
 
     def __repr__(self) -> str:
         return (
-            f"{type(self).__name__}(format={self.format.name!r}, {_storage_repr(self.fs)}"
+            f"{type(self).__name__}(format={self.format.name!r}, {self.fs.described()}"
             f"chunks={len(self.plan.chunks)}, rows={self.plan.num_rows}, "
             f"batch_size={self.batch_size}, shuffle={self.shuffle})"
         )
@@ -638,27 +638,8 @@ def loader_over(
     options checked first, before anything is planned)."""
     given = dict(kwargs)
     loading = LoaderOptions(**{k: given.pop(k) for k in LOADER_KEYWORDS if k in given})
-    check_dataset_keywords(cls, given, also=LOADER_KEYWORDS)
+    check_init_keywords(cls, given, also=LOADER_KEYWORDS)
     return loading.loader(cls(data, format, **given))
-
-
-def check_dataset_keywords(
-    cls: type, kwargs: Mapping[str, Any], *, also: Sequence[str] = ()
-) -> None:
-    """Refuse keywords that ``cls.__init__`` does not take, naming the closest valid one (of
-    the class, or ``also``: the loader's, which `create_dataloader` takes besides). A class
-    whose ``__init__`` takes ``**kwargs`` checks its own.
-
-    Raises:
-        UnknownKeywordError: a keyword the class does not take.
-    """
-    accepted, anything = keywords_of(cls.__init__)  # type: ignore[misc]
-    if anything or kwargs.keys() <= accepted:
-        return
-    named = f"create_dataloader and {cls.__name__}" if also else cls.__name__
-    check_keywords(
-        kwargs, accepted, refusal=f"{named} got an unexpected keyword argument", also=also
-    )
 
 
 def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:
@@ -666,19 +647,3 @@ def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:
         return output.converter(schema)
     except UnsupportedTypeError as exc:  # at planning: name the source
         raise UnsupportedTypeError(f"{label}: {exc}") from None
-
-
-def _storage_repr(fs: FileSystemSpec) -> str:
-    """The storage part of a dataset's repr: nothing for local files read as is; else the
-    protocol, the storage options' keys (never their values: they may be secrets) and a
-    backend other than ``"auto"``."""
-    options: dict[str, Any] = {} if fs.refreshable else fs.storage_options
-    if fs.is_local and not fs.refreshable and not options and fs.backend == "auto":
-        return ""
-    shown = (
-        "<function>"
-        if fs.refreshable
-        else "{" + ", ".join(f"{k!r}: ..." for k in sorted(options)) + "}"
-    )
-    backend = "" if fs.backend == "auto" else f"storage_backend={fs.backend!r}, "
-    return f"protocol={fs.protocol!r}, storage_options={shown}, {backend}"

@@ -6,10 +6,8 @@ from __future__ import annotations
 import dataclasses
 import functools
 import multiprocessing
-import os
 import sys
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from typing import Any, Generic, TypeVar, cast
 
 import torch
@@ -19,7 +17,6 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler
 from .cache import CacheStats
 from .convert.arrow_values import load_numpy_conversion
 from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
-from .errors.keywords import check_flags
 from .errors.on_error import FailureLog, ReadFailure
 from .state import Readable, read_failures, with_read_failures
 from .state.wrappers import Forwarded, Reader, kept
@@ -28,9 +25,7 @@ from .transport.deaths import DEATH_GRACE_S, deaths, died_error, release, shut_d
 
 __all__ = [
     "DEFAULT_BUNDLE_ROWS",
-    "LOADER_KEYWORDS",
     "EpochSampler",
-    "LoaderOptions",
     "TabularDataLoader",
 ]
 
@@ -390,68 +385,6 @@ def _start_method(context: Any) -> str:
     # (multiprocessing.get_context() would fix the default for the whole program)
     method = multiprocessing.get_start_method(allow_none=True)
     return method or multiprocessing.get_all_start_methods()[0]
-
-
-def _default_workers() -> int:
-    return min(4, os.cpu_count() or 1)
-
-
-@dataclass(frozen=True)
-class LoaderOptions:
-    """`create_dataloader`'s options of the DataLoader (as it documents them), checked when
-    made: before the dataset is planned.
-
-    Raises:
-        InvalidArgumentError: an option is out of range or of the wrong kind.
-    """
-
-    num_workers: int | None = None
-    pin_memory: bool = False
-    persistent_workers: bool = False
-    prefetch_factor: int | None = None
-    multiprocessing_context: Any = None
-    timeout: float = 0
-    worker_init_fn: Callable[[int], None] | None = None
-    bundle_rows: int = DEFAULT_BUNDLE_ROWS
-    device: torch.device | str | None = None
-    accelerator: Any = None
-
-    def __post_init__(self) -> None:
-        check_flags(persistent_workers=self.persistent_workers, pin_memory=self.pin_memory)
-        if self.num_workers is not None and self.num_workers < 0:
-            raise InvalidArgumentError(f"num_workers must be >= 0, got {self.num_workers}")
-        if self.bundle_rows < 0:
-            raise InvalidArgumentError(f"bundle_rows must be >= 0, got {self.bundle_rows}")
-        if self.persistent_workers and self.workers == 0:
-            raise InvalidArgumentError("persistent_workers=True needs num_workers > 0")
-
-    @property
-    def workers(self) -> int:
-        """Worker processes (default: ``min(4, cpu_count)``)."""
-        return _default_workers() if self.num_workers is None else self.num_workers
-
-    def loader(self, dataset: _D) -> TabularDataLoader[_D]:
-        """A `TabularDataLoader` over ``dataset`` with these options."""
-        extra: dict[str, Any] = {}
-        if self.workers > 0:  # DataLoader refuses these without workers
-            extra["persistent_workers"] = self.persistent_workers
-            extra["prefetch_factor"] = self.prefetch_factor
-            extra["multiprocessing_context"] = self.multiprocessing_context
-            extra["timeout"] = self.timeout
-        return TabularDataLoader(
-            dataset,
-            num_workers=self.workers,
-            bundle_rows=self.bundle_rows,
-            worker_init_fn=self.worker_init_fn,
-            pin_memory=self.pin_memory,
-            device=self.device,
-            accelerator=self.accelerator,
-            **extra,
-        )
-
-
-# The keywords `create_dataloader` gives the loader (the others build the dataset).
-LOADER_KEYWORDS = tuple(f.name for f in dataclasses.fields(LoaderOptions))
 
 
 def _refuse_rebatching(

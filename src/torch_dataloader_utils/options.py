@@ -1,4 +1,5 @@
-"""The options a dataset is built from: one `Source` per source, and the dataset's `Options`.
+"""The options a loader is built from: one `Source` per source, the dataset's `Options`, and
+the DataLoader's (`LoaderOptions`).
 
 The public keyword arguments (`create_dataloader`'s, the dataset classes', the earlier
 library's) are turned into these values once, at the edge; each value checks itself when made,
@@ -12,7 +13,9 @@ import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
+
+import torch
 
 from .convert import Output
 from .errors import InvalidArgumentError
@@ -21,10 +24,22 @@ from .errors.on_error import ON_ERROR, OnError
 from .formats import Format
 from .fs import RetryPolicy, StorageBackend, StorageOptions
 from .fs import Source as Paths
+from .loader import DEFAULT_BUNDLE_ROWS, TabularDataLoader
 from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES, Layout, Remainder, SplitStrategy
+from .state import Readable
 from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, block_sizes
 
-__all__ = ["EVERY_SOURCE", "Options", "Source", "with_defaults"]
+_D = TypeVar("_D", bound=Readable)
+
+__all__ = [
+    "EVERY_SOURCE",
+    "LOADER_KEYWORDS",
+    "LoaderOptions",
+    "Options",
+    "Source",
+    "ranks_of",
+    "with_defaults",
+]
 
 
 # Marks a `Source` field that a mixture's own keyword arguments may set for every source that
@@ -209,6 +224,64 @@ class Options:
             first_block_rows=first_block_rows,
             strategy=self.split_strategy,
         )
+
+
+@dataclass(frozen=True)
+class LoaderOptions:
+    """`create_dataloader`'s options of the DataLoader (as it documents them), checked when
+    made: before the dataset is planned.
+
+    Raises:
+        InvalidArgumentError: an option is out of range or of the wrong kind.
+    """
+
+    num_workers: int | None = None
+    pin_memory: bool = False
+    persistent_workers: bool = False
+    prefetch_factor: int | None = None
+    multiprocessing_context: Any = None
+    timeout: float = 0
+    worker_init_fn: Callable[[int], None] | None = None
+    bundle_rows: int = DEFAULT_BUNDLE_ROWS
+    device: torch.device | str | None = None
+    accelerator: Any = None
+
+    def __post_init__(self) -> None:
+        check_flags(persistent_workers=self.persistent_workers, pin_memory=self.pin_memory)
+        if self.num_workers is not None and self.num_workers < 0:
+            raise InvalidArgumentError(f"num_workers must be >= 0, got {self.num_workers}")
+        if self.bundle_rows < 0:
+            raise InvalidArgumentError(f"bundle_rows must be >= 0, got {self.bundle_rows}")
+        if self.persistent_workers and self.workers == 0:
+            raise InvalidArgumentError("persistent_workers=True needs num_workers > 0")
+
+    @property
+    def workers(self) -> int:
+        """Worker processes (default: ``min(4, cpu_count)``)."""
+        return min(4, os.cpu_count() or 1) if self.num_workers is None else self.num_workers
+
+    def loader(self, dataset: _D) -> TabularDataLoader[_D]:
+        """A `TabularDataLoader` over ``dataset`` with these options."""
+        extra: dict[str, Any] = {}
+        if self.workers > 0:  # DataLoader refuses these without workers
+            extra["persistent_workers"] = self.persistent_workers
+            extra["prefetch_factor"] = self.prefetch_factor
+            extra["multiprocessing_context"] = self.multiprocessing_context
+            extra["timeout"] = self.timeout
+        return TabularDataLoader(
+            dataset,
+            num_workers=self.workers,
+            bundle_rows=self.bundle_rows,
+            worker_init_fn=self.worker_init_fn,
+            pin_memory=self.pin_memory,
+            device=self.device,
+            accelerator=self.accelerator,
+            **extra,
+        )
+
+
+# The keywords `create_dataloader` gives the loader (the others build the dataset).
+LOADER_KEYWORDS = tuple(f.name for f in dataclasses.fields(LoaderOptions))
 
 
 # `Output`'s fields under their public names (``output_format``, ``list_format``, ...).

@@ -164,13 +164,13 @@ def test_ranks_that_receive_the_plan_never_touch_the_catalog(catalog: Catalog, e
         split_rows=None,
         user_fs=FileSystemSpec("file"),
     )
-    received = pickle.dumps(planned)
+    received = pickle.dumps([planned])  # every source's plan, in one broadcast
 
     def broadcast(make: object, *, explicit: bool) -> object:
         return pickle.loads(received)  # what rank 1 gets; make() is never called
 
     unreachable = {"name": "nowhere", "type": "sql", "uri": "sqlite:////nonexistent/dir/x.db"}
-    with mock.patch("torch_dataloader_utils.dataset.plan_once", broadcast):
+    with mock.patch("torch_dataloader_utils.sources.planned.plan_once", broadcast):
         load, dataset = IcebergDataset.create_dataloader(
             table="db.events",
             catalog_config=unreachable,

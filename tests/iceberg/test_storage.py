@@ -176,7 +176,7 @@ def test_the_plan_carries_the_tables_storage_never_the_users_options(catalog: Ca
         split_rows=None,
         user_fs=rank0,
     )
-    received = pickle.dumps(planned)
+    received = pickle.dumps([planned])  # every source's plan, in one broadcast
     assert SECRET.encode() not in received
     assert planned.fs is not None and planned.fs.protocol == "file"
     assert not hasattr(planned.read_options, "storage")
@@ -184,7 +184,7 @@ def test_the_plan_carries_the_tables_storage_never_the_users_options(catalog: Ca
     def broadcast(make: object, *, explicit: bool) -> object:
         return pickle.loads(received)  # what rank 1 gets
 
-    with mock.patch("torch_dataloader_utils.dataset.plan_once", broadcast):
+    with mock.patch("torch_dataloader_utils.sources.planned.plan_once", broadcast):
         load, dataset = IcebergDataset.create_dataloader(
             table="db.t",
             catalog_config=catalog.config,

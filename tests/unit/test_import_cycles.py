@@ -2,14 +2,14 @@
 
 The check reads the source with `ast` and never imports it. Every ``.py`` file under
 ``src/torch_dataloader_utils`` is a module (``pkg/__init__.py`` is the module ``pkg``; a
-directory without ``__init__.py`` still names its modules). An edge ``a -> b`` means that
-executing ``a`` at import time imports ``b``, where ``b`` is in the package:
+directory without ``__init__.py`` still names its modules). An edge ``a -> b`` means that ``a``
+imports ``b`` anywhere, where ``b`` is in the package:
 
-- Only module-level imports count: statements of the module body, including those nested in
-  ``if``/``else``, ``try``/``except``/``finally``, ``with``, loops and class bodies. Imports
-  inside functions and methods (lazy imports) run later, when called, and are not edges.
-  Neither is the body of ``if TYPE_CHECKING:`` (or ``typing.TYPE_CHECKING``), which never runs;
-  its ``else:`` branch does run and counts.
+- Every import counts: at module level, inside functions and methods (a lazy import is a
+  dependency all the same, run later), and under ``if TYPE_CHECKING:`` (the types name it). A
+  cycle hidden in a function is still a cycle of meaning: two modules that need each other.
+  `ALLOWED` lists the edges that may close a cycle: only a lazy import whose purpose is an
+  optional dependency (none today).
 - Relative imports are resolved against the importing module's package.
 - ``import a.b.c`` and ``from a.b import c`` give one edge, to ``a.b.c`` when that is a module
   of the package, else to ``a.b``. The parent packages that Python initialises on the way
@@ -50,41 +50,17 @@ def modules(root: Path, package: str) -> dict[str, Path]:
     return {module_name(p, root, package): p for p in sorted(root.rglob("*.py"))}
 
 
-# try/except* (Python 3.11+) has the same fields as try.
-_TRY = (ast.Try, *([ast.TryStar] if hasattr(ast, "TryStar") else []))
+# Edges (importer, imported) allowed to close a cycle: lazy imports of a module that exists for an
+# optional dependency. Each needs its reason beside it.
+ALLOWED: frozenset[tuple[str, str]] = frozenset()
 
 
-def _is_type_checking(test: ast.expr) -> bool:
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
-    )
-
-
-def module_level_imports(body: Iterable[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
-    """The import statements that run when the module is imported (see the module docstring)."""
-    for node in body:
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-            continue  # runs when called
-        elif isinstance(node, ast.If):
-            if not _is_type_checking(node.test):
-                yield from module_level_imports(node.body)
-            yield from module_level_imports(node.orelse)
-        elif isinstance(node, _TRY):
-            yield from module_level_imports(node.body)
-            for handler in node.handlers:
-                yield from module_level_imports(handler.body)
-            yield from module_level_imports(node.orelse)
-            yield from module_level_imports(node.finalbody)
-        elif isinstance(node, ast.ClassDef | ast.With | ast.AsyncWith):
-            yield from module_level_imports(node.body)
-        elif isinstance(node, ast.For | ast.AsyncFor | ast.While):
-            yield from module_level_imports(node.body)
-            yield from module_level_imports(node.orelse)
-        elif isinstance(node, ast.Match):
-            for case in node.cases:
-                yield from module_level_imports(case.body)
+def every_import(body: Iterable[ast.stmt]) -> Iterator[ast.Import | ast.ImportFrom]:
+    """Every import statement of a module (see the module docstring)."""
+    for statement in body:
+        for node in ast.walk(statement):
+            if isinstance(node, ast.Import | ast.ImportFrom):
+                yield node
 
 
 def _resolve_relative(name: str, is_package: bool, level: int, target: str | None) -> str:
@@ -100,7 +76,7 @@ def _resolve_relative(name: str, is_package: bool, level: int, target: str | Non
 
 
 def imports_of(name: str, path: Path, known: Mapping[str, Path], package: str) -> set[str]:
-    """The package's modules that module ``name`` (source in ``path``) imports at module level."""
+    """The package's modules that module ``name`` (source in ``path``) imports, anywhere."""
     tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
     is_package = path.name == "__init__.py"
     targets: set[str] = set()
@@ -112,7 +88,7 @@ def imports_of(name: str, path: Path, known: Mapping[str, Path], package: str) -
         if candidate == package or candidate.startswith(package + "."):
             targets.add(candidate)
 
-    for node in module_level_imports(tree.body):
+    for node in every_import(tree.body):
         if isinstance(node, ast.Import):
             for alias in node.names:
                 add(alias.name)
@@ -126,11 +102,11 @@ def imports_of(name: str, path: Path, known: Mapping[str, Path], package: str) -
             child = f"{base}.{alias.name}"
             add(child if alias.name != "*" and child in known else base)
     targets.discard(name)
-    return targets
+    return {t for t in targets if (name, t) not in ALLOWED}
 
 
 def import_graph(root: Path = ROOT, package: str = PACKAGE) -> Graph:
-    """Module -> the package's modules it imports at module level."""
+    """Module -> the package's modules it imports."""
     known = modules(root, package)
     return {name: imports_of(name, path, known, package) for name, path in known.items()}
 
@@ -261,7 +237,7 @@ def _write(root: Path, files: Mapping[str, str]) -> Path:
     return root / "pkg"
 
 
-def test_only_module_level_imports_are_edges(tmp_path: Path) -> None:
+def test_every_import_is_an_edge(tmp_path: Path) -> None:
     root = _write(
         tmp_path,
         {
@@ -285,7 +261,7 @@ def test_only_module_level_imports_are_edges(tmp_path: Path) -> None:
     graph = import_graph(root, "pkg")
     assert graph == {
         "pkg": {"pkg.a"},
-        "pkg.a": {"pkg.b", "pkg.sub.d", "pkg.sub.e", "pkg.c"},
+        "pkg.a": {"pkg.b", "pkg.sub.d", "pkg.sub.e", "pkg.c", "pkg.z"},
         "pkg.b": set(),
         "pkg.c": set(),
         "pkg.z": set(),
@@ -306,9 +282,11 @@ def test_cycles_are_found_and_named(tmp_path: Path) -> None:
             "sub/c.py": "from .. import a\n",
             "d.py": "from . import d\n",
             "e.py": "from .sub import c\n",
+            "f.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from . import g\n",
+            "g.py": "def later():\n    from . import f\n",
         },
     )
     graph = import_graph(root, "pkg")
-    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c", "pkg.a"]]
-    assert describe(cycles(graph), "pkg") == "a -> b -> sub.c -> a"
-    assert cycles(subpackage_graph(graph, "pkg")) == [["a", "b", "sub", "a"]]
+    assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c", "pkg.a"], ["pkg.f", "pkg.g", "pkg.f"]]
+    assert describe(cycles(graph), "pkg") == "a -> b -> sub.c -> a\nf -> g -> f"
+    assert cycles(subpackage_graph(graph, "pkg")) == [["a", "b", "sub", "a"], ["f", "g", "f"]]

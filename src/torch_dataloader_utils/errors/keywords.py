@@ -4,7 +4,7 @@ closest valid name), and flags that are not booleans."""
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from inspect import Parameter, signature
 from typing import Any
 
@@ -12,7 +12,7 @@ import numpy as np
 
 from . import InvalidArgumentError, UnknownKeywordError
 
-__all__ = ["check_flags", "check_keywords", "keywords_of"]
+__all__ = ["check_flags", "check_init_keywords", "check_keywords", "keywords_of"]
 
 _NAMED = (Parameter.POSITIONAL_OR_KEYWORD, Parameter.KEYWORD_ONLY)
 
@@ -71,3 +71,20 @@ def check_flags(**flags: object) -> None:
     for name, value in flags.items():
         if not isinstance(value, bool | np.bool_):
             raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
+
+
+def check_init_keywords(cls: type, kwargs: Mapping[str, Any], *, also: Sequence[str] = ()) -> None:
+    """Refuse keywords that ``cls.__init__`` does not take, naming the closest valid one (of
+    the class, or ``also``: the loader's, which `create_dataloader` takes besides). A class
+    whose ``__init__`` takes ``**kwargs`` checks its own.
+
+    Raises:
+        UnknownKeywordError: a keyword the class does not take.
+    """
+    accepted, anything = keywords_of(cls.__init__)  # type: ignore[misc]
+    if anything or kwargs.keys() <= accepted:
+        return
+    named = f"create_dataloader and {cls.__name__}" if also else cls.__name__
+    check_keywords(
+        kwargs, accepted, refusal=f"{named} got an unexpected keyword argument", also=also
+    )

@@ -344,6 +344,21 @@ class FileSystemSpec:
     def __hash__(self) -> int:
         return hash(self.protocol)
 
+    def described(self) -> str:
+        """The storage part of a dataset's repr: nothing for local files read as is; else the
+        protocol, the storage options' keys (never their values: they may be secrets) and a
+        backend other than ``"auto"``."""
+        options: dict[str, Any] = {} if self.refreshable else self.storage_options
+        if self.is_local and not self.refreshable and not options and self.backend == "auto":
+            return ""
+        shown = (
+            "<function>"
+            if self.refreshable
+            else "{" + ", ".join(f"{k!r}: ..." for k in sorted(options)) + "}"
+        )
+        backend = "" if self.backend == "auto" else f"storage_backend={self.backend!r}, "
+        return f"protocol={self.protocol!r}, storage_options={shown}, {backend}"
+
     def __repr__(self) -> str:
         if callable(self._source):
             options = "<function>"

@@ -16,7 +16,6 @@ from ..loader import TabularDataLoader
 from ..options import Options, Source
 from ..sources.files import Planned
 from .catalog import TableName, require_pyiceberg, table_name
-from .format import IcebergFormat
 from .snapshots import SnapshotSelector
 
 __all__ = ["IcebergDataset", "plan_table", "table_format"]
@@ -29,6 +28,8 @@ def table_format() -> Format:
         MissingDependencyError: pyiceberg is not installed.
     """
     require_pyiceberg()
+    from .format import IcebergFormat  # (its modules import pyiceberg: only when a table is read)
+
     return IcebergFormat()
 
 
@@ -132,8 +133,8 @@ class IcebergDataset(StructuredDataset):
             refusal="IcebergDataset got an unexpected keyword argument",
             also=keywords_of(IcebergDataset.__init__)[0],
         )
-        require_pyiceberg()
-        if not (format == "iceberg" or isinstance(format, IcebergFormat)):
+        fmt = table_format()
+        if not (format == "iceberg" or isinstance(format, type(fmt))):
             raise InvalidArgumentError(
                 f'IcebergDataset reads format="iceberg" only, got {format!r}; for files use '
                 "StructuredDataset"
@@ -157,7 +158,7 @@ class IcebergDataset(StructuredDataset):
         self._build((source,), settings)
 
     def _format(self, source: Source) -> Format:
-        return IcebergFormat()
+        return table_format()
 
     def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
         return plan_table(source, fs)

@@ -14,8 +14,8 @@ import torch
 
 from tests.conftest import make_table
 from tests.unit.transport.test_wire import assert_same_batch
-from torch_dataloader_utils.convert.arrow_values import take
 from torch_dataloader_utils.convert import Converter, GatherParts, as_numpy, as_tensor
+from torch_dataloader_utils.convert.arrow_values import take
 from torch_dataloader_utils.transport import pack
 
 N = 157
