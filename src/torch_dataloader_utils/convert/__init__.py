@@ -29,7 +29,9 @@ null list is an empty one, a null value in a list is filled the same way); ``"ma
 the same way and adds a boolean ``col_valid`` (and, for list columns, ``col_values_valid``
 shaped like ``col``).
 
-- `rules`: one rule per column, decided from the schema (`Converter`);
+- `rules`: a schema's batches converted to the output format, and the reader's checks
+  (`Converter`, `Problem`);
+- `columns`: each column's rule by its type, decided from the schema (`ColumnRules`);
 - `fields`: a converted column before it becomes a tensor (`Field`, `Gather`);
 - `parts`: gathering from a shuffle block left in parts (`BlockParts`, `Picks`, `GatherParts`);
 - `stacks`: small batches' numeric columns, one gather per type (`Stacks`);

@@ -11,6 +11,7 @@ Bundling is switched on per worker process by the loader's ``worker_init_fn``; a
 iterated by a plain ``DataLoader`` (or in the main process) yields plain batches.
 
 - `wire`: the messages (`Bundle`, `PackedBundle`), packed and unpacked;
+- `values`: how each value of a packed batch lies in its buffer (strings, pickled values);
 - `buffers`: the shared memory they live in (`BufferPool` in a worker; in the main process
   `Received`, each buffer mapped once, and `Lent`, buffers whose views the batches are, given
   back once those are gone);

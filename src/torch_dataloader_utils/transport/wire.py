@@ -1,5 +1,6 @@
 """The messages a worker sends: `Bundle` (pickled outputs) and `PackedBundle` (torch batches
-packed into one shared buffer), how they are packed (`pack`) and unpacked.
+packed into one shared buffer), how they are packed (`pack`) and unpacked. How each value lies
+in the buffer is `values`.
 """
 
 from __future__ import annotations
@@ -15,16 +16,18 @@ import torch
 from ..convert import Field, Gather, GatherParts, ListRows, as_numpy
 from ..errors import DataError
 from ..errors.on_error import ReadFailure
-from .buffers import (
-    _ALIGN,
-    _HEADER,
-    _lent,
-    _pool,
-    _received,
-    _release,
-    _round_up,
-)
+from .buffers import _ALIGN, _HEADER, _lent, _pool, _received, _release, _round_up
 from .memory import no_room, room_log
+from .values import (
+    _arrow_type,
+    _dtype_of,
+    _Entry,
+    _nbytes,
+    _Pickled,
+    _string_parts,
+    _Strings,
+    _torch_dtype,
+)
 
 __all__ = [
     "Bundle",
@@ -104,56 +107,6 @@ def _types_of(item: Any) -> list[pa.DataType]:
     return list(item.schema.types) if isinstance(item, pa.RecordBatch | pa.Table) else []
 
 
-_TORCH_DTYPES: dict[np.dtype[Any], torch.dtype] = {}
-
-
-def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
-    found = _TORCH_DTYPES.get(dtype)
-    if found is None:
-        found = torch.from_numpy(np.empty(0, dtype=dtype)).dtype
-        _TORCH_DTYPES[dtype] = found
-    return found
-
-
-# One entry per output value: (key, dtype, shape, byte offset) for packed arrays;
-# (key, None, None, _Strings) for string/binary columns packed as Arrow buffers; or
-# (key, None, None, _Pickled) for Python values, pickled in the worker.
-_Entry = tuple[str, "np.dtype[Any] | None", "tuple[int, ...] | None", Any]
-
-
-class _Strings:
-    """Where a packed string/binary column's Arrow offsets and bytes lie in the buffer."""
-
-    __slots__ = ("nbytes", "offsets_at", "rows", "type", "values_at")
-
-    def __init__(
-        self, type: pa.DataType, rows: int, offsets_at: int, values_at: int, nbytes: int
-    ) -> None:
-        self.type, self.rows, self.offsets_at = type, rows, offsets_at
-        self.values_at, self.nbytes = values_at, nbytes
-
-    def to_pylist(self, buffer: np.ndarray) -> list[Any]:
-        offsets = buffer[self.offsets_at : self.offsets_at + 4 * (self.rows + 1)]
-        values = buffer[self.values_at : self.values_at + self.nbytes]
-        array = pa.Array.from_buffers(
-            self.type, self.rows, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
-        )
-        return list(array.to_pylist())
-
-
-def _string_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
-    """Rebased int32 offsets and the bytes of a null-free string/binary array, else None."""
-    if array.null_count or not (pa.types.is_string(array.type) or pa.types.is_binary(array.type)):
-        return None
-    _, offsets_buffer, data = array.buffers()
-    if offsets_buffer is None or data is None or not len(array):
-        return np.zeros(len(array) + 1, np.int32), np.empty(0, np.uint8)
-    start = array.offset
-    offsets = np.frombuffer(offsets_buffer, dtype=np.int32)[start : start + len(array) + 1]
-    first, last = int(offsets[0]), int(offsets[-1])
-    return offsets - offsets[0], np.frombuffer(data, dtype=np.uint8)[first:last]
-
-
 class PackedBundle:
     """Consecutive torch batches of one worker, their numeric data in one shared buffer.
 
@@ -161,8 +114,7 @@ class PackedBundle:
     Arrow offsets and bytes of their string/binary columns (to ``end``). It comes from the
     worker's pool (`BufferPool`) and goes back to it when the main process has copied the
     tensors out into memory of its own and made the strings' Python lists (`unpack`, or
-    `pin_memory`): reusing buffers avoids creating a shared-memory segment and faulting in its
-    fresh pages for every message, which cost more than the copy (measured).
+    `pin_memory`): reused, as a fresh segment and its pages cost more than the copy (ADR 0003).
 
     A pooled buffer's memory is pickled with the first message in it only; later ones carry
     its serial number, and the main process finds the buffer it received (`Received`). A
@@ -230,11 +182,8 @@ class PackedBundle:
         """The batches, as dicts of views into the bundle's buffer.
 
         A shared buffer is lent (`Lent`): it goes back to the worker's pool once every view
-        of it is gone, so the main process copies nothing (with 2 workers, its CPU went from
-        0.74 to 0.32 µs a tabular row of 337 bytes, with 16 MiB bundles, counted in psutil's
-        ticks of 10 ms; ADR 0016 has the finer count). Without
-        torch's use count the tensors are copied out first. String lists are made straight
-        from the buffer.
+        of it is gone, so the main process copies nothing (ADRs 0015, 0016). Without torch's use
+        count the tensors are copied out first. String lists are made straight from the buffer.
         """
         buffer = self.buffer
         raw = buffer.numpy()
@@ -248,9 +197,8 @@ class PackedBundle:
             lent = borrowed is not None
             own = borrowed if borrowed is not None else buffer[: self.tensors_end].clone()
         batches = []
-        # The bundle's bytes viewed once per dtype: each value is then one slice of its dtype's
-        # view (every value starts at a multiple of _ALIGN), not a slice and two views
-        # (small batches: ~5 µs a value less in the main process).
+        # The bytes viewed once per dtype: each value is then one slice (values start at a
+        # multiple of _ALIGN), not a slice and two views.
         typed: dict[np.dtype[Any], torch.Tensor] = {}
         for layout in self.layouts:
             batch: dict[str, Any] = {}
@@ -310,13 +258,6 @@ def _unpickled(
 def forget_exited_workers() -> None:
     """Unmap the pooled buffers of worker processes that have exited (`Received`)."""
     _received.forget_exited()
-
-
-def _nbytes(shape: tuple[int, ...], dtype: np.dtype[Any]) -> int:
-    count = 1
-    for n in shape:
-        count *= n
-    return count * dtype.itemsize
 
 
 def pack(batches: Sequence[list[Field]]) -> PackedBundle:
@@ -394,11 +335,6 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
     )
 
 
-def _arrow_type(field: Field) -> pa.DataType:
-    assert isinstance(field.data, pa.Array)  # checked by the caller
-    return field.data.type
-
-
 def packed_nbytes(fields: Sequence[Field]) -> int:
     """About how many bytes ``fields`` take in a packed buffer."""
     total = 0
@@ -408,49 +344,3 @@ def packed_nbytes(fields: Sequence[Field]) -> int:
         elif isinstance(field.data, pa.Array):
             total += field.data.nbytes
     return total
-
-
-def _pylist(data: Any) -> Any:
-    return data.to_pylist() if isinstance(data, pa.Array) else data
-
-
-class _Pickled:
-    """A column's Python values, pickled in the worker's own thread: DataLoader pickles a
-    message in a queue's feeder thread, where a failure is printed and the message dropped
-    (the main process would only see batches missing). Pickled once either way."""
-
-    __slots__ = ("blob",)
-
-    def __init__(self, blob: bytes) -> None:
-        self.blob = blob
-
-    @classmethod
-    def of(cls, key: str, data: Any) -> _Pickled:
-        """Raises: DataError: the values cannot be pickled (names the column)."""
-        values = _pylist(data)
-        try:
-            return cls(pickle.dumps(values, protocol=pickle.HIGHEST_PROTOCOL))
-        except Exception as exc:
-            kinds = sorted({type(v).__name__ for v in values}) if isinstance(values, list) else []
-            raise DataError(
-                f"column {key!r}: its values ({', '.join(kinds)}) cannot be sent from the "
-                f"worker to the main process ({exc}); read with num_workers=0, or decode "
-                "the column to picklable values"
-            ) from exc
-
-    def load(self) -> Any:
-        return pickle.loads(self.blob)
-
-
-def _dtype_of(field: Field) -> np.dtype[Any]:
-    data = field.data
-    if isinstance(data, Gather):
-        return np.dtype(data.source.dtype)
-    if isinstance(data, GatherParts | ListRows):
-        return data.dtype
-    if isinstance(data, np.ndarray):
-        return np.dtype(data.dtype)
-    if isinstance(data, pa.Array):
-        dtype: np.dtype[Any] = np.dtype(data.type.to_pandas_dtype())
-        return dtype
-    raise TypeError(f"field {field.key!r} holds {type(data).__name__}, not an array")

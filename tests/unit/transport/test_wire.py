@@ -23,7 +23,7 @@ from torch_dataloader_utils.transport import (
     Unbundler,
     pack,
 )
-from torch_dataloader_utils.transport.wire import _Pickled, _Strings
+from torch_dataloader_utils.transport.values import _Pickled, _Strings
 
 
 def record_batches() -> tuple[Converter, list[pa.RecordBatch]]:
