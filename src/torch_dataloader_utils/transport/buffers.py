@@ -24,9 +24,7 @@ __all__ = ["BufferPool", "Lent", "Received", "Taken"]
 
 _ALIGN = 64
 
-
-# A pooled buffer starts with a header; its first byte says whether the main process has
-# given it back. Both processes map the same pages, so the flag needs no other channel.
+# The header a pooled buffer starts with (its first byte: the flag the module docstring names).
 _HEADER = _ALIGN
 
 
