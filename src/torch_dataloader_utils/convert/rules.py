@@ -216,8 +216,9 @@ class Converter:
         # Under "mask", a numeric list column adds its rows' validity and its values'.
         list_masks = [f"{name}_valid", f"{name}_values_valid"] if self.null_policy == "mask" else []
         if _is_numeric(t) and self.null_policy != "mask":
-            # The common case first, in as few steps as possible (small batches: ~13 µs a
-            # column a batch before, most of it these checks; measured at batch size 8).
+            # The common case first, in as few steps as possible: small batches paid most of a
+            # column's time in checks
+            # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
             def plain(a: pa.Array, r: Rows, n: int) -> list[Field]:
                 if a.null_count:
                     return self._primitive(name, a, r, n)
@@ -478,11 +479,8 @@ class Converter:
         n = len(rows)
         parts = self._parts.get(table)
         if parts is None:
-            # Small batches join every column once per block instead. Measured, tabular
-            # block of 3 parts: 8-row batches took 183 µs each gathering from the parts, 133
-            # through joined columns; 1,024-row ones the same either way in one thread, and
-            # with 2 workers gathering from the parts cost 2.16 µs of CPU a row in all
-            # processes against 2.50 joining (the join's copy is saved).
+            # Small batches join every column once per block instead: they gather faster from
+            # joined columns (docs/adr/0020-measurements-behind-constants.md#blocks-left-in-parts).
             gathered = self._gathered if n >= _GATHER_ROWS else {}
             parts = self._parts.keep(table, BlockParts(table, gathered))
         picks: Picks | None = None
