@@ -248,8 +248,8 @@ class ReadsAhead(Mapping[K, "Future[V]"]):
     def close(self) -> None:
         """Drop every pending read, and stop the own threads, waiting for a request in flight
         (at most one read's time): a process forked while a thread is inside a storage
-        client's request inherits the client's locks held (measured: a forked DataLoader
-        worker hung)."""
+        client's request inherits the client's locks held, and hangs
+        (docs/adr/0020-measurements-behind-constants.md#forked-processes)."""
         pending = self._pending.get()
         for future in pending.values():
             future.cancel()
