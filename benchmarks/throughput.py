@@ -36,7 +36,7 @@ DATA = HERE / ".data"
 
 
 def make_tabular(root: Path, rows: int, files: int = 8) -> Path:
-    """8 float32, 2 int64, a 20-char string, a 64-float embedding (FACTS.md's dataset)."""
+    """8 float32, 2 int64, a 20-char string, a 64-float embedding (docs/benchmarks.md, tabular)."""
     out = root / f"tabular-{rows}"
     if (out / "_done").exists():
         return out

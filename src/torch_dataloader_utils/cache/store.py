@@ -4,7 +4,7 @@ process on a machine, with no server.
 Layout under ``<cache_dir>/tdu-cache-v1/``::
 
     data/<k[:2]>/<k>/<offset>-<size>   a byte range of the file keyed <k>
-    meta/<k[:2]>/<k>                   planning metadata (a footer's facts, a tar index)
+    meta/wds-index/<h>.idx             WebDataset tar indexes (`FileSystemSpec.metadata_dir`)
     locks/<n>                          striped locks: one download of a range at a time
     usage                              bytes held (locked with flock while changed)
 
@@ -172,16 +172,6 @@ class RangeStore:
                 yield
             finally:
                 fcntl.flock(fd, fcntl.LOCK_UN)
-
-    # --- planning metadata -----------------------------------------------------------------
-
-    def get_meta(self, key: str) -> bytes | None:
-        """A metadata entry, or None."""
-        return self._read(os.path.join(self._meta, key[:2], key))
-
-    def put_meta(self, key: str, data: bytes) -> bool:
-        """Store a metadata entry (False: not stored)."""
-        return self._write(os.path.join(self._meta, key[:2]), key, data)
 
     # --- the whole cache -------------------------------------------------------------------
 

@@ -32,10 +32,10 @@ __all__ = [
 
 def load_numpy_conversion() -> None:
     """Load what pyarrow's first conversion from or to numpy loads: pandas, when installed
-    (0.18 s here; pyarrow checks values given to ``pa.array`` and ``to_numpy`` against pandas
-    types). Done before DataLoader workers are forked, they inherit it instead of each loading
-    it for its first batch (measured, 2 forked workers on 2 cores: first batch 0.42-0.51 s
-    without, 0.33-0.39 with). Loading it at import would cost every process, the CLI's too."""
+    (pyarrow checks values given to ``pa.array`` and ``to_numpy`` against pandas types). Done
+    before DataLoader workers are forked, they inherit it instead of each loading it for its
+    first batch (docs/adr/0020-measurements-behind-constants.md#converting-rows). Loading it at
+    import would cost every process, the CLI's too."""
     pa.array(np.zeros(1, np.int64)).to_numpy(zero_copy_only=True)
 
 
@@ -59,9 +59,8 @@ def take(data: Any, rows: np.ndarray | None) -> Any:
     converted back, so shuffling them keeps their type.
 
     A table (a shuffle block left in parts) gives a record batch, a chunked array an array,
-    taken from each chunk: pyarrow's own ``take`` of a chunked array first joins its chunks
-    (measured, 1,024 rows of 3 chunks of 65k: 1.2 ms instead of 0.16 for strings, 7.4
-    instead of 0.5 for lists)."""
+    taken from each chunk: pyarrow's own ``take`` of a chunked array first joins its chunks, up
+    to 15x slower (docs/adr/0015-copies-removed.md)."""
     if rows is None:
         return data
     if isinstance(data, pa.Table | pa.ChunkedArray):
@@ -150,8 +149,9 @@ def python_type(t: pa.DataType, *, keep_temporal: bool = False) -> pa.DataType:
         return pa.map_(
             t.key_field.with_type(inner(t.key_type)), t.item_field.with_type(inner(t.item_type))
         )
-    # List views stay as they are: pyarrow 26's cast of a list view to a list loses values
-    # (measured on arrow-testing's generated_list_view), and to_pylist reads them directly.
+    # List views stay as they are, and to_pylist reads them directly: pyarrow 26's cast of a
+    # list view to a list loses values
+    # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
     if pa.types.is_list(t):
         return pa.list_(t.value_field.with_type(inner(t.value_type)))
     if pa.types.is_large_list(t):

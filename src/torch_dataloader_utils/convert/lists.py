@@ -11,15 +11,9 @@ from numpy.lib.stride_tricks import sliding_window_view
 
 __all__ = ["ListRows", "fixed_values", "gather_rows", "pad_rows"]
 
-# Rows of a list column are copied one slice each (a memcpy plus ~0.7 µs of Python a row) or
-# by one vectorised gather whose cost grows with the values it touches (and, padded, with the
-# padded width of every row). Measured through the loader (in-process, shuffled, batches of
-# 1,024 int32 lists, best of 3, k rows/s vectorised / a row at a time):
-#   lengths      4-64           16-128       16-256       32-992
-#   offsets      1,085 / 797    719 / 588    435 / 491    159 / 212
-#   padded       1,305 / 839    792 / 503    340 / 425    126 / 195
-# so rows of 100+ values on average are copied as slices, and rows padded wider than 192 a row
-# at a time.
+# List rows of _SLICE_MEAN values or more on average are copied a slice each, shorter ones in one
+# vectorised gather; padded rows wider than _WINDOW_WIDTH, a row at a time: whichever was faster
+# (docs/adr/0020-measurements-behind-constants.md#converting-rows).
 _SLICE_MEAN = 100
 _WINDOW_WIDTH = 192
 
@@ -104,8 +98,9 @@ def pad_rows(
         return wide
     padded = np.empty((n, longest), dtype=values.dtype) if out is None else out
     if longest:
-        # Copy each row's list as one window of `longest` values (a strided view: a row-wise
-        # memcpy, 3.5x faster than an element-wise gather, measured on narrow rows), then pad.
+        # Copy each row's list as one window of `longest` values of a strided view, then pad: a
+        # row-wise memcpy beats an element-wise gather
+        # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
         # Fancy indexing reads the view in place; np.take would first copy the whole
         # overlapping view (len(values) x longest elements).
         whole = starts <= len(values) - longest

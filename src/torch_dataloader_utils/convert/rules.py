@@ -234,11 +234,8 @@ class Converter:
         n = len(rows)
         parts = self._parts.get(table)
         if parts is None:
-            # Small batches join every column once per block instead. Measured, tabular
-            # block of 3 parts: 8-row batches took 183 µs each gathering from the parts, 133
-            # through joined columns; 1,024-row ones the same either way in one thread, and
-            # with 2 workers gathering from the parts cost 2.16 µs of CPU a row in all
-            # processes against 2.50 joining (the join's copy is saved).
+            # Small batches join every column once per block instead: they gather faster from
+            # joined columns (docs/adr/0020-measurements-behind-constants.md#blocks-left-in-parts).
             gathered = self._gathered if n >= _GATHER_ROWS else {}
             parts = self._parts.keep(table, BlockParts(table, gathered))
         picks: Picks | None = None

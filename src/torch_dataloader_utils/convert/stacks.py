@@ -1,9 +1,8 @@
 """Small shuffled batches of many numeric columns: a block's columns stacked once, so that each
 batch takes its rows of all of them in one gather.
 
-Converting column by column costs ~5 µs a column a batch (its rule, a gather, a tensor), which
-at 8 rows a batch is most of the time. Measured in-process, 9 numeric columns, batch size 8:
-36 µs a batch column by column, 17 from stacks (ADR 0016).
+Converting column by column costs a few µs a column a batch (its rule, a gather, a tensor), which
+at 8 rows a batch is most of the time; stacks halve it (docs/adr/0016-main-process-share.md).
 """
 
 from __future__ import annotations

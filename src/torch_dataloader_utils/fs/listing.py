@@ -125,8 +125,8 @@ def _local_files(root: str) -> list[SourceFile]:
     """The files under the local directory ``root``, as fsspec's ``find`` lists them (regular
     files, not symbolic links; directories walked, not linked ones; unreadable directories
     left out), hidden ones left out, sorted by path, with the version fsspec's ``info`` gives
-    (``mtime``). Walked with ``os.scandir``: fsspec's ``find`` builds an 11-field dict per file
-    (about 4x the time, measured on 20,000 files)."""
+    (``mtime``). Walked with ``os.scandir``: fsspec's ``find`` builds an 11-field dict per file,
+    several times slower (docs/adr/0020-measurements-behind-constants.md#paths-and-listings)."""
     files: list[SourceFile] = []
     pending = [root]
     while pending:

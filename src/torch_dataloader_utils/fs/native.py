@@ -1,10 +1,11 @@
 """pyarrow's native S3/GCS/Azure filesystems, built from the same fsspec-style storage options.
 
 Why both: pyarrow's native filesystems issue range reads in parallel from C++ threads, while
-an fsspec file object serialises them (FACTS.md: at most one request in flight). Listing stays
-on fsspec (it has globs); reading goes native where the options translate. Options are
-translated key by key; a key we cannot translate means the user configured something native
-would ignore, so ``storage_backend="auto"`` falls back to fsspec and ``"arrow"`` refuses.
+an fsspec file object serialises them, one request in flight
+(docs/adr/0006-object-storage-reads.md). Listing stays on fsspec (it has globs); reading goes
+native where the options translate. Options are translated key by key; a key we cannot
+translate means the user configured something native would ignore, so
+``storage_backend="auto"`` falls back to fsspec and ``"arrow"`` refuses.
 """
 
 from __future__ import annotations

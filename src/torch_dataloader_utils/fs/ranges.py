@@ -3,10 +3,10 @@ back as a file.
 
 A Parquet reader asks for one column chunk at a time; on object storage each ask is a request
 with tens of milliseconds of latency, and through an fsspec file object the asks are serialised
-(FACTS.md). Formats that know their byte ranges in advance (from a footer or an index) fetch
-them here instead: close ranges are coalesced, large ones split into parts, and the parts
-requested in parallel threads (`RangeFetcher`), ahead of decoding (`ReadsAhead`). Decoding then
-reads from memory through a `RangeFile`.
+(docs/adr/0006-object-storage-reads.md). Formats that know their byte ranges in advance (from a
+footer or an index) fetch them here instead: close ranges are coalesced, large ones split into
+parts, and the parts requested in parallel threads (`RangeFetcher`), ahead of decoding
+(`ReadsAhead`). Decoding then reads from memory through a `RangeFile`.
 
 Both keep their threads and pending reads per process (`fs.forks`): a forked DataLoader worker
 starts its own, and never waits on its parent's.
@@ -248,8 +248,8 @@ class ReadsAhead(Mapping[K, "Future[V]"]):
     def close(self) -> None:
         """Drop every pending read, and stop the own threads, waiting for a request in flight
         (at most one read's time): a process forked while a thread is inside a storage
-        client's request inherits the client's locks held (measured: a forked DataLoader
-        worker hung)."""
+        client's request inherits the client's locks held, and hangs
+        (docs/adr/0020-measurements-behind-constants.md#forked-processes)."""
         pending = self._pending.get()
         for future in pending.values():
             future.cancel()

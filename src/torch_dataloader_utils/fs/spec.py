@@ -33,8 +33,7 @@ STORAGE_BACKENDS: tuple[str, ...] = ("auto", "arrow", "fsspec")
 _OPEN_FILES = 8
 
 # The Azure C++ SDK keeps its connection pool in a process-wide global, which a fork copies:
-# measured, two forked workers that each built a new AzureFileSystem after the parent had used
-# one received each other's responses (wrong bytes, "Parquet magic bytes not found", crashes).
+# forked workers received each other's responses (docs/adr/0006-object-storage-reads.md).
 # So "auto" reads Azure through adlfs, and "arrow" refuses to build one in a forked child of a
 # process that already had one: built in a process that built one, inherited in its children.
 _native_azure: ProcessLocal[bool] = ProcessLocal(lambda: True)
@@ -44,11 +43,9 @@ class _Clients:
     """What one process builds from a spec: its options, filesystems and open files.
 
     Kept per process (`fs.forks`): connections and client state taken over from a parent are
-    unusable (measured: a native S3 client's pooled connection gave "Weird server reply" in a
-    forked DataLoader worker), and a parent's clients are never closed from a child (finalizing
-    an s3fs client in the child closes its aiohttp session on a loop that is not this
-    process's: "attached to a different loop" tracebacks in every worker). An options function
-    is called again in each process.
+    unusable, and a parent's clients are never closed from a child, where closing them fails
+    (docs/adr/0020-measurements-behind-constants.md#forked-processes). An options function is
+    called again in each process.
     """
 
     def __init__(self) -> None:

@@ -35,8 +35,9 @@ SPLIT_STRATEGIES: tuple[SplitStrategy, ...] = ("equal", "round_robin")
 class Piece(NamedTuple):
     """Rows ``[start, stop)`` of chunk number ``chunk`` of the plan.
 
-    A named tuple: a worker's stream of a million-chunk plan makes its pieces in milliseconds
-    (a frozen dataclass took ~7 µs each, measured).
+    A named tuple: a worker's stream of a million-chunk plan makes its pieces in milliseconds,
+    where frozen dataclasses took seconds
+    (docs/adr/0020-measurements-behind-constants.md#chunks-as-columns).
     """
 
     chunk: int

@@ -1,14 +1,14 @@
 """Chunks and file identities as columns: a plan of a million chunks is a few arrays, not a
 million Python objects.
 
-Measured (issue 15): a million frozen `Chunk` objects took 42-85 MB to pickle, ~7 CPU-s to
-pickle and ~6 to unpickle on every rank, +385 MB per process, and a forked worker dirtied ~175
-MB of them (reference counts). As columns the same plan is a few numpy arrays: built,
-fingerprinted and sliced in vectorised code, pickled as their bytes. A spawned DataLoader worker
-receives them as one shared-memory buffer (`multiprocessing.reduction.ForkingPickler` is given
-a handle, not the bytes), so a plan reaches each process once.
+A million Python `Chunk` objects took seconds to pickle and unpickle on every rank and hundreds of
+MB in every process (docs/adr/0020-measurements-behind-constants.md#chunks-as-columns). As columns
+the same plan is a few numpy arrays: built, fingerprinted and sliced in vectorised code, pickled as
+their bytes. A spawned DataLoader worker receives them as one shared-memory buffer
+(`multiprocessing.reduction.ForkingPickler` is given a handle, not the bytes), so a plan reaches
+each process once.
 
-`Chunks` is a sequence of `Chunk`: ``plan.chunks[i]`` is a `Chunk` made on demand, as before.
+`Chunks` is a sequence of `Chunk`: ``plan.chunks[i]`` is a `Chunk` made on demand.
 """
 
 from __future__ import annotations
@@ -65,8 +65,9 @@ class _Columns:
         self._buffer = buffer  # the shared buffer the arrays view, once made
 
     def __getstate__(self) -> tuple[str | None, list[tuple[str, str, tuple[int, ...]]], bytes]:
-        # The arrays' bytes, zstd-compressed when pyarrow has the codec (measured, a million
-        # chunks: 18.9 MB -> 6.1 MB in 34 ms): what torch.distributed broadcasts to every rank.
+        # The arrays' bytes, zstd-compressed when pyarrow has the codec (to a third, in
+        # milliseconds): what torch.distributed broadcasts to every rank
+        # (docs/adr/0020-measurements-behind-constants.md#chunks-as-columns).
         layout = [(k, a.dtype.str, a.shape) for k, a in self.arrays.items()]
         raw = b"".join(np.ascontiguousarray(a).tobytes() for a in self.arrays.values())
         if _CODEC is None:

@@ -27,12 +27,9 @@ __all__ = ["Planned", "decoded_row_bytes", "plan_source"]
 # `_SAMPLE_BYTES` of them by the plan's estimate (the footers' encoded sizes).
 _SAMPLE_ROWS = 1024
 _SAMPLE_BYTES = 4 << 20
-# Rows at least this wide by the plan's estimate are not sampled: the estimate stands. Decoding
-# one row decodes its whole page, and pq.write_table puts up to 1,024 values in a page
-# (measured: 300 rows of 2 MB, all in one 600 MB dictionary page, took planning to 3.4 GB). The
-# sample is there for narrow columns, whose dictionary encoding can make the encoded size 100x
-# smaller than the decoded one; writers give up dictionaries over 1 MiB, so wide values are
-# stored plain and their encoded size is their decoded size.
+# Rows at least this wide by the plan's estimate are not sampled: decoding one row decodes its whole
+# page, and wide values are stored plain, so their estimate is their decoded size
+# (docs/adr/0020-measurements-behind-constants.md#the-row-size-sample).
 _WIDE_ROW_BYTES = 64 << 10
 # When a filter does not apply to the first file, how many others to probe for schema drift.
 _DRIFT_PROBE_FILES = 64

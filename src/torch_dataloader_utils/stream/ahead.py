@@ -25,14 +25,11 @@ from ..planning import Piece
 __all__ = ["AHEAD_BYTES", "AHEAD_PIECES", "AHEAD_PIECE_BYTES", "Ahead"]
 
 # Reading ahead (`Ahead`), from object storage (not local files): a piece is read ahead when it
-# holds at most AHEAD_PIECE_BYTES (by `Reader.estimate`: its rows decoded, or its chunk's bytes
-# if more); the pieces read ahead and not yet taken, being read or read, hold at most
-# AHEAD_BYTES and are at most AHEAD_PIECES. Larger pieces are read in their turn, as are local
-# files: a local piece's read is CPU work, most of it under the GIL, and threads only take turns
-# (measured, 1,311 files of 50 rows, the first block: 0.61 s in turn, 0.75 s with 2 threads,
-# 1.2-1.4 s with 4 to 16). On SeaweedFS with 20 ms added per request (about 5 requests a file:
-# the identity check, the footer, the bytes), 656 files of 100 rows: 48 s in turn, 5.0 s with
-# 16 threads (4.2 s with 32).
+# holds at most AHEAD_PIECE_BYTES (by `Reader.estimate`: its rows decoded, or its chunk's bytes if
+# more); the pieces read ahead and not yet taken, being read or read, hold at most AHEAD_BYTES and
+# are at most AHEAD_PIECES. Larger pieces are read in their turn, as are local files: their reads
+# are CPU work under the GIL, which threads only slow down
+# (docs/adr/0020-measurements-behind-constants.md#reading-ahead).
 AHEAD_PIECES = 64
 AHEAD_BYTES = 16 << 20
 AHEAD_PIECE_BYTES = 2 << 20

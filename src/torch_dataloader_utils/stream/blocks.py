@@ -19,31 +19,20 @@ __all__ = [
 ]
 
 DEFAULT_SHUFFLE_BLOCK_BYTES = 64 * 2**20
-# The first block of a stream is small so the first batch comes quickly (8 MiB decoded, at most
-# 64k rows); blocks then double. Measured (benchmarks/shuffle_quality.py, files each sorted by
-# label): 16k-row first blocks put early batches at 4x the ideal's label skew with 4 ranks, 64k
-# at 1.1x; the first batch came 5 ms later in-process, 25 ms with workers.
+# A stream's first block: small for a quick first batch, no smaller for shuffled early batches
+# (docs/adr/0020-measurements-behind-constants.md#first-blocks); later blocks double.
 _FIRST_BLOCK_ROWS = 65_536
 _FIRST_BLOCK_BYTES = 8 * 2**20
-# ... and spans about this many chunks at most (the plan's mean rows per chunk): every chunk of
-# the first block is read before the first batch, and a chunk of a small file costs a few
-# requests whatever its rows (20,000 files of 50 rows: 61 files instead of 1,311; on SeaweedFS
-# at 20 ms a request, with 2 spawn workers, the first batch came in 3.3 s instead of 9.9 s).
-# The cost: early batches mix fewer files (those files each of one label: the first three
-# batches 0.13-0.14 TV instead of 0.05-0.07, the first 10% 0.063 instead of 0.047-0.053, the
-# ideal 0.038; docs/concepts/shuffling.md).
+# ... and spans at most this many chunks of the plan's mean size: each chunk read before the first
+# batch costs a few requests (docs/adr/0020-measurements-behind-constants.md#first-blocks).
 _FIRST_BLOCK_CHUNKS = 64
 
-# A shuffle block of at most this many read batches is left in its parts (a `pa.Table` over
-# them) rather than copied into one record batch: the converter gathers each output batch
-# straight from the parts (`convert.parts`). Measured on the tabular benchmark (2M rows of
-# 337 B, row groups of 131k rows, blocks of 64 MiB in 2-3 parts): the copy cost about a quarter
-# of the decoding, on the thread that decodes. More parts would cost every output batch a pass
-# per part; a block of many small batches (small files) is still copied.
+# A shuffle block of at most this many read batches is left in its parts (a `pa.Table`, gathered by
+# `convert.parts`) instead of copied into one batch on the decoding thread; more parts would cost
+# every output batch a pass each (docs/adr/0015-copies-removed.md).
 BLOCK_PARTS = 8
-# ... for batches of at least this many rows. Smaller batches gather from a joined block
-# faster, and the reading thread joins it best (measured at 8 rows a batch in-process: 65 µs a
-# batch joined there, 76 joined by the converter, 183 gathered from the parts).
+# ... for batches of at least this many rows: smaller ones gather faster from a block the reading
+# thread joined (docs/adr/0020-measurements-behind-constants.md#blocks-left-in-parts).
 BLOCK_PARTS_MIN_BATCH = 128
 # ... when joining it cannot overflow a 32-bit offset column: the converter joins some columns of
 # a block left in parts (strings, lists), and such a block is joined here instead, where an
@@ -67,8 +56,8 @@ def block_sizes(
 
     ``block_size`` rows when given, else about ``block_bytes`` of decoded rows. Blocks sized by
     bytes hold whole batches: a batch that spans two blocks is gathered through an extra copy
-    (measured: a third of the token-list throughput). The first block holds at most 65,536
-    rows, 8 MiB decoded, and the rows of `_FIRST_BLOCK_CHUNKS` chunks of ``chunk_rows`` rows
+    (docs/adr/0020-measurements-behind-constants.md#first-blocks). The first block holds at most
+    65,536 rows, 8 MiB decoded, and the rows of `_FIRST_BLOCK_CHUNKS` chunks of ``chunk_rows`` rows
     (the plan's mean; 0: not known), and at least one batch.
     """
 

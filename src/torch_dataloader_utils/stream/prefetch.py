@@ -26,8 +26,9 @@ def _stop_running() -> None:
     """Stop the threads of iterators left unfinished when the program ends (a loop left with
     ``break``, then the script ends). Once Python is finalizing, a daemon thread that comes back
     from pyarrow's native code (which released the GIL) is ended inside it, and the C++ runtime
-    aborts the process ("terminate called without an active exception", exit status 134):
-    measured, 2 in 12 runs of a script that took one batch and ended. atexit runs before that."""
+    aborts the process ("terminate called without an active exception", exit status 134;
+    docs/adr/0020-measurements-behind-constants.md#the-prefetch-thread). atexit runs before
+    that."""
     running = list(_running)
     for prefetcher in running:
         prefetcher._stop.set()
@@ -47,8 +48,7 @@ class Prefetcher(Generic[T]):
     Memory: at most ``depth`` items exist ahead of the one the consumer took last, counting the
     one being made: the thread starts on an item only once the consumer has taken an earlier
     one. (A thread that made the next item while ``depth`` waited in the queue held one item
-    more: measured with a slow consumer, 2 MB rows and 64 MiB shuffle blocks, 90-110 MB more
-    per process.)
+    more: docs/adr/0020-measurements-behind-constants.md#the-prefetch-thread.)
     """
 
     def __init__(self, source: Iterable[T], depth: int = 2, name: str = "tdu-prefetch") -> None:

@@ -3,7 +3,7 @@
 A loader's ``state_dict()`` taken after ``k`` batches and loaded into a freshly built loader
 must continue with exactly the batches an uninterrupted run yields (same topology), and, on
 another topology, deal the rows left of the epoch to the new streams, none lost or repeated
-(DESIGN.md section 3). Batches are compared by their ids. The checks need no test runner.
+(docs/concepts/model.md). Batches are compared by their ids. The checks need no test runner.
 """
 
 from __future__ import annotations

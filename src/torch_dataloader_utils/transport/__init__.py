@@ -1,8 +1,8 @@
 """Moving batches from DataLoader workers to the main process cheaply.
 
-Measured (FACTS.md): each tensor that crosses from a worker costs ~0.35 ms, most of it creating
-and passing a new shared-memory segment, not copying bytes. So a worker of a
-`TabularDataLoader` sends *bundles*: several consecutive
+Each tensor that crosses from a worker costs ~0.35 ms, most of it creating and passing a new
+shared-memory segment, not copying bytes (docs/adr/0003-bundled-packed-transport.md). So a worker
+of a `TabularDataLoader` sends *bundles*: several consecutive
 batches in one message, and for torch output all their numeric data packed into ONE shared
 buffer, allocated directly in shared memory. The main process slices the buffer into per-batch
 views (a few microseconds) and yields the batches one by one, so users see ordinary batches.

@@ -24,9 +24,7 @@ __all__ = ["BufferPool", "Lent", "Received", "Taken"]
 
 _ALIGN = 64
 
-
-# A pooled buffer starts with a header; its first byte says whether the main process has
-# given it back. Both processes map the same pages, so the flag needs no other channel.
+# The header a pooled buffer starts with (its first byte: the flag the module docstring names).
 _HEADER = _ALIGN
 
 
@@ -35,8 +33,8 @@ _FREE, _IN_USE = 0, 1
 
 def _release(buffer: torch.Tensor) -> None:
     if buffer.numel() >= _HEADER:
-        # Through numpy: torch's item assignment cost ~50 µs of the main process's CPU a
-        # message here, against 9 µs (measured with 2 workers busy on 2 cores).
+        # Through numpy: torch's item assignment costs the main process several times more
+        # CPU a message (docs/adr/0016-main-process-share.md).
         buffer.numpy()[0] = _FREE
 
 
@@ -148,9 +146,7 @@ class Received:
     multiprocessing opens a connection to the sender to receive its file descriptor, with an
     HMAC handshake, for every message, even when torch has the memory mapped already. So a
     buffer's memory crosses once, and the main process keeps it mapped until the worker drops
-    it from its pool or exits. Measured with the flags written through numpy too, token rows
-    with 2 workers: 0.27 -> 0.20 µs of main-process CPU a row (padded), 0.19-0.21 -> 0.12-0.17
-    (offsets).
+    it from its pool or exits (docs/adr/0016-main-process-share.md).
     """
 
     # Where processes cannot be asked whether they still exist (Windows: os.kill(pid, 0)

@@ -114,7 +114,9 @@ class PackedBundle:
     Arrow offsets and bytes of their string/binary columns (to ``end``). It comes from the
     worker's pool (`BufferPool`) and goes back to it when the main process has copied the
     tensors out into memory of its own and made the strings' Python lists (`unpack`, or
-    `pin_memory`): reused, as a fresh segment and its pages cost more than the copy (ADR 0003).
+    `pin_memory`): reusing buffers avoids creating a shared-memory segment and faulting in its
+    fresh pages for every message, which cost more than the copy
+    (docs/adr/0003-bundled-packed-transport.md).
 
     A pooled buffer's memory is pickled with the first message in it only; later ones carry
     its serial number, and the main process finds the buffer it received (`Received`). A
@@ -182,8 +184,10 @@ class PackedBundle:
         """The batches, as dicts of views into the bundle's buffer.
 
         A shared buffer is lent (`Lent`): it goes back to the worker's pool once every view
-        of it is gone, so the main process copies nothing (ADRs 0015, 0016). Without torch's use
-        count the tensors are copied out first. String lists are made straight from the buffer.
+        of it is gone, so the main process copies nothing and spends less than half the CPU
+        a row (docs/adr/0020-measurements-behind-constants.md#workers-and-the-transport). Without
+        torch's use count the tensors are copied out first. String lists are made straight
+        from the buffer.
         """
         buffer = self.buffer
         raw = buffer.numpy()

@@ -62,9 +62,9 @@ def _keep_freed_memory() -> None:
     """Let glibc's malloc keep freed memory in this (worker) process for reuse.
 
     Per-batch arrays of ~1 MB (padded token lists) were given back to the kernel on every free
-    and faulted in again on the next allocation: ~240 page faults per batch, half the
-    conversion time (measured: 1.2 M -> 2.5 M rows/s for token lists). Workers are our own
-    processes, so tuning their allocator is ours to do; the main process is left alone.
+    and faulted in again on the next allocation, half the conversion time
+    (docs/adr/0020-measurements-behind-constants.md#workers-and-the-transport). Workers are our
+    own processes, so tuning their allocator is ours to do; the main process is left alone.
     """
     if sys.platform != "linux":
         return

@@ -1,4 +1,5 @@
-"""``list_files``: deterministic expansion of a source into files (DESIGN.md section 2, fs)."""
+"""``list_files``: deterministic expansion of a source into files
+(docs/concepts/architecture.md)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The assignment of rows to streams (DESIGN.md section 3), checked by brute force.
+"""The assignment of rows to streams (docs/concepts/model.md), checked by brute force.
 
 Every small plan x topology x epoch x batch size x remainder policy is laid out, expanded to
 ``(chunk, row)`` ids, and checked against the reference model: one global row sequence per epoch,
