@@ -55,8 +55,7 @@ from .formats import (
 from .formats.ipc import IpcFormat
 from .formats.orc import OrcFormat
 from .formats.parquet import ParquetFormat
-from .formats.text_csv import CsvFormat
-from .formats.text_json import JsonFormat
+from .formats.text import CsvFormat, JsonFormat
 from .formats.webdataset import WebDatasetFormat
 from .fs import RetryPolicy
 from .iceberg import IcebergDataset

@@ -22,8 +22,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
-from torch_dataloader_utils.formats import parquet as parquet_module
 from torch_dataloader_utils.formats.parquet import ParquetFormat
+from torch_dataloader_utils.formats.parquet import format as parquet_module
 from torch_dataloader_utils.planning import Piece
 from torch_dataloader_utils.skipping import FailureLog
 from torch_dataloader_utils.stream import ahead as ahead_module
