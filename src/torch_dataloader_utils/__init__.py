@@ -56,7 +56,6 @@ from .formats.ipc import IpcFormat
 from .formats.orc import OrcFormat
 from .formats.parquet import ParquetFormat
 from .formats.text import CsvFormat, JsonFormat
-from .formats.webdataset import WebDatasetFormat
 from .fs import RetryPolicy
 from .iceberg import IcebergDataset
 from .loader import TabularDataLoader, create_dataloader
@@ -64,6 +63,7 @@ from .mixture import MixtureDataset
 from .planning import Chunk, Piece, Plan, Topology
 from .source import Source
 from .webdataset import ShardWriter
+from .webdataset.format import WebDatasetFormat
 
 __version__ = "0.3.0.dev0"
 

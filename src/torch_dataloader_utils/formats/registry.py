@@ -37,7 +37,7 @@ _REGISTRY: dict[str, str | type[Format]] = {
     "json": "torch_dataloader_utils.formats.text:JsonFormat",
     "orc": "torch_dataloader_utils.formats.orc:OrcFormat",
     "parquet": "torch_dataloader_utils.formats.parquet:ParquetFormat",
-    "webdataset": "torch_dataloader_utils.formats.webdataset:WebDatasetFormat",
+    "webdataset": "torch_dataloader_utils.webdataset.format:WebDatasetFormat",
 }
 _ALIASES: dict[str, str] = {
     "pq": "parquet",
