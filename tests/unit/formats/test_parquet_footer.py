@@ -1,5 +1,5 @@
-"""The footer walk planning does per Parquet file (`formats.parquet_footer`) and the Arrow schema
-worked out once per distinct footer schema (`formats.parquet_facts`)."""
+"""The footer walk planning does per Parquet file (`formats.parquet.footer`) and the Arrow schema
+worked out once per distinct footer schema (`formats.parquet.facts`)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Parquet columns with no leaf columns (`formats.parquet_leafless`): read as the nulls
+"""Parquet columns with no leaf columns (`formats.parquet.leafless`): read as the nulls
 ``pq.read_table`` gives, in their place, locally and remotely, whatever the projection; a column
 with an empty struct beside leaf columns (which pyarrow cannot read) refused at planning."""
 

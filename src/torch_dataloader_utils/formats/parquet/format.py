@@ -74,7 +74,8 @@ class ParquetFormat(Format):
 
     def __init__(self, *, verify_checksums: bool = True) -> None:
         # Page CRCs, where the writer stored them (pyarrow's write_page_checksum=True, Spark,
-        # parquet-mr): a flipped bit is a CorruptFileError, not a wrong value (cost: ADR 0019).
+        # parquet-mr): a flipped bit is a CorruptFileError, not a wrong value. Its cost:
+        # docs/adr/0019-format-measurements.md.
         self.verify_checksums = verify_checksums
         self._open: HandleCache[str, tuple[pq.ParquetFile, Renaming | None]] = HandleCache(
             _OPEN_FILES, lambda opened: opened[0].close()
@@ -178,8 +179,8 @@ class ParquetFormat(Format):
             if fs.is_local:
                 handle = self._file(chunk.path, fs)[0]
                 with parsing(where):
-                    # One thread: pyarrow's column threads cost more than they give here (ADR
-                    # 0019), and workers are processes anyway.
+                    # One thread: pyarrow's column threads cost more than they give here
+                    # (docs/adr/0019-format-measurements.md); workers are processes anyway.
                     batches = handle.iter_batches(
                         batch_size=_batch_rows(handle.metadata, rg, columns),
                         row_groups=[rg],
