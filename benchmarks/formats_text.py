@@ -27,8 +27,7 @@ import pyarrow.json as pajson
 
 import torch_dataloader_utils as tdu
 from torch_dataloader_utils.formats import ReadOptions
-from torch_dataloader_utils.formats.text_csv import CsvFormat
-from torch_dataloader_utils.formats.text_json import JsonFormat
+from torch_dataloader_utils.formats.text import CsvFormat, JsonFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 
 HERE = Path(__file__).resolve().parent

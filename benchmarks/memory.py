@@ -122,7 +122,7 @@ def make_images(root: Path, samples: int, kb: int) -> Path:
 def largest_page(data: Path) -> int:
     """Bytes of the largest page (compressed or decompressed, the larger) of any file."""
     # The page headers' Thrift is walked with the footer reader's compact-protocol parser.
-    from torch_dataloader_utils.formats.parquet_footer import _STRUCT, _struct_of
+    from torch_dataloader_utils.formats.parquet.footer import _STRUCT, _struct_of
 
     header = _struct_of({1: None, 2: None, 3: None})  # type, uncompressed, compressed sizes
     largest = 0

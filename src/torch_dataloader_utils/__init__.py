@@ -56,9 +56,7 @@ from .formats import (
 from .formats.ipc import IpcFormat
 from .formats.orc import OrcFormat
 from .formats.parquet import ParquetFormat
-from .formats.text_csv import CsvFormat
-from .formats.text_json import JsonFormat
-from .formats.webdataset import WebDatasetFormat
+from .formats.text import CsvFormat, JsonFormat
 from .fs import RetryPolicy
 from .iceberg import IcebergDataset
 from .loader import TabularDataLoader
@@ -66,6 +64,7 @@ from .mixture import MixtureDataset
 from .options import Source
 from .planning import Chunk, Piece, Plan, Topology
 from .webdataset import ShardWriter
+from .webdataset.format import WebDatasetFormat
 
 __version__ = "0.3.0.dev0"
 

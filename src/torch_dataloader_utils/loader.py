@@ -238,7 +238,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
             shut_down(iterator)
             self._iterator = None
 
-    # --- dead workers (see worker_deaths.py) -----------------------------------------------------
+    # --- dead workers (see transport/deaths.py) -----------------------------------------------------
 
     def _waiting(self, iterator: Any, wait: Callable[[], _T]) -> _T:
         """``wait()`` on ``iterator``'s workers; a worker's death becomes one `WorkerDiedError`,
@@ -256,7 +256,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         except TorchDataloaderUtilsError:
             raise  # a worker's own error, re-raised by torch
         except (RuntimeError, OSError, EOFError) as exc:
-            # torch's forms of a death (see worker_deaths.py), judged by exit status, not by
+            # torch's forms of a death (see transport/deaths.py), judged by exit status, not by
             # message. One can precede the exit by a moment (a ConnectionResetError from the
             # dying worker's socket; the pin-memory thread it stopped): any other error of
             # these types waits DEATH_GRACE_S before it goes on unchanged.

@@ -15,8 +15,7 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from torch_dataloader_utils.formats import ReadOptions
-from torch_dataloader_utils.formats.text_csv import CsvFormat
-from torch_dataloader_utils.formats.text_json import JsonFormat
+from torch_dataloader_utils.formats.text import CsvFormat, JsonFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.planning import Topology
 from torch_dataloader_utils.testing import check_elastic_resume, check_format, check_resume

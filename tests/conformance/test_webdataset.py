@@ -12,7 +12,6 @@ import webdataset as wds
 
 import torch_dataloader_utils as tdu
 from torch_dataloader_utils.formats import ReadOptions
-from torch_dataloader_utils.formats.webdataset import WebDatasetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.testing import check_elastic_resume, check_format, check_resume
 from torch_dataloader_utils.testing.conformance import (
@@ -20,6 +19,7 @@ from torch_dataloader_utils.testing.conformance import (
     check_pickle,
     check_reads,
 )
+from torch_dataloader_utils.webdataset.format import WebDatasetFormat
 
 # Samples per shard: uneven, and one empty shard (not the first: the contract compares the
 # plan's schema with the first file's).

@@ -12,7 +12,7 @@ import webdataset as wds
 import torch_dataloader_utils as tdu
 from tests.services.seaweedfs import SeaweedFS
 from torch_dataloader_utils.errors import CorruptFileError
-from torch_dataloader_utils.formats.webdataset import WebDatasetFormat
+from torch_dataloader_utils.webdataset.format import WebDatasetFormat
 from torch_dataloader_utils.webdataset.writer import ShardWriter
 
 pytestmark = [

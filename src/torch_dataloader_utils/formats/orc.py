@@ -1,7 +1,7 @@
 """ORC: chunks are stripe ranges, planned from file tails (postscript and footer) we parse.
 
-pyarrow's ``ORCFile`` tells the number of stripes but not their row counts or sizes (FACTS.md),
-which chunks need. The footer holds them (``StripeInformation``), so planning reads the tail
+pyarrow's ``ORCFile`` tells the number of stripes but not their row counts or sizes, which
+chunks need. The footer holds them (``StripeInformation``), so planning reads the tail
 once, in one request, and parses the few protobuf fields it needs here. Footers compressed with
 a codec we cannot decode ourselves (LZO; a zstd frame without its size) fall back to counting
 each stripe's rows by reading its narrowest column, which is slower but exact.

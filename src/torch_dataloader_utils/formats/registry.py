@@ -32,12 +32,12 @@ ENTRY_POINT_GROUP = "torch_dataloader_utils.formats"
 
 # name -> "module:Class" (or a class registered as such).
 _REGISTRY: dict[str, str | type[Format]] = {
-    "csv": "torch_dataloader_utils.formats.text_csv:CsvFormat",
+    "csv": "torch_dataloader_utils.formats.text:CsvFormat",
     "ipc": "torch_dataloader_utils.formats.ipc:IpcFormat",
-    "json": "torch_dataloader_utils.formats.text_json:JsonFormat",
+    "json": "torch_dataloader_utils.formats.text:JsonFormat",
     "orc": "torch_dataloader_utils.formats.orc:OrcFormat",
     "parquet": "torch_dataloader_utils.formats.parquet:ParquetFormat",
-    "webdataset": "torch_dataloader_utils.formats.webdataset:WebDatasetFormat",
+    "webdataset": "torch_dataloader_utils.webdataset.format:WebDatasetFormat",
 }
 _ALIASES: dict[str, str] = {
     "pq": "parquet",

@@ -23,12 +23,12 @@ __all__ = [
 PLAN_THREADS = 32
 
 # Planning CSV and JSON Lines scans every byte of every file in 8 MiB range reads
-# (`formats.text.SCAN_PIECE`), and numpy searches each piece for record ends. Each thread holds
-# a piece, and the search is work, not waiting: half of PLAN_THREADS, so at most 16 pieces
+# (`formats.text.format.SCAN_PIECE`), and numpy searches each piece for record ends. Each thread
+# holds a piece, and the search is work, not waiting: half of PLAN_THREADS, so at most 16 pieces
 # (128 MiB) at once.
 SCAN_THREADS = 16
 
-# Counting the rows that pass a row filter at plan time (`reading.count_rows`) reads and
+# Counting the rows that pass a row filter at plan time (`sources.counting.count_rows`) reads and
 # decodes every chunk (the filter's columns only). Remote reads wait on storage, and pyarrow
 # decodes without the GIL, so threads help; but each thread reads through its own copy of the
 # format, which keeps an open file and its decoded batches, so fewer than PLAN_THREADS.

@@ -24,9 +24,9 @@ from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec
 from ..fs.threads import PLAN_THREADS
 from ..planning import Chunk, Chunks, Plan
+from ..sources.counting import count_rows
 from ..sources.files import Planned, decoded_row_bytes
 from ..sources.filters import filter_columns
-from ..stream.read import count_rows
 from .catalog import TableName, load_table, table_name
 from .deletes import DeletePositions, live_rows, merge_positions, read_position_deletes
 from .expressions import normalize_filter

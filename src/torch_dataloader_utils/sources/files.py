@@ -15,10 +15,11 @@ import pyarrow as pa
 
 from ..errors import ColumnNotFoundError, InvalidSourceError, SchemaMismatchError
 from ..formats import Format, ReadOptions
+from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
 from ..planning import Chunk, Chunks, Plan
-from ..stream.read import count_rows, with_partition
+from .counting import count_rows
 from .filters import filter_columns
 
 __all__ = ["Planned", "decoded_row_bytes", "plan_source"]

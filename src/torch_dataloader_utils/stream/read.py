@@ -14,11 +14,8 @@ the pieces, each piece's rows and errors as if it had been read in its turn.
 from __future__ import annotations
 
 import contextlib
-import pickle
-import threading
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -29,30 +26,20 @@ from ..convert.arrow_values import take
 from ..errors import CorruptFileError, NullValueError, TorchDataloaderUtilsError
 from ..errors.on_error import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
 from ..formats import Format, ReadOptions
+from ..formats.partitions import with_partition
 from ..fs import FileSystemSpec
 from ..fs.identity import Identity, check_identity
-from ..fs.threads import COUNT_THREADS, READ_THREADS
+from ..fs.threads import READ_THREADS
 from ..planning import Chunk, Piece
 from .ahead import AHEAD_PIECES, Ahead
 
 if TYPE_CHECKING:
     from ..convert import Problem
 
-__all__ = ["Reader", "count_rows", "with_partition"]
+__all__ = ["Reader"]
 
 # Chunks a reader keeps made (more than the pieces within reach of reading ahead).
 _MADE_CHUNKS = 4 * AHEAD_PIECES
-
-
-def with_partition(
-    batch: pa.RecordBatch, partition: tuple[tuple[str, Any], ...], options: ReadOptions
-) -> pa.RecordBatch:
-    """Append the file's hive partition values as constant columns."""
-    for key, value in partition:
-        assert options.partition_schema is not None  # set whenever files have partitions
-        field = options.partition_schema.field(key)
-        batch = batch.append_column(field, pa.repeat(pa.scalar(value, field.type), batch.num_rows))
-    return batch
 
 
 @dataclass(frozen=True)
@@ -287,37 +274,3 @@ class Reader:
         if self.output_columns is not None:
             batch = batch.select(list(self.output_columns))
         return batch
-
-
-def count_rows(
-    chunks: Sequence[Chunk], fmt: Format, fs: FileSystemSpec, options: ReadOptions
-) -> list[int]:
-    """Rows of each chunk that pass ``options.filter``, reading only the columns it needs.
-
-    Counting at plan time is what lets a filtered read keep equal batch counts on every rank
-    and resume at a batch (see docs/concepts/model.md). ``options.columns`` should hold just
-    the filter's columns.
-    """
-    expr = options.filter
-    local = threading.local()
-    blob = pickle.dumps(fmt)  # each thread its own copy: formats cache one open file
-    copies: list[Format] = []
-
-    def count(chunk: Chunk) -> int:
-        own = getattr(local, "fmt", None)
-        if own is None:
-            own = local.fmt = pickle.loads(blob)
-            copies.append(own)  # list.append is atomic
-        total = 0
-        for batch in own.read(chunk, 0, chunk.num_rows, fs, options):
-            total += with_partition(batch, chunk.partition, options).filter(expr).num_rows
-        return total
-
-    try:
-        if len(chunks) <= 1:
-            return [count(c) for c in chunks]
-        with ThreadPoolExecutor(COUNT_THREADS) as pool:
-            return list(pool.map(count, chunks))
-    finally:
-        for copy in copies:
-            copy.close()

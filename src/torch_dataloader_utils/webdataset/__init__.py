@@ -1,7 +1,8 @@
-"""Tar-level WebDataset machinery: tar scanning, webdataset's sample grouping, DALI's index,
-and a shard writer.
+"""WebDataset tar shards: tar scanning, webdataset's sample grouping, DALI's index, a shard
+writer, and the format that reads shards through their indexes (`format.WebDatasetFormat`).
 
-Needs neither torch nor webdataset: the format (`formats/webdataset.py`) builds on it.
+Needs neither torch nor webdataset. Importing this package leaves the format out (the format
+registry imports `format` when ``"webdataset"`` is first asked for).
 """
 
 from __future__ import annotations

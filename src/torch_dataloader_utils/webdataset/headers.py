@@ -18,19 +18,17 @@ the same size) then fails with an error rather than attaching values to the wron
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptFileError
-
-if TYPE_CHECKING:  # (slicing imports this module)
-    from .slicing import ShardTable
+from .slicing import ShardTable
+from .tar import BLOCK
 
 __all__ = ["HEADER", "check_headers", "check_span", "misplaced"]
 
-HEADER = 512  # a tar header block, before each member's data
+HEADER = BLOCK  # a tar header block, before each member's data
 _NAME = 100  # the name field, at offset 0
 _SUM_AT = 148  # the checksum field, 8 bytes
 _GNU_MAGIC = b"ustar  \0"

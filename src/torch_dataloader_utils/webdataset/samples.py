@@ -1,7 +1,7 @@
 """webdataset's grouping rules: consecutive tar members sharing a key form one sample.
 
 The rules follow webdataset 1.0.2 (`tariterators.base_plus_ext`, `group_by_keys`,
-`tar_file_iterator`; FACTS.md "WebDataset tar"):
+`tar_file_iterator`):
 
 - only regular files carry data; directories are skipped;
 - key = the full path up to the FIRST dot of the file name (the last path component),

@@ -1,26 +1,23 @@
 """The WebDataset format's numpy side: chunks of samples, range requests, and component
 values sliced out of the bytes read, all from an index held as arrays.
 
-Pure functions of offsets and sizes (no I/O): the format (`formats/webdataset.py`) reads the
+Pure functions of offsets and sizes (no I/O): the format (`format.py`) reads the
 bytes and words most errors.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptFileError
+from ..formats.base import ReadOptions
 from ..fs.ranges import HOLE_BYTES
 from ..planning import Chunk
 from .arrays import IndexArrays
-from .headers import HEADER
-
-if TYPE_CHECKING:  # (formats imports this module)
-    from ..formats.base import ReadOptions
+from .tar import BLOCK as HEADER  # the header block before each member's data
 
 __all__ = [
     "CHUNK_BYTES",

@@ -1,9 +1,9 @@
 """A streaming tar header parser: where each member's data lies, without Python's `tarfile`.
 
-`tarfile` streams at ~1 GB/s; walking the 512-byte headers directly is several times faster
-and lets a scan skip data it does not need (FACTS.md "WebDataset tar"). The parser reads through
-a ``read(offset, n) -> bytes`` callable, so the same code scans a local file or an object in
-remote storage, in windows of a few MB.
+Walking the 512-byte headers directly is several times faster than `tarfile`
+(docs/adr/0019-format-measurements.md) and lets a scan skip data it does not need. The parser
+reads through a ``read(offset, n) -> bytes`` callable, so the same code scans a local file or an
+object in remote storage, in windows of a few MB.
 
 What it understands, matching `tarfile` (checked member by member in the tests): ustar names with
 a ``prefix``, GNU long names and link names (``L``/``K``), PAX extended headers (``x``, and

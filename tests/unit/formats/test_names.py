@@ -12,7 +12,7 @@ import pytest
 
 from torch_dataloader_utils.formats import ReadOptions
 from torch_dataloader_utils.formats.names import RenamedColumnsWarning, renames, unique_names
-from torch_dataloader_utils.formats.text_csv import CsvFormat
+from torch_dataloader_utils.formats.text import CsvFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 
 FS = FileSystemSpec("file")

@@ -22,9 +22,9 @@ from tests.conftest import write_parquet
 from tests.format_files import write_ipc, write_orc
 from torch_dataloader_utils.errors import InvalidArgumentError
 from torch_dataloader_utils.formats import Format, ReadOptions, get_format
-from torch_dataloader_utils.formats.text import TextReadOptions
-from torch_dataloader_utils.formats.webdataset import WebDatasetFormat, WebDatasetReadOptions
+from torch_dataloader_utils.formats.text.options import TextReadOptions
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
+from torch_dataloader_utils.webdataset.format import WebDatasetFormat, WebDatasetReadOptions
 
 FS = FileSystemSpec("file")
 

@@ -23,8 +23,8 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from torch_dataloader_utils.errors.on_error import FailureLog
-from torch_dataloader_utils.formats import parquet as parquet_module
 from torch_dataloader_utils.formats.parquet import ParquetFormat
+from torch_dataloader_utils.formats.parquet import format as parquet_module
 from torch_dataloader_utils.planning import Piece
 from torch_dataloader_utils.stream import ahead as ahead_module
 from torch_dataloader_utils.stream import read as read_module

@@ -16,8 +16,8 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
-from torch_dataloader_utils.formats import parquet as parquet_module
 from torch_dataloader_utils.formats.parquet import ParquetFormat
+from torch_dataloader_utils.formats.parquet import format as parquet_module
 from torch_dataloader_utils.fs import FileSystemSpec
 from torch_dataloader_utils.sources import files as planner
 

@@ -30,10 +30,10 @@ from torch_dataloader_utils.errors import (
     UnsupportedFileError,
 )
 from torch_dataloader_utils.formats import ReadOptions
-from torch_dataloader_utils.formats.webdataset import WebDatasetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.fs.forks import ProcessLocal
 from torch_dataloader_utils.webdataset import loading, slicing
+from torch_dataloader_utils.webdataset.format import WebDatasetFormat
 from torch_dataloader_utils.webdataset.index import build_index, format_index, index_path
 
 

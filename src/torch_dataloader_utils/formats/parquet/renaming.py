@@ -8,9 +8,9 @@ from typing import NamedTuple
 
 import pyarrow as pa
 
-from ..errors import CorruptFileError
-from .names import unique_names, unique_schema
-from .parquet_leafless import leaf_count
+from ...errors import CorruptFileError
+from ..names import unique_names, unique_schema
+from .leafless import leaf_count
 
 __all__ = ["Ask", "Renaming", "asked"]
 
@@ -30,7 +30,7 @@ class Renaming:
 
     pyarrow selects columns by the file's names and gives every column of a name asked, in the
     order asked, each name's in file order (leaving out those without leaf columns,
-    `parquet_leafless`): its columns are renamed by position, then those asked selected.
+    `leafless`): its columns are renamed by position, then those asked selected.
     """
 
     def __init__(self, schema: pa.Schema) -> None:

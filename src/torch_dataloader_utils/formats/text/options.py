@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import pyarrow as pa
 
-from .base import ReadOptions
+from ..base import ReadOptions
 
 __all__ = ["TextLayout", "TextReadOptions"]
 

@@ -1,5 +1,5 @@
-"""The footer walk planning does per Parquet file (`formats.parquet_footer`) and the Arrow schema
-worked out once per distinct footer schema (`formats.parquet_facts`)."""
+"""The footer walk planning does per Parquet file (`formats.parquet.footer`) and the Arrow schema
+worked out once per distinct footer schema (`formats.parquet.facts`)."""
 
 from __future__ import annotations
 
@@ -16,9 +16,10 @@ import pyarrow.parquet as pq
 import pytest
 
 from torch_dataloader_utils.errors import CorruptFileError, UnsupportedFileError
-from torch_dataloader_utils.formats import ReadOptions, parquet_facts
-from torch_dataloader_utils.formats.parquet_facts import read_facts
-from torch_dataloader_utils.formats.parquet_footer import (
+from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats.parquet import facts as parquet_facts
+from torch_dataloader_utils.formats.parquet.facts import read_facts
+from torch_dataloader_utils.formats.parquet.footer import (
     MAGIC,
     Footer,
     parse_footer,

@@ -1,4 +1,4 @@
-"""Parquet columns with no leaf columns (`formats.parquet_leafless`): read as the nulls
+"""Parquet columns with no leaf columns (`formats.parquet.leafless`): read as the nulls
 ``pq.read_table`` gives, in their place, locally and remotely, whatever the projection; a column
 with an empty struct beside leaf columns (which pyarrow cannot read) refused at planning."""
 
@@ -18,7 +18,7 @@ from tests.corpus.writers import ROWS, files
 from torch_dataloader_utils.errors import UnsupportedFileError
 from torch_dataloader_utils.formats import FormatPlan, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
-from torch_dataloader_utils.formats.parquet_leafless import ParquetReadOptions
+from torch_dataloader_utils.formats.parquet.leafless import ParquetReadOptions
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
 
 LEAFLESS = ("empty", "nested_empty", "list_of_empty")

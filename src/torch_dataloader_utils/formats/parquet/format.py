@@ -3,66 +3,47 @@
 from __future__ import annotations
 
 import functools
-import time
 from collections import OrderedDict
 from collections.abc import Iterator, Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from ..errors import CorruptFileError
-from ..fs import FileSystemSpec, SourceFile, translate_os_error
-from ..fs.progress import Progress
-from ..fs.ranges import RangeFetcher, RangeFile, ReadsAhead
-from ..fs.threads import PLAN_THREADS
-from ..planning import Chunk
-from .base import Format, FormatPlan, ReadOptions
-from .chunking import group_units
-from .handles import HandleCache
-from .magic import refuse_other_format
-from .names import unique_schema, warn_renamed
-from .opening import open_input, parsing, slice_batches
-from .parquet_facts import FileFacts, chunk_ranges, leaf_owners, read_facts
-from .parquet_footer import Footer, footer_file, read_footer
-from .parquet_leafless import ParquetReadOptions, put_back, read_options
-from .parquet_names import Renaming, asked
-from .schemas import FileSchema, check_schemas
+from ...errors import CorruptFileError
+from ...fs import FileSystemSpec, SourceFile, translate_os_error
+from ...fs.ranges import RangeFetcher, RangeFile, ReadsAhead
+from ...planning import Chunk
+from ..base import Format, FormatPlan, ReadOptions
+from ..handles import HandleCache
+from ..magic import refuse_other_format
+from ..names import unique_schema
+from ..opening import open_input, parsing, slice_batches
+from .facts import chunk_ranges, leaf_owners
+from .footer import Footer, footer_file, read_footer
+from .leafless import ParquetReadOptions, put_back
+from .planning import plan_files
+from .renaming import Renaming, asked
 
 __all__ = ["ParquetFormat"]
 
-# A decoded batch inside a row group holds at most this many rows and, by the footer's
-# uncompressed sizes of the columns read, about this many bytes: a batch is a slice of what
-# pyarrow decoded, and keeps all of it alive until the last slice is gone (16,384 rows of 2 MB
-# values: a whole 600 MB row group in one batch; now 4 rows a batch). See docs/concepts/memory.md.
+# Why each value below, with the numbers measured: docs/adr/0019-format-measurements.md.
+# A decoded batch's most rows, and about its most bytes: it keeps all pyarrow decoded alive.
 _READ_BATCH_ROWS = 16_384
 _READ_BATCH_BYTES = 8 << 20
-# Open files kept per worker. An open ParquetFile keeps its pre-buffered row group alive (measured:
-# 8 cached files held ~360 MB), and shuffled streams rarely revisit a file, so keep one.
+# Open files per worker: one holds its pre-buffered row group, and shuffles rarely come back.
 _OPEN_FILES = 1
-# Remote files: footers kept per worker (about 40 KB each), and row groups fetched ahead of the
-# one being decoded: the next one of the chunk, and the next piece's first. Memory: the row group
-# decoded plus at most this many fetched or in flight (projected compressed bytes).
+# Remote: footers kept per worker (~40 KB each), and row groups fetched ahead of the one decoded.
 _FOOTERS = 16
 _AHEAD = 2
-# A read of at most this share of a row group's first rows streams its pages (1 MiB requests)
-# instead of fetching whole column chunks: the plan-time sample of a row's decoded size.
+# A read of at most 1/_HEAD_SHARE of a row group's first rows streams pages, not column chunks.
 _HEAD_SHARE = 8
+# pyarrow's read buffer, local files and head reads: without one it holds column chunks whole.
 _STREAM_BUFFER = 1 << 20
-# A remote row group whose projected column chunks are larger than this is streamed (read in
-# `_REMOTE_BUFFER` requests as pyarrow decodes) instead of fetched whole ahead of decoding: one
-# row group of 2,000 rows of 2 MB is 4 GB. Local files always stream, in `_STREAM_BUFFER`
-# reads: without a buffer pyarrow reads each column chunk whole (measured, a 600 MB row group
-# of 2 MB values in 2 MB pages: pyarrow's pool peaked at 620 MB without, 23 MB with); reading
-# was as fast (4 M narrow rows: 0.37 s either way).
+# A remote row group larger than this (projected) is streamed, not fetched whole ahead.
 _FETCH_BYTES = 64 << 20
-# Files per planning task, at most: progress is counted per task.
-_TASK_FILES = 256
-# Local planning goes on in threads when the first task spent this share of its time waiting
-# (wall clock, not CPU time).
-_LOCAL_WAITING = 0.5
-_REMOTE_BUFFER = 8 << 20
+_REMOTE_BUFFER = 8 << 20  # the buffer of such a streamed read
 
 
 class _Remote(NamedTuple):
@@ -93,8 +74,8 @@ class ParquetFormat(Format):
 
     def __init__(self, *, verify_checksums: bool = True) -> None:
         # Page CRCs, where the writer stored them (pyarrow's write_page_checksum=True, Spark,
-        # parquet-mr): a flipped bit is a CorruptFileError, not a wrong value. Measured: ~8%
-        # more decode time on files that carry them (2M rows, 3 columns); none without.
+        # parquet-mr): a flipped bit is a CorruptFileError, not a wrong value. Its cost:
+        # docs/adr/0019-format-measurements.md.
         self.verify_checksums = verify_checksums
         self._open: HandleCache[str, tuple[pq.ParquetFile, Renaming | None]] = HandleCache(
             _OPEN_FILES, lambda opened: opened[0].close()
@@ -132,62 +113,7 @@ class ParquetFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> FormatPlan:
-        pairs = list(zip(files, partitions, strict=True))
-        # Tasks of several files each: one task per file spent more time handing out tasks
-        # than reading local footers (measured: 10k files, 0.97 s vs 0.31 s for the reads);
-        # at most `_TASK_FILES`, so that progress is counted as it happens.
-        per_task = max(1, min(_TASK_FILES, len(pairs) // (PLAN_THREADS * 4)))
-        tasks = [pairs[i : i + per_task] for i in range(0, len(pairs), per_task)]
-        progress = Progress("Parquet footers read", len(pairs))
-
-        def read(task: list[tuple[SourceFile, tuple[tuple[str, object], ...]]]) -> list[FileFacts]:
-            found = [read_facts(f, p, fs, options) for f, p in task]
-            progress.add(len(found))
-            return found
-
-        facts: list[FileFacts] = []
-        if fs.is_local and tasks:
-            # A local footer read is mostly the walk of the footer, which holds the GIL: threads
-            # only take turns (measured, 20,000 files on 2 cores: 10-20% slower with 8 or 32).
-            # The first task runs here; the rest too unless it spent its time waiting (a
-            # network filesystem mounted locally, a cold disk), which threads overlap.
-            wall, cpu = time.perf_counter(), time.thread_time()
-            facts.extend(read(tasks[0]))
-            wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
-            tasks = tasks[1:]
-            if wall - cpu < _LOCAL_WAITING * wall:
-                for task in tasks:
-                    facts.extend(read(task))
-                tasks = []
-        if tasks:
-            pool = ThreadPoolExecutor(
-                max(1, min(PLAN_THREADS, len(tasks))), thread_name_prefix="tdu-plan"
-            )
-            try:
-                for found in pool.map(read, tasks):
-                    facts.extend(found)
-            finally:  # on an error, the files not started yet are not read
-                pool.shutdown(wait=True, cancel_futures=True)
-        progress.finish()
-        for f, fact in zip(files, facts, strict=True):
-            if fact.renamed is not None:
-                warn_renamed(fs.url(f.path), fact.renamed, stacklevel=3)
-        schema = check_schemas(*_distinct_schemas(files, facts), fs, options)
-        chunks: list[Chunk] = []
-        rows = uncompressed = 0
-        for f, fact, partition in zip(files, facts, partitions, strict=True):
-            units = [(rg, n, size) for rg, n, size, _ in fact.row_groups]
-            chunks.extend(group_units(f.path, units, partition, options))
-            for r in fact.row_groups:
-                rows += r[1]
-                uncompressed += r[3]
-        row_bytes = uncompressed / rows if rows else 1.0
-        return FormatPlan(
-            chunks=chunks,
-            schema=schema,
-            row_bytes=max(row_bytes, 1.0),
-            read_options=read_options(options, schema),
-        )
+        return plan_files(files, partitions, fs, options)
 
     def _file(self, path: str, fs: FileSystemSpec) -> tuple[pq.ParquetFile, Renaming | None]:
         def open_file() -> tuple[pq.ParquetFile, Renaming | None]:
@@ -217,7 +143,7 @@ class ParquetFormat(Format):
     ) -> Iterator[pa.RecordBatch]:
         batches = self._read(chunk, row_start, row_stop, fs, options)
         if isinstance(options, ParquetReadOptions) and options.leafless is not None:
-            # pyarrow leaves out columns without leaf columns: never drop one (parquet_leafless)
+            # pyarrow leaves out columns without leaf columns: never drop one (`leafless`)
             return put_back(batches, options.columns, options.leafless)
         return batches
 
@@ -253,8 +179,8 @@ class ParquetFormat(Format):
             if fs.is_local:
                 handle = self._file(chunk.path, fs)[0]
                 with parsing(where):
-                    # One thread: pyarrow's column threads cost more than they give at these
-                    # sizes (measured 2.8 M vs 2.4 M rows/s), and workers are processes anyway.
+                    # One thread: pyarrow's column threads cost more than they give here
+                    # (docs/adr/0019-format-measurements.md); workers are processes anyway.
                     batches = handle.iter_batches(
                         batch_size=_batch_rows(handle.metadata, rg, columns),
                         row_groups=[rg],
@@ -448,28 +374,6 @@ class ParquetFormat(Format):
         if self._fetcher is not None:
             self._fetcher.close()
             self._fetcher = None
-
-
-def _distinct_schemas(
-    files: Sequence[SourceFile], facts: Sequence[FileFacts]
-) -> tuple[list[SourceFile], list[FileSchema]]:
-    """The files to check the schemas of: the first with each schema (files that share a footer
-    schema share the object, `parquet_facts._arrow_schema`), once with rows and once without.
-
-    `check_schemas` reports the same outcome on these as on all the files, naming the same
-    files: it reports the first file of the kind it looks for, and each kind's first file is
-    kept (so is the first file, which its messages name).
-    """
-    seen: set[tuple[int, bool]] = set()
-    kept_files: list[SourceFile] = []
-    kept: list[FileSchema] = []
-    for f, fact in zip(files, facts, strict=True):
-        key = (id(fact.schema), bool(fact.row_groups))
-        if key not in seen:
-            seen.add(key)
-            kept_files.append(f)
-            kept.append(FileSchema(fact.schema, key[1]))
-    return kept_files, kept
 
 
 def _row_group_spans(

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 import pyarrow as pa
 from pyarrow import ipc
 
-from ..errors import CorruptFileError
-from ..fs import FileSystemSpec
-from ..fs.ranges import RangeFile
-from .opening import parsing, read_range
+from ...errors import CorruptFileError
+from ...fs import FileSystemSpec
+from ...fs.ranges import RangeFile
+from ..opening import parsing, read_range
 
 __all__ = ["KIND", "MAGIC", "RECORD_BATCH", "Layout", "Message", "read_layout"]
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .base import ReadOptions
+from ..formats.base import ReadOptions
 
 __all__ = ["WebDatasetReadOptions"]
 

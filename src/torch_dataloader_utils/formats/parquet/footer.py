@@ -5,9 +5,9 @@ Why a parser of our own (a measured gap): pyarrow's ``RowGroupMetaData.column(j)
 exception escape when a column's metadata is encrypted (a plaintext-footer encrypted file, or a
 fuzzed footer that claims so), which aborts the interpreter (SIGABRT) instead of raising; and
 pyarrow accepts footers whose row groups carry negative row counts or unknown codecs, which then
-read as empty. So the footer's Thrift (compact protocol) is walked here, only the fields planning
-uses are kept, and every count, size, offset and codec is checked against the file before pyarrow
-is asked anything per column. The walk costs about 1 µs per column chunk field.
+read as empty. So the footer's Thrift (compact protocol, `thrift`) is walked here, only the
+fields planning uses are kept, and every count, size, offset and codec is checked against the file
+before pyarrow is asked anything per column. Its cost: docs/adr/0019-format-measurements.md.
 
 Thrift structures (parquet.thrift): FileMetaData {3: num_rows, 4: row_groups}; RowGroup
 {1: columns, 3: num_rows}; ColumnChunk {3: meta_data, 8: crypto_metadata}; ColumnMetaData
@@ -22,8 +22,22 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import CorruptFileError, UnsupportedFileError
-from ..fs.ranges import RangeFile
+from ...errors import CorruptFileError, UnsupportedFileError
+from ...fs.ranges import RangeFile
+from .thrift import (
+    BINARY,
+    FALSE,
+    I16,
+    I64,
+    STOP,
+    STRUCT,
+    ThriftError,
+    integer,
+    skip,
+    structs,
+    varint,
+    zigzag,
+)
 
 __all__ = ["ColumnFacts", "Footer", "footer_file", "read_footer"]
 
@@ -33,12 +47,6 @@ ENCRYPTED_MAGIC = b"PARE"
 TAIL_BYTES = 64 << 10
 # Codecs of parquet.thrift's CompressionCodec (UNCOMPRESSED .. LZ4_RAW).
 _CODECS = range(8)
-# Thrift compact types.
-_STOP, _TRUE, _FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY = range(9)
-_LIST, _SET, _MAP, _STRUCT = 9, 10, 11, 12
-# Nesting a footer may use (parquet's own structures nest 4 deep; statistics and logical types
-# a few more); a fuzzed footer nested deeper is corrupt, never a RecursionError.
-_MAX_DEPTH = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,7 +64,7 @@ class Footer:
 
     ``rest`` is every byte of the footer but the values of its row count and row groups (the
     schema, key-value metadata, writer, column orders): files whose ``rest`` is equal have the
-    same Arrow schema, which is worked out once for them (`formats.parquet_facts`).
+    same Arrow schema, which is worked out once for them (`facts`).
     """
 
     num_rows: int
@@ -64,145 +72,11 @@ class Footer:
     rest: tuple[bytes, ...] = ()
 
 
-class _ThriftError(Exception):
-    """The Thrift bytes do not parse."""
-
-
-def _varint(data: bytes, pos: int) -> tuple[int, int]:
-    """The unsigned varint at ``pos`` and the position after it."""
-    result = shift = 0
-    while True:
-        b = data[pos]
-        pos += 1
-        result |= (b & 0x7F) << shift
-        if not b & 0x80:
-            return result, pos
-        shift += 7
-        if shift > 70:
-            raise _ThriftError("a varint runs past 10 bytes")
-
-
-def _zigzag(data: bytes, pos: int) -> tuple[int, int]:
-    n, pos = _varint(data, pos)
-    return (n >> 1) ^ -(n & 1), pos
-
-
-def _skip(data: bytes, pos: int, kind: int, depth: int) -> int:
-    """The position after the value of type ``kind`` at ``pos``. Written for speed (a Python
-    call per nested value, integers and strings skipped inline): planning walks every footer.
-    (An explicit stack instead of the calls measured slower.)"""
-    if kind in (_TRUE, _FALSE):
-        return pos
-    if kind == _BYTE:
-        return pos + 1
-    if _I16 <= kind <= _I64:
-        while data[pos] & 0x80:
-            pos += 1
-        return pos + 1
-    if kind == _DOUBLE:
-        return pos + 8
-    if kind == _BINARY:
-        n, pos = _varint(data, pos)
-        return pos + n
-    if depth > _MAX_DEPTH:
-        raise _ThriftError("the footer nests too deep")
-    if kind == _STRUCT:
-        while True:
-            head = data[pos]
-            pos += 1
-            if not head & 0x0F:  # a STOP type ends the struct, whatever the id bits say
-                return pos
-            if not head >> 4:  # a long-form field id
-                while data[pos] & 0x80:
-                    pos += 1
-                pos += 1
-            kind = head & 0x0F
-            if _I16 <= kind <= _I64:  # the most common fields, skipped inline
-                while data[pos] & 0x80:
-                    pos += 1
-                pos += 1
-            elif kind == _BINARY:  # (statistics, names) inline too
-                n = data[pos]
-                if n < 0x80:
-                    pos += 1 + n
-                else:
-                    n, pos = _varint(data, pos)
-                    pos += n
-            elif kind > _FALSE:
-                pos = _skip(data, pos, kind, depth + 1)
-    if kind in (_LIST, _SET):
-        head = data[pos]
-        pos += 1
-        size, element = head >> 4, head & 0x0F
-        if size == 15:
-            size, pos = _varint(data, pos)
-        if element > _STRUCT:
-            raise _ThriftError(f"unknown Thrift type {element}")
-        if not size:  # fastparquet writes an empty list as 0x00, of type 0 (Thrift reads it)
-            return pos
-        if element == _STOP:
-            raise _ThriftError(f"a list of {size} elements has no element type")
-        if size > len(data) - pos:  # each element takes at least a byte
-            raise _ThriftError(f"a list claims {size} elements")
-        if element in (_TRUE, _FALSE):
-            return pos + size  # a byte each
-        if _I16 <= element <= _I64:
-            for _ in range(size):
-                while data[pos] & 0x80:
-                    pos += 1
-                pos += 1
-            return pos
-        if element == _BINARY:
-            for _ in range(size):
-                n, pos = _varint(data, pos)
-                pos += n
-            return pos
-        for _ in range(size):
-            pos = _skip(data, pos, element, depth + 1)
-        return pos
-    if kind == _MAP:
-        size, pos = _varint(data, pos)
-        if size:
-            if size > len(data) - pos:  # each entry takes at least two bytes
-                raise _ThriftError(f"a map claims {size} entries")
-            types = data[pos]
-            pos += 1
-            for _ in range(size):
-                pos = _skip(data, pos, types >> 4, depth + 1)
-                pos = _skip(data, pos, types & 0x0F, depth + 1)
-        return pos
-    raise _ThriftError(f"unknown Thrift type {kind}")
-
-
 # The structures planning reads are walked by one function each (below), with the field
 # headers decoded inline: a STOP type ends a struct, a kept integer field must have an integer
 # type, a repeated field's last value wins, a kept list must be a list of structs (an empty
 # one may name any element type, as Thrift's reader allows: docs/adr/0017), and every other
 # field is skipped (integers and strings inline).
-
-
-def _integer(data: bytes, pos: int, kind: int, field: int) -> tuple[int, int]:
-    if not _I16 <= kind <= _I64:
-        raise _ThriftError(f"field {field} is not an integer")
-    return _zigzag(data, pos)
-
-
-def _structs(data: bytes, pos: int, kind: int) -> tuple[int, int]:
-    """The size of the list of structs at ``pos``, and the position of its first element."""
-    if kind != _LIST:
-        raise _ThriftError("a list field is not a list")
-    head = data[pos]
-    pos += 1
-    size, element = head >> 4, head & 0x0F
-    if size == 15:
-        size, pos = _varint(data, pos)
-    if not size and element <= _STRUCT:  # an empty list's element type is not read (fastparquet: 0)
-        return 0, pos
-    if element != _STRUCT:
-        raise _ThriftError("a list of structs holds another type")
-    if size > len(data):  # each struct takes at least a byte
-        raise _ThriftError(f"a list claims {size} elements")
-    return size, pos
 
 
 # ColumnMetaData's fields planning keeps, by id: codec, uncompressed and compressed sizes, data
@@ -213,35 +87,35 @@ _Meta = list[int | None]
 
 def _column_meta(data: bytes, pos: int, kind: int) -> tuple[_Meta, int]:
     """ColumnMetaData (3 structs deep): codec (4), sizes (6, 7), page offsets (9, 11)."""
-    if kind != _STRUCT:
-        raise _ThriftError("a struct field is not a struct")
+    if kind != STRUCT:
+        raise ThriftError("a struct field is not a struct")
     found: _Meta = [None, None, None, None, None]
     field = 0
     while True:
         head = data[pos]
         pos += 1
         kind = head & 0x0F
-        if kind == _STOP:
+        if kind == STOP:
             return found, pos
         if head >> 4:
             field += head >> 4
         else:
-            field, pos = _zigzag(data, pos)
+            field, pos = zigzag(data, pos)
         slot = _META_FIELDS.get(field)
-        if _I16 <= kind <= _I64:
+        if I16 <= kind <= I64:
             if slot is None:
                 while data[pos] & 0x80:
                     pos += 1
                 pos += 1
             else:
-                found[slot], pos = _zigzag(data, pos)
+                found[slot], pos = zigzag(data, pos)
         elif slot is not None:
-            raise _ThriftError(f"field {field} is not an integer")
-        elif kind == _BINARY:
-            n, pos = _varint(data, pos)
+            raise ThriftError(f"field {field} is not an integer")
+        elif kind == BINARY:
+            n, pos = varint(data, pos)
             pos += n
-        elif kind > _FALSE:
-            pos = _skip(data, pos, kind, 4)
+        elif kind > FALSE:
+            pos = skip(data, pos, kind, 4)
 
 
 def _column_chunk(data: bytes, pos: int) -> tuple[_Meta | None, bool, int]:
@@ -253,23 +127,23 @@ def _column_chunk(data: bytes, pos: int) -> tuple[_Meta | None, bool, int]:
         head = data[pos]
         pos += 1
         kind = head & 0x0F
-        if kind == _STOP:
+        if kind == STOP:
             return meta, encrypted, pos
         if head >> 4:
             field += head >> 4
         else:
-            field, pos = _zigzag(data, pos)
+            field, pos = zigzag(data, pos)
         if field == 3:
             meta, pos = _column_meta(data, pos, kind)
         elif field in {8, 9}:
-            pos = _skip(data, pos, kind, 3)
+            pos = skip(data, pos, kind, 3)
             encrypted = True
-        elif _I16 <= kind <= _I64:
+        elif I16 <= kind <= I64:
             while data[pos] & 0x80:
                 pos += 1
             pos += 1
-        elif kind > _FALSE:
-            pos = _skip(data, pos, kind, 3)
+        elif kind > FALSE:
+            pos = skip(data, pos, kind, 3)
 
 
 def _row_group(data: bytes, pos: int) -> tuple[dict[int, Any], int]:
@@ -280,27 +154,27 @@ def _row_group(data: bytes, pos: int) -> tuple[dict[int, Any], int]:
         head = data[pos]
         pos += 1
         kind = head & 0x0F
-        if kind == _STOP:
+        if kind == STOP:
             return found, pos
         if head >> 4:
             field += head >> 4
         else:
-            field, pos = _zigzag(data, pos)
+            field, pos = zigzag(data, pos)
         if field == 1:
-            size, pos = _structs(data, pos, kind)
+            size, pos = structs(data, pos, kind)
             chunks = []
             for _ in range(size):
                 meta, encrypted, pos = _column_chunk(data, pos)
                 chunks.append((meta, encrypted))
             found[1] = chunks
         elif field == 3:
-            found[3], pos = _integer(data, pos, kind, field)
-        elif _I16 <= kind <= _I64:
+            found[3], pos = integer(data, pos, kind, field)
+        elif I16 <= kind <= I64:
             while data[pos] & 0x80:
                 pos += 1
             pos += 1
-        elif kind > _FALSE:
-            pos = _skip(data, pos, kind, 2)
+        elif kind > FALSE:
+            pos = skip(data, pos, kind, 2)
 
 
 def _file_meta(data: bytes) -> tuple[dict[int, Any], list[tuple[int, int]], int]:
@@ -314,30 +188,30 @@ def _file_meta(data: bytes) -> tuple[dict[int, Any], list[tuple[int, int]], int]
         head = data[pos]
         pos += 1
         kind = head & 0x0F
-        if kind == _STOP:
+        if kind == STOP:
             return found, spans, pos
         if head >> 4:
             field += head >> 4
         else:
-            field, pos = _zigzag(data, pos)
+            field, pos = zigzag(data, pos)
         start = pos
         if field == 3:
-            found[3], pos = _integer(data, pos, kind, field)
+            found[3], pos = integer(data, pos, kind, field)
             spans.append((start, pos))
         elif field == 4:
-            size, pos = _structs(data, pos, kind)
+            size, pos = structs(data, pos, kind)
             groups = []
             for _ in range(size):
                 group, pos = _row_group(data, pos)
                 groups.append(group)
             found[4] = groups
             spans.append((start, pos))
-        elif _I16 <= kind <= _I64:
+        elif I16 <= kind <= I64:
             while data[pos] & 0x80:
                 pos += 1
             pos += 1
-        elif kind > _FALSE:
-            pos = _skip(data, pos, kind, 1)
+        elif kind > FALSE:
+            pos = skip(data, pos, kind, 1)
 
 
 def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
@@ -351,12 +225,12 @@ def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
     try:
         meta, spans, end = _file_meta(thrift)
         if end > len(thrift):
-            raise _ThriftError("a field runs past the footer")
+            raise ThriftError("a field runs past the footer")
     except IndexError:
         raise CorruptFileError(
             f"{url}: the Parquet footer does not parse (it ends early)"
         ) from None
-    except _ThriftError as exc:
+    except ThriftError as exc:
         raise CorruptFileError(f"{url}: the Parquet footer does not parse ({exc})") from None
     num_rows = meta.get(3)
     if num_rows is None or 4 not in meta:

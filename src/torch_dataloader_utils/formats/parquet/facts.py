@@ -11,14 +11,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from ..errors import CorruptFileError, SchemaMismatchError
-from ..fs import FileSystemSpec, SourceFile
-from .base import ReadOptions
-from .magic import refuse_other_format
-from .names import unique_schema
-from .opening import open_input, parsing
-from .parquet_footer import MAGIC, Footer, footer_file, read_footer
-from .parquet_leafless import check_empty_structs, leaf_count, unreadable_columns
+from ...errors import CorruptFileError, SchemaMismatchError
+from ...fs import FileSystemSpec, SourceFile
+from ..base import ReadOptions
+from ..magic import refuse_other_format
+from ..names import unique_schema
+from ..opening import open_input, parsing
+from .footer import MAGIC, Footer, footer_file, read_footer
+from .leafless import check_empty_structs, leaf_count, unreadable_columns
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -55,7 +55,7 @@ def read_facts(
     """Read ``f``'s footer (checked), and keep the row groups the row filter may match, with
     the compressed and uncompressed bytes of the columns read.
 
-    The footer is read once and walked once (`parquet_footer`); pyarrow parses it only to turn
+    The footer is read once and walked once (`footer`); pyarrow parses it only to turn
     a schema not seen before into an Arrow schema (`_arrow_schema`), and, with a row filter,
     to prune row groups by their statistics.
 
@@ -63,7 +63,7 @@ def read_facts(
         CorruptFileError: the footer cannot be parsed, or disagrees with the schema.
         SchemaMismatchError: the row filter does not apply to this file's columns.
         UnsupportedFileError: a column read holds an empty struct beside other fields
-            (`parquet_leafless`).
+            (`leafless`).
     """
     url = fs.url(f.path)
     if f.size == 0:
@@ -138,7 +138,7 @@ def read_facts(
 
 
 # A file's Arrow schema under unique names (`names`), the top-level column of each of its leaf
-# columns, its columns pyarrow cannot read (`parquet_leafless.unreadable_columns`), all by those
+# columns, its columns pyarrow cannot read (`leafless.unreadable_columns`), all by those
 # names, and the file's own names when they differ (None when they do not).
 _Schema = tuple[pa.Schema, list[str], dict[str, str], tuple[str, ...] | None]
 # Arrow schemas by the footer bytes they come from (`Footer.rest`): the files of a source

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..errors import UnsupportedFileError
-from .base import ReadOptions
+from ...errors import UnsupportedFileError
+from ..base import ReadOptions
 
 __all__ = [
     "ParquetReadOptions",
@@ -73,7 +73,7 @@ def _empty_struct(t: pa.DataType, path: str) -> str | None:
 
 def unreadable_columns(schema: pa.Schema) -> dict[str, str]:
     """The columns of ``schema`` that have leaf columns and an empty struct among them, each
-    with the path of that struct (worked out once per distinct schema: `parquet_facts`)."""
+    with the path of that struct (worked out once per distinct schema: `facts`)."""
     found = {}
     for field in schema:
         if leaf_count(field.type):  # a column without leaves is read as nulls (`put_back`)

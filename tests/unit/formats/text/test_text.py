@@ -25,8 +25,7 @@ from torch_dataloader_utils.errors import (
     SchemaMismatchError,
 )
 from torch_dataloader_utils.formats import Format, FormatPlan, ReadOptions, get_format
-from torch_dataloader_utils.formats.text_csv import CsvFormat
-from torch_dataloader_utils.formats.text_json import JsonFormat
+from torch_dataloader_utils.formats.text import CsvFormat, JsonFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.planning import Chunk
 

@@ -19,11 +19,12 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from torch_dataloader_utils.errors import UnsupportedFileError
-from torch_dataloader_utils.formats import FormatPlan, ReadOptions, parquet_names
-from torch_dataloader_utils.formats import parquet as parquet_module
+from torch_dataloader_utils.formats import FormatPlan, ReadOptions
 from torch_dataloader_utils.formats.names import RenamedColumnsWarning, unique_names
 from torch_dataloader_utils.formats.parquet import ParquetFormat
-from torch_dataloader_utils.formats.parquet_facts import chunk_ranges
+from torch_dataloader_utils.formats.parquet import format as parquet_module
+from torch_dataloader_utils.formats.parquet import renaming as parquet_names
+from torch_dataloader_utils.formats.parquet.facts import chunk_ranges
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 
 ROWS = 1000

@@ -26,12 +26,15 @@ from ..errors import (
     StorageError,
 )
 from ..errors.keywords import check_flags
+from ..formats.base import Format, FormatPlan, ReadOptions
+from ..formats.handles import HandleCache
+from ..formats.opening import each_file
 from ..fs import FileSystemSpec, SourceFile
 from ..fs.ranges import ReadsAhead
 from ..fs.threads import AHEAD_THREADS
 from ..planning import Chunk
-from ..webdataset import slicing
-from ..webdataset.decoders import (
+from . import slicing
+from .decoders import (
     Column,
     DecodeOptions,
     Decoder,
@@ -41,13 +44,10 @@ from ..webdataset.decoders import (
     decode_text,
     decoder_for,
 )
-from ..webdataset.headers import check_headers, check_span
-from ..webdataset.loading import load_index
-from ..webdataset.slicing import ShardTable
-from .base import Format, FormatPlan, ReadOptions
-from .handles import HandleCache
-from .opening import each_file
-from .webdataset_options import WebDatasetReadOptions
+from .headers import check_headers, check_span
+from .loading import load_index
+from .options import WebDatasetReadOptions
+from .slicing import ShardTable
 
 __all__ = ["MISSING_COMPONENT_POLICIES", "WebDatasetFormat", "WebDatasetReadOptions"]
 

@@ -1,4 +1,4 @@
-"""CSV: byte-range chunks cut at record starts found by quote parity (see `text`)."""
+"""CSV: byte-range chunks cut at record starts found by quote parity (see `format`)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.csv as pacsv
 
-from ..errors import (
+from ...errors import (
     CorruptFileError,
     DataError,
     InvalidArgumentError,
@@ -18,13 +18,13 @@ from ..errors import (
     StorageError,
     UnsupportedFileError,
 )
-from ..fs import FileSystemSpec, SourceFile
-from ..planning import Chunk
-from .base import ReadOptions
-from .names import unique_names
-from .opening import arrow_owned, parsing, read_range
-from .records import RecordScan, compression_of, read_head
-from .text import SCAN_PIECE, TextFormat, TextLayout
+from ...fs import FileSystemSpec, SourceFile
+from ...planning import Chunk
+from ..base import ReadOptions
+from ..names import unique_names
+from ..opening import arrow_owned, parsing, read_range
+from ..records import RecordScan, compression_of, read_head
+from .format import SCAN_PIECE, TextFormat, TextLayout
 
 __all__ = ["CsvFormat"]
 

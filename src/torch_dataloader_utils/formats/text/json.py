@@ -1,4 +1,4 @@
-"""JSON Lines: byte-range chunks cut at newlines (see `text`)."""
+"""JSON Lines: byte-range chunks cut at newlines (see `format`)."""
 
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ from collections.abc import Iterator
 import pyarrow as pa
 import pyarrow.json as pajson
 
-from ..errors import CorruptFileError
-from ..fs import FileSystemSpec, SourceFile
-from .opening import arrow_owned, parsing
-from .records import RecordScan, read_head
-from .text import TextFormat, TextLayout
+from ...errors import CorruptFileError
+from ...fs import FileSystemSpec, SourceFile
+from ..opening import arrow_owned, parsing
+from ..records import RecordScan, read_head
+from .format import TextFormat, TextLayout
 
 __all__ = ["JsonFormat"]
 

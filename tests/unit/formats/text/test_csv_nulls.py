@@ -13,7 +13,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 from torch_dataloader_utils.formats import ReadOptions
-from torch_dataloader_utils.formats.text_csv import CsvFormat
+from torch_dataloader_utils.formats.text import CsvFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 
 FS = FileSystemSpec("file")

@@ -1,6 +1,6 @@
 """CSV and JSON Lines: chunks are byte ranges cut at record starts, counted at plan time.
 
-What both share lives here (`TextFormat`); `text_csv.CsvFormat` and `text_json.JsonFormat`
+What both share lives here (`TextFormat`); `csv.CsvFormat` and `json.JsonFormat`
 say how their records end, how their types are inferred and how a chunk is parsed.
 
 Planning scans every file once (threads across files, ~8 MiB range reads, numpy finds the
@@ -27,18 +27,18 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError
-from ..fs import FileSystemSpec, SourceFile
-from ..fs.threads import SCAN_THREADS
-from ..planning import Chunk
-from .base import Format, FormatPlan, ReadOptions
-from .handles import HandleCache
-from .magic import HEAD_BYTES, TAIL_BYTES, check_text
-from .names import unique_names, warn_renamed
-from .opening import arrow_owned, each_file, open_input, parsing, read_range
-from .records import ChunkCutter, RecordScan, compression_of, open_decompressed, read_pieces
-from .schemas import FileSchema, check_schemas
-from .text_options import TextLayout, TextReadOptions
+from ...errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError
+from ...fs import FileSystemSpec, SourceFile
+from ...fs.threads import SCAN_THREADS
+from ...planning import Chunk
+from ..base import Format, FormatPlan, ReadOptions
+from ..handles import HandleCache
+from ..magic import HEAD_BYTES, TAIL_BYTES, check_text
+from ..names import unique_names, warn_renamed
+from ..opening import arrow_owned, each_file, open_input, parsing, read_range
+from ..records import ChunkCutter, RecordScan, compression_of, open_decompressed, read_pieces
+from ..schemas import FileSchema, check_schemas
+from .options import TextLayout, TextReadOptions
 
 __all__ = ["SCAN_PIECE", "TextFormat", "TextLayout", "TextReadOptions"]
 

@@ -3,7 +3,7 @@
 Row counts live in each record batch's message header, not in the file footer, and pyarrow
 decodes (and decompresses) a whole batch to tell its rows. Planning therefore reads only the
 message headers: the footer's block list (file format) or a walk over the messages (stream
-format), both parsed from their flatbuffers by `ipc_layout`.
+format), both parsed from their flatbuffers by `layout`.
 """
 
 from __future__ import annotations
@@ -13,17 +13,17 @@ from collections.abc import Iterator, Sequence
 import pyarrow as pa
 from pyarrow import ipc
 
-from ..errors import CorruptFileError
-from ..fs import FileSystemSpec, SourceFile
-from ..planning import Chunk
-from .base import Format, FormatPlan, ReadOptions
-from .chunking import group_units
-from .handles import HandleCache
-from .ipc_layout import KIND, MAGIC, RECORD_BATCH, Layout, read_layout
-from .magic import refuse_other_format
-from .names import unique_names, unique_schema, warn_renamed
-from .opening import each_file, open_input, parsing, read_range, slice_batches
-from .schemas import FileSchema, check_schemas
+from ...errors import CorruptFileError
+from ...fs import FileSystemSpec, SourceFile
+from ...planning import Chunk
+from ..base import Format, FormatPlan, ReadOptions
+from ..chunking import group_units
+from ..handles import HandleCache
+from ..magic import refuse_other_format
+from ..names import unique_names, unique_schema, warn_renamed
+from ..opening import each_file, open_input, parsing, read_range, slice_batches
+from ..schemas import FileSchema, check_schemas
+from .layout import KIND, MAGIC, RECORD_BATCH, Layout, read_layout
 
 __all__ = ["IpcFormat"]
 

@@ -29,8 +29,8 @@ from torch_dataloader_utils.errors import (
     InvalidSourceError,
     MissingComponentError,
 )
-from torch_dataloader_utils.formats.webdataset import WebDatasetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
+from torch_dataloader_utils.webdataset.format import WebDatasetFormat
 from torch_dataloader_utils.webdataset.index import build_index, format_index, index_path
 
 

@@ -27,8 +27,8 @@ import torch_dataloader_utils as tdu
 from tests.conftest import make_table
 from torch_dataloader_utils.errors import StorageNotFoundError
 from torch_dataloader_utils.formats import ReadOptions
-from torch_dataloader_utils.formats import parquet as parquet_module
 from torch_dataloader_utils.formats.parquet import ParquetFormat
+from torch_dataloader_utils.formats.parquet import format as parquet_module
 from torch_dataloader_utils.fs import FileSystemSpec, list_files, ranges, threads
 from torch_dataloader_utils.planning import Chunk
 

@@ -1,0 +1,8 @@
+"""Arrow IPC files and streams: `IpcFormat` (`format`), planned from message headers only
+(`layout`)."""
+
+from __future__ import annotations
+
+from .format import IpcFormat
+
+__all__ = ["IpcFormat"]

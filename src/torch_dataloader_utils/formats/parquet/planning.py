@@ -1,0 +1,121 @@
+"""Parquet planning: every file's footer read once (`facts`), in threads where that helps,
+into chunks of consecutive row groups and the plan's schema."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from ...fs import FileSystemSpec, SourceFile
+from ...fs.progress import Progress
+from ...fs.threads import PLAN_THREADS
+from ...planning import Chunk
+from ..base import FormatPlan, ReadOptions
+from ..chunking import group_units
+from ..names import warn_renamed
+from ..schemas import FileSchema, check_schemas
+from .facts import FileFacts, read_facts
+from .leafless import read_options
+
+__all__ = ["plan_files"]
+
+# Why these values, with the numbers measured: docs/adr/0019-format-measurements.md.
+# Files per planning task, at most (progress is counted per task; one file a task costs more).
+_TASK_FILES = 256
+# Local planning goes on in threads when the first task spent this share of its wall time waiting.
+_LOCAL_WAITING = 0.5
+
+
+def plan_files(
+    files: Sequence[SourceFile],
+    partitions: Sequence[tuple[tuple[str, object], ...]],
+    fs: FileSystemSpec,
+    options: ReadOptions,
+) -> FormatPlan:
+    """`ParquetFormat.plan`: the footers of ``files`` read into chunks of row groups."""
+    facts = _read_all(files, partitions, fs, options)
+    for f, fact in zip(files, facts, strict=True):
+        if fact.renamed is not None:
+            # (one frame deeper than ParquetFormat.plan, which warned with stacklevel=3)
+            warn_renamed(fs.url(f.path), fact.renamed, stacklevel=4)
+    schema = check_schemas(*_distinct_schemas(files, facts), fs, options)
+    chunks: list[Chunk] = []
+    rows = uncompressed = 0
+    for f, fact, partition in zip(files, facts, partitions, strict=True):
+        units = [(rg, n, size) for rg, n, size, _ in fact.row_groups]
+        chunks.extend(group_units(f.path, units, partition, options))
+        for r in fact.row_groups:
+            rows += r[1]
+            uncompressed += r[3]
+    row_bytes = uncompressed / rows if rows else 1.0
+    return FormatPlan(
+        chunks=chunks,
+        schema=schema,
+        row_bytes=max(row_bytes, 1.0),
+        read_options=read_options(options, schema),
+    )
+
+
+def _read_all(
+    files: Sequence[SourceFile],
+    partitions: Sequence[tuple[tuple[str, object], ...]],
+    fs: FileSystemSpec,
+    options: ReadOptions,
+) -> list[FileFacts]:
+    """The facts of each file, in order: read in tasks of up to `_TASK_FILES` files."""
+    pairs = list(zip(files, partitions, strict=True))
+    per_task = max(1, min(_TASK_FILES, len(pairs) // (PLAN_THREADS * 4)))
+    tasks = [pairs[i : i + per_task] for i in range(0, len(pairs), per_task)]
+    progress = Progress("Parquet footers read", len(pairs))
+
+    def read(task: list[tuple[SourceFile, tuple[tuple[str, object], ...]]]) -> list[FileFacts]:
+        found = [read_facts(f, p, fs, options) for f, p in task]
+        progress.add(len(found))
+        return found
+
+    facts: list[FileFacts] = []
+    if fs.is_local and tasks:
+        # A local footer walk holds the GIL, so threads only take turns: the rest of the tasks
+        # run here too unless the first spent its time waiting (a network mount, a cold disk).
+        wall, cpu = time.perf_counter(), time.thread_time()
+        facts.extend(read(tasks[0]))
+        wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
+        tasks = tasks[1:]
+        if wall - cpu < _LOCAL_WAITING * wall:
+            for task in tasks:
+                facts.extend(read(task))
+            tasks = []
+    if tasks:
+        pool = ThreadPoolExecutor(
+            max(1, min(PLAN_THREADS, len(tasks))), thread_name_prefix="tdu-plan"
+        )
+        try:
+            for found in pool.map(read, tasks):
+                facts.extend(found)
+        finally:  # on an error, the files not started yet are not read
+            pool.shutdown(wait=True, cancel_futures=True)
+    progress.finish()
+    return facts
+
+
+def _distinct_schemas(
+    files: Sequence[SourceFile], facts: Sequence[FileFacts]
+) -> tuple[list[SourceFile], list[FileSchema]]:
+    """The files to check the schemas of: the first with each schema (files that share a footer
+    schema share the object, `facts._arrow_schema`), once with rows and once without.
+
+    `check_schemas` reports the same outcome on these as on all the files, naming the same
+    files: it reports the first file of the kind it looks for, and each kind's first file is
+    kept (so is the first file, which its messages name).
+    """
+    seen: set[tuple[int, bool]] = set()
+    kept_files: list[SourceFile] = []
+    kept: list[FileSchema] = []
+    for f, fact in zip(files, facts, strict=True):
+        key = (id(fact.schema), bool(fact.row_groups))
+        if key not in seen:
+            seen.add(key)
+            kept_files.append(f)
+            kept.append(FileSchema(fact.schema, key[1]))
+    return kept_files, kept
