@@ -322,7 +322,7 @@ def worker_stream(plan: Any, layout: Any, iteration: Any, topology: Any) -> Any:
     from torch_dataloader_utils.planning.streams import OneSource
 
     stream = OneSource(plan.chunk_rows, layout).resolve(iteration, topology)
-    return [p for part in stream.parts for p in part.pieces()]
+    return [p for rows in stream.sources for p in rows.pieces()]
 
 
 def state_bytes(plan: Any, iteration: Any, world_size: int, workers: int, layout: Any) -> str:

@@ -12,7 +12,7 @@ from .dataset import StructuredDataset
 from .errors import InvalidArgumentError
 from .errors.keywords import check_init_keywords
 from .formats import Format
-from .fs import Source as Paths
+from .fs import Paths
 from .loader import DEFAULT_BUNDLE_ROWS, TabularDataLoader
 from .mixture import MixtureDataset
 from .options import LOADER_KEYWORDS, LoaderOptions, Source

@@ -24,8 +24,7 @@ from .errors import InvalidArgumentError, UnsupportedTypeError
 from .errors.keywords import check_init_keywords
 from .errors.on_error import FailureLog, OnError
 from .formats import Format, ReadOptions, get_format
-from .fs import FileSystemSpec, RetryPolicy, StorageBackend, StorageOptions
-from .fs import Source as Paths
+from .fs import FileSystemSpec, Paths, RetryPolicy, StorageBackend, StorageOptions
 from .loader import TabularDataLoader
 from .options import LOADER_KEYWORDS, LoaderOptions, Options, Source, ranks_of
 from .planning import (
@@ -294,9 +293,8 @@ class StructuredDataset(IterableDataset[Any]):
             _converter(output, pa.schema([*s.plan.schema, *strings]), s.label).check
             for s in self.sources
         )
-        self.converter: Converter = _converter(
-            output, pa.schema([*schema, *strings]), self.sources[0].label
-        )
+        whole = self.sources[0].label if len(self.sources) == 1 else "a mixture of sources"
+        self.converter: Converter = _converter(output, pa.schema([*schema, *strings]), whole)
         self._collate = (
             Decoding(
                 decoders,
@@ -336,9 +334,7 @@ class StructuredDataset(IterableDataset[Any]):
     def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
         """The planned sources as one (a mixture's differ): here, the only one."""
         (only,) = sources
-        return Combined(
-            only.plan, only.row_bytes, functools.partial(OneSource, only.plan.chunk_rows)
-        )
+        return Combined(only.plan, only.row_bytes, functools.partial(OneSource, only.plan))
 
     # --- what one source has (a mixture's sources each have their own) --------------------------
 
@@ -459,9 +455,9 @@ class StructuredDataset(IterableDataset[Any]):
         for source in self.sources[:-1]:
             offsets.append(offsets[-1] + len(source.plan.chunks))
         return [
-            p._replace(chunk=p.chunk + offsets[part.source or 0])
-            for part in stream.parts
-            for p in part.pieces()
+            p._replace(chunk=p.chunk + offsets[rows.source or 0])
+            for rows in stream.sources
+            for p in rows.pieces()
         ]
 
     def reader(

@@ -238,7 +238,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
             shut_down(iterator)
             self._iterator = None
 
-    # --- dead workers (see transport/deaths.py) -----------------------------------------------------
+    # --- dead workers (see transport/deaths.py) ------------------------------------------
 
     def _waiting(self, iterator: Any, wait: Callable[[], _T]) -> _T:
         """``wait()`` on ``iterator``'s workers; a worker's death becomes one `WorkerDiedError`,

@@ -133,8 +133,10 @@ class MixtureDataset(StructuredDataset):
         self.quotas = tuple(quotas(rows, given, self.epoch_rows_asked))
         mixture = Mixture(tuple(s.plan.chunk_rows for s in sources), self.quotas, self.mixing)
         total = sum(self.quotas)
+        # The footers' bytes per row, weighted by the quotas: a mixture's blocks are sized as
+        # they were before sources were sampled (ADR 0021, "left alone").
         row_bytes = (
-            sum(s.row_bytes * q for s, q in zip(sources, self.quotas, strict=True)) / total
+            sum(s.plan.row_bytes * q for s, q in zip(sources, self.quotas, strict=True)) / total
             if total
             else 1.0
         )

@@ -22,8 +22,7 @@ from .errors import InvalidArgumentError
 from .errors.keywords import check_flags
 from .errors.on_error import ON_ERROR, OnError
 from .formats import Format
-from .fs import RetryPolicy, StorageBackend, StorageOptions
-from .fs import Source as Paths
+from .fs import Paths, RetryPolicy, StorageBackend, StorageOptions
 from .loader import DEFAULT_BUNDLE_ROWS, TabularDataLoader
 from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES, Layout, Remainder, SplitStrategy
 from .state import Readable

@@ -3,17 +3,17 @@
 from .errors import translate_os_error
 from .forks import ProcessLocal
 from .hive import hive_partitions
-from .listing import Source, SourceFile, list_files
+from .listing import Paths, SourceFile, list_files
 from .retry import RetryCounter, RetryPolicy, is_transient, retrying
 from .spec import STORAGE_BACKENDS, FileSystemSpec, StorageBackend, StorageOptions
 
 __all__ = [
+    "Paths",
     "STORAGE_BACKENDS",
     "FileSystemSpec",
     "ProcessLocal",
     "RetryCounter",
     "RetryPolicy",
-    "Source",
     "SourceFile",
     "StorageBackend",
     "StorageOptions",

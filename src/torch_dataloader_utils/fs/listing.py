@@ -23,9 +23,10 @@ from .progress import LOG_EVERY, Progress
 from .retry import as_os_error, is_sdk_error, scrub
 from .spec import FileSystemSpec
 
-__all__ = ["Source", "SourceFile", "list_files"]
+__all__ = ["Paths", "SourceFile", "list_files"]
 
-Source = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
+# What a source's files are given as: a path or URL, a directory, a glob, or a list of them.
+Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
 
 _GLOB_CHARS = frozenset("*?[")
 
@@ -155,7 +156,7 @@ def _local_files(root: str) -> list[SourceFile]:
     return files
 
 
-def list_files(source: Source, fs: FileSystemSpec) -> list[SourceFile]:
+def list_files(source: Paths, fs: FileSystemSpec) -> list[SourceFile]:
     """Expand ``source`` into files, in a deterministic order.
 
     Args:

@@ -228,7 +228,7 @@ class MixEpoch:
         epoch = self.sources[source]
         return dataclasses.replace(epoch, layout=self.layouts[source])
 
-    def parts(self, start: int, stop: int) -> list[list[Run]]:
+    def source_runs(self, start: int, stop: int) -> list[list[Run]]:
         """The runs of each source's sequence that positions ``[start, stop)`` of the current
         leg's sequence hold."""
         lo, hi = self.current.prefix(start), self.current.prefix(stop)

@@ -8,9 +8,9 @@ them), and the `Stream` a worker reads. Two kinds, one per way of building an ep
 - `Mixed`: a mixture's sources, each delivering its quota, interleaved position by position
   (`planning.mixture`), cut into streams as one source's epoch is.
 
-A stream is the same value for both: a part of each source (`SourcePart`: runs of that source's
-epoch, where the pass starts in them) and, for a mixture, the interleave that says which source
-each position holds. `stream.pipeline` reads every part the same way.
+A stream is the same value for both: the rows it reads of each source (`SourceRows`: runs of
+that source's epoch, where the pass starts in them) and, for a mixture, the interleave that
+says which source each position holds. `stream.pipeline` reads each source's rows the same way.
 """
 
 from __future__ import annotations
@@ -25,36 +25,37 @@ from .assign import Piece
 from .interleave import Interleave
 from .layout import Layout
 from .mixture import MixEpoch, Mixture
+from .plan import Plan
 from .resume import Iteration, consumed
 from .sequence import Run, sequence_length
 from .strategy import EpochRows, strategy_of
 from .topology import Topology
 
-__all__ = ["Mixed", "OneSource", "SourcePart", "Stream", "Streams"]
+__all__ = ["Mixed", "OneSource", "SourceRows", "Stream", "Streams"]
 
 
 @dataclass(frozen=True, eq=False)
-class SourcePart:
-    """One source's part of a stream.
+class SourceRows:
+    """The rows a stream reads of one source.
 
     Attributes:
-        source: the mixture's source number, which keys the part's block permutations
+        source: the mixture's source number, which keys these rows' block permutations
             (``None``: a dataset of one source).
-        rows: the source's epoch (its chunk order; its layout cuts the part's blocks).
-        runs: the runs of the source's epoch sequence the part reads, in order.
+        epoch_rows: the source's epoch (its chunk order; its layout cuts the blocks).
+        runs: the runs of the source's epoch sequence the stream reads, in order.
         length: rows in ``runs``.
         start: rows of ``runs`` delivered before the pass began (a resume starts there).
     """
 
     source: int | None
-    rows: EpochRows
+    epoch_rows: EpochRows
     runs: list[Run]
     length: int
     start: int
 
     def pieces(self) -> list[Piece]:
-        """The pieces of chunks the part reads in a fresh pass, in order."""
-        return self.rows.pieces(self.runs)
+        """The pieces of chunks these rows are in a fresh pass, in order."""
+        return self.epoch_rows.pieces(self.runs)
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,7 +66,7 @@ class Stream:
         topology: the rank and worker that read it.
         iteration: the pass.
         layout: the current leg's layout (batch size, shuffle).
-        parts: each source's part (one for a dataset of one source).
+        sources: the rows it reads of each source (one for a dataset of one source).
         length: rows in the stream.
         batches: batches the stream yields in the pass, from its start.
         done: batches it delivered before this pass began (a resume starts there).
@@ -77,7 +78,7 @@ class Stream:
     topology: Topology
     iteration: Iteration
     layout: Layout
-    parts: tuple[SourcePart, ...]
+    sources: tuple[SourceRows, ...]
     length: int
     batches: int
     done: int
@@ -129,10 +130,20 @@ def _done(counts: list[int], iteration: Iteration, worker: int, done: int | None
 
 @dataclass(frozen=True, eq=False)
 class OneSource:
-    """The streams of one plan's chunks (``chunk_rows``, in plan order) under ``layout``."""
+    """The streams of one plan's chunks under ``layout``.
 
-    chunk_rows: Sequence[int] | np.ndarray
+    ``chunks``: the plan, or its chunks' rows in plan order. (The plan rather than its rows:
+    pickled to a spawned worker, a plan's arrays cross once in shared memory, while an array of
+    rows would cross again as bytes, 8 a chunk.)
+    """
+
+    chunks: Plan | Sequence[int] | np.ndarray
     layout: Layout
+
+    @property
+    def chunk_rows(self) -> Sequence[int] | np.ndarray:
+        """Rows of each chunk, in plan order."""
+        return self.chunks.chunk_rows if isinstance(self.chunks, Plan) else self.chunks
 
     @property
     def epoch_rows(self) -> int:
@@ -161,7 +172,7 @@ class OneSource:
             topology=topology,
             iteration=iteration,
             layout=self.layout,
-            parts=(SourcePart(None, epoch, runs, length, start),),
+            sources=(SourceRows(None, epoch, runs, length, start),),
             length=length,
             batches=counts[topology.worker],
             done=done,
@@ -202,18 +213,18 @@ class Mixed:
         done = _done(counts, iteration, topology.worker, done)
         lo, hi = spans[topology.worker]
         begin = lo + min(done * self.layout.batch_size, hi - lo)
-        # Each source's part is a contiguous range of its epoch; a resumed pass starts each at
-        # the rows its delivered positions held.
+        # A stream's rows of each source are a contiguous range of its epoch; a resumed pass
+        # starts each at the rows its delivered positions held.
         starts = (mix.current.prefix(begin) - mix.current.prefix(lo)).tolist()
-        parts = tuple(
-            SourcePart(i, mix.source_epoch(i), runs, sequence_length(runs), starts[i])
-            for i, runs in enumerate(mix.parts(lo, hi))
+        sources = tuple(
+            SourceRows(i, mix.source_epoch(i), runs, sequence_length(runs), starts[i])
+            for i, runs in enumerate(mix.source_runs(lo, hi))
         )
         return Stream(
             topology=topology,
             iteration=iteration,
             layout=self.layout,
-            parts=parts,
+            sources=sources,
             length=hi - lo,
             batches=counts[topology.worker],
             done=done,

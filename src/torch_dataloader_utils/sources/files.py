@@ -17,7 +17,7 @@ from ..errors import ColumnNotFoundError, InvalidSourceError, SchemaMismatchErro
 from ..formats import Format, ReadOptions
 from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
-from ..fs import FileSystemSpec, Source, SourceFile, hive_partitions, list_files
+from ..fs import FileSystemSpec, Paths, SourceFile, hive_partitions, list_files
 from ..planning import Chunk, Chunks, Plan
 from .counting import count_rows
 from .filters import filter_columns
@@ -63,7 +63,7 @@ class Planned:
 
 
 def plan_source(
-    path: Source,
+    path: Paths,
     fmt: Format,
     fs: FileSystemSpec,
     *,

@@ -9,7 +9,7 @@ import pyarrow as pa
 
 from ..errors import DataError
 from ..planning import block_start, cut, strategy_of
-from ..planning.streams import SourcePart, Stream
+from ..planning.streams import SourceRows, Stream
 from .batches import cut_batches
 from .blocks import BLOCK_PARTS, BLOCK_PARTS_MIN_BATCH, Segment, shuffled_blocks
 from .mix import interleaved
@@ -29,20 +29,21 @@ def stream_segments(
     """The batches of ``stream`` before conversion, from where its pass starts: each a record
     batch and the indices of its rows in output order (``None``: all, in order).
 
-    ``readers``: one per source of the stream's parts. A mixture's: ``schema``, its batches'
-    (each source's rows are cast to it), and ``source_column``, as `interleaved` takes them.
+    ``readers``: one per source of the stream (`Stream.sources`). A mixture's: ``schema``, its
+    batches' (each source's rows are cast to it), and ``source_column``, as `interleaved` takes
+    them.
 
     Raises:
         DataError: a block or batch holds more than a 32-bit offset column can address.
     """
     layout = stream.layout
-    # A lone source's block may stay several read batches (no copy); a mixture's parts are
-    # taken from row by row, so each of its blocks is one batch.
+    # A lone source's block may stay several read batches (no copy); a mixture's sources'
+    # blocks are taken from row by row, so each is one batch.
     alone = stream.interleave is None and layout.batch_size >= BLOCK_PARTS_MIN_BATCH
     parts = BLOCK_PARTS if alone else 1
     aheads: list[Prefetcher[Segment] | None] = [
-        _read_ahead(stream, part, reader, parts)
-        for part, reader in zip(stream.parts, readers, strict=True)
+        _read_ahead(stream, rows, reader, parts)
+        for rows, reader in zip(stream.sources, readers, strict=True)
     ]
     try:
         if stream.interleave is None:
@@ -81,32 +82,32 @@ def stream_segments(
 
 
 def _read_ahead(
-    stream: Stream, part: SourcePart, reader: Reader, parts: int
+    stream: Stream, rows: SourceRows, reader: Reader, parts: int
 ) -> Prefetcher[Segment] | None:
-    """The shuffled blocks of ``part`` from where the pass starts, read ahead in a thread
-    (``None``: the pass reads nothing of it)."""
-    if stream.interleave is not None and (not part.length or part.start >= part.length):
+    """The shuffled blocks of ``rows`` from where the pass starts, read ahead in a thread
+    (``None``: the pass reads none of them)."""
+    if stream.interleave is not None and (not rows.length or rows.start >= rows.length):
         return None
-    layout = part.rows.layout
+    layout = rows.epoch_rows.layout
     # A resumed stream re-reads the block it stopped in and skips the rows it delivered.
-    _, first = block_start(part.length, part.start, layout)
-    # (map binds this part's epoch now.)
-    pieces = map(part.rows.run_pieces, cut(part.runs, first, part.length))
+    _, first = block_start(rows.length, rows.start, layout)
+    # (map binds this source's epoch now.)
+    pieces = map(rows.epoch_rows.run_pieces, cut(rows.runs, first, rows.length))
     iteration = stream.iteration
     blocks = shuffled_blocks(
         reader.read(pieces),
-        part.length,
+        rows.length,
         layout,
         epoch=iteration.epoch,
         stream=stream.topology.stream,
         leg=len(iteration.legs),
-        start=part.start,
-        source=part.source,
+        start=rows.start,
+        source=rows.source,
         parts=parts,
     )
     # The thread reads and assembles whole blocks while this one gathers, converts and packs
     # the previous block. Memory: the block being gathered and the next one being assembled.
-    name = "tdu-prefetch" if part.source is None else f"tdu-mix-{part.source}"
+    name = "tdu-prefetch" if rows.source is None else f"tdu-mix-{rows.source}"
     return Prefetcher(blocks, depth=1 if stream.layout.shuffle else 4, name=name)
 
 

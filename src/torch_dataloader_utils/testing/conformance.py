@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ..formats import Format, FormatPlan, ReadOptions
-from ..fs import FileSystemSpec, Source, SourceFile, list_files
+from ..fs import FileSystemSpec, Paths, SourceFile, list_files
 from ..planning import Chunk
 from .forks import check_fork
 
@@ -266,7 +266,7 @@ def check_pickle(
 
 def check_format(
     fmt: Format,
-    source: Source,
+    source: Paths,
     *,
     id_column: str,
     fs: FileSystemSpec | None = None,

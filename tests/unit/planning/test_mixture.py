@@ -192,7 +192,7 @@ def pass_sequence(
 def stream_rows(mix, a: int, b: int) -> list[Counter]:
     """Rows (chunk, row) of each source that positions [a, b) of the leg hold."""
     out = []
-    for i, runs in enumerate(mix.parts(a, b)):
+    for i, runs in enumerate(mix.source_runs(a, b)):
         epoch = mix.source_epoch(i)
         rows: Counter = Counter()
         for run in runs:
@@ -302,7 +302,7 @@ def simulate_leg(mixture: Mixture, lay: Layout, epoch: int, legs: tuple[Leg, ...
             for i in range(len(mixture.quotas)):
                 epoch_i = mix.source_epoch(i)
                 rows = []
-                for run in mix.parts(a, b)[i]:
+                for run in mix.source_runs(a, b)[i]:
                     pieces, select = epoch_i.run_pieces(run)
                     flat = [(p.chunk, r) for p in pieces for r in range(p.start, p.stop)]
                     rows += flat if select is None else [flat[s] for s in select]

@@ -70,8 +70,8 @@ def test_every_row_once_and_counts_agree_with_what_each_worker_reads(
             stream = OneSource(chunk_rows, layout).resolve(Iteration(epoch), topology)
             assert stream.batches == counts[worker]
             assert stream.done == 0 and stream.start == 0
-            (part,) = stream.parts
-            pieces = part.pieces()
+            (rows,) = stream.sources
+            pieces = rows.pieces()
             assert sum(p.num_rows for p in pieces) == stream.length
             assert layout.batches(stream.length) == stream.batches
             seen.update((p.chunk, row) for p in pieces for row in range(p.start, p.stop))
@@ -103,7 +103,7 @@ def test_a_resumed_pass_starts_each_stream_after_the_batches_dataloader_order_ga
         assert stream.done == done[worker]
         assert stream.start == min(done[worker] * 4, stream.length)
         fresh = streams.resolve(Iteration(2), Topology(0, 1, worker, 3))
-        assert stream.parts[0].pieces() == fresh.parts[0].pieces()  # same rows
+        assert stream.sources[0].pieces() == fresh.sources[0].pieces()  # same rows
 
 
 def test_a_worker_state_overrides_the_rank_position() -> None:
