@@ -6,16 +6,7 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from ..errors import InvalidArgumentError
-from .rules import (
-    LIST_FORMATS,
-    NULL_POLICIES,
-    OUTPUT_FORMATS,
-    Converter,
-    ListFormat,
-    NullPolicy,
-    OutputFormat,
-)
+from .rules import Converter, ListFormat, NullPolicy, OutputFormat, check_output
 
 __all__ = ["Output"]
 
@@ -41,15 +32,7 @@ class Output:
     pad_value: int | float = 0
 
     def __post_init__(self) -> None:
-        for name, value, allowed in (
-            ("output_format", self.format, OUTPUT_FORMATS),
-            ("list_format", self.list_format, LIST_FORMATS),
-            ("null_policy", self.null_policy, NULL_POLICIES),
-        ):
-            if value not in allowed:
-                raise InvalidArgumentError(f"{name} must be one of {allowed}, got {value!r}")
-        if self.list_format == "nested" and self.format != "torch":
-            raise InvalidArgumentError('list_format="nested" needs output_format="torch"')
+        check_output(self.format, self.list_format, self.null_policy)
 
     def converter(self, schema: pa.Schema) -> Converter:
         """The converter of batches of ``schema``.

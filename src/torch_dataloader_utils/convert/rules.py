@@ -28,6 +28,7 @@ __all__ = [
     "NullPolicy",
     "OutputFormat",
     "Problem",
+    "check_output",
 ]
 
 OutputFormat = Literal["torch", "numpy", "arrow", "dict"]
@@ -51,6 +52,24 @@ class Problem(NamedTuple):
     error: type[DataError]
     reason: str
     column: str
+
+
+def check_output(output_format: str, list_format: str, null_policy: str) -> None:
+    """Refuse conversion options with unknown values, or that do not go together.
+
+    Raises:
+        InvalidArgumentError: an option has an unknown value, or ``list_format="nested"``
+            without torch output.
+    """
+    for name, value, allowed in (
+        ("output_format", output_format, OUTPUT_FORMATS),
+        ("list_format", list_format, LIST_FORMATS),
+        ("null_policy", null_policy, NULL_POLICIES),
+    ):
+        if value not in allowed:
+            raise InvalidArgumentError(f"{name} must be one of {allowed}, got {value!r}")
+    if list_format == "nested" and output_format != "torch":
+        raise InvalidArgumentError('list_format="nested" needs output_format="torch"')
 
 
 class Converter:
@@ -78,15 +97,7 @@ class Converter:
         null_policy: NullPolicy = "error",
         pad_value: int | float = 0,
     ) -> None:
-        for name, value, allowed in (
-            ("output_format", output_format, OUTPUT_FORMATS),
-            ("list_format", list_format, LIST_FORMATS),
-            ("null_policy", null_policy, NULL_POLICIES),
-        ):
-            if value not in allowed:
-                raise InvalidArgumentError(f"{name} must be one of {allowed}, got {value!r}")
-        if list_format == "nested" and output_format != "torch":
-            raise InvalidArgumentError('list_format="nested" needs output_format="torch"')
+        check_output(output_format, list_format, null_policy)
         self.schema = schema
         self.output_format = output_format
         self.list_format = list_format
