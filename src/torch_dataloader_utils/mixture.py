@@ -93,8 +93,8 @@ class MixtureDataset(StructuredDataset):
             raise InvalidArgumentError(
                 'a mixture cuts its epochs into equal streams: split_strategy="equal" only'
             )
-        self.weights = [s.weight for s in given]
-        self.epoch_rows_asked = epoch_rows
+        self._weights = [s.weight for s in given]
+        self._asked_rows = epoch_rows
         self.mixing: Mixing = mixing
         self.source_column = source_column
         self._build(tuple(with_defaults(s, defaults) for s in given), settings)
@@ -126,11 +126,11 @@ class MixtureDataset(StructuredDataset):
                 )
             schema = schema.append(pa.field(self.source_column, pa.int64(), nullable=False))
         rows = [int(s.plan.chunk_rows.sum()) for s in sources]
-        weights = self.weights
+        weights = self._weights
         given = None
         if any(w is not None for w in weights):
             given = [w if w is not None else 1.0 for w in weights]
-        self.quotas = tuple(quotas(rows, given, self.epoch_rows_asked))
+        self.quotas = tuple(quotas(rows, given, self._asked_rows))
         mixture = Mixture(tuple(s.plan.chunk_rows for s in sources), self.quotas, self.mixing)
         total = sum(self.quotas)
         # The footers' bytes per row, weighted by the quotas: a mixture's blocks are sized as
