@@ -35,7 +35,10 @@ __all__ = [
     "LOADER_KEYWORDS",
     "LoaderOptions",
     "Options",
+    "PACKING_METHODS",
+    "Packing",
     "Source",
+    "TokenBudget",
     "ranks_of",
     "with_defaults",
 ]
@@ -281,6 +284,74 @@ class LoaderOptions:
 
 # The keywords `create_dataloader` gives the loader (the others build the dataset).
 LOADER_KEYWORDS = tuple(f.name for f in dataclasses.fields(LoaderOptions))
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Pack a token-list column into sequences of ``seq_len`` tokens (docs/adr/0022).
+
+    Args:
+        column: the list-of-integers column holding each document's tokens.
+        seq_len: tokens per sequence.
+        pad_value: the token that pads a stream's last sequence.
+        method: ``"concat"`` (documents concatenated and cut at ``seq_len``) or ``"best_fit"``
+            (whole documents placed into sequences; longer ones split).
+        eos_token: a token appended after every document (``None``: none).
+
+    Raises:
+        InvalidArgumentError: an option is out of range.
+    """
+
+    column: str
+    seq_len: int
+    pad_value: int = 0
+    method: str = "concat"
+    eos_token: int | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise InvalidArgumentError(f"Packing's column must be a name, got {self.column!r}")
+        _check_positive(seq_len=self.seq_len)
+        if self.method not in PACKING_METHODS:
+            raise InvalidArgumentError(
+                f"Packing's method must be one of {PACKING_METHODS}, got {self.method!r}"
+            )
+        for name in ("pad_value", "eos_token"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidArgumentError(f"Packing's {name} must be an int, got {value!r}")
+
+
+PACKING_METHODS = ("concat", "best_fit")
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """Batches of whole rows whose padded size (rows x longest row) is at most ``max_tokens``,
+    instead of ``batch_size`` rows (docs/adr/0022).
+
+    Args:
+        column: the list column whose lengths count.
+        max_tokens: the budget of a batch.
+        overflow: a row longer than ``max_tokens``: ``"error"`` (default) or ``"truncate"``
+            (cut to the budget; what was cut is counted).
+
+    Raises:
+        InvalidArgumentError: an option is out of range.
+    """
+
+    column: str
+    max_tokens: int
+    overflow: str = "error"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise InvalidArgumentError(f"TokenBudget's column must be a name, got {self.column!r}")
+        _check_positive(max_tokens=self.max_tokens)
+        if self.overflow not in ("error", "truncate"):
+            raise InvalidArgumentError(
+                f'TokenBudget\'s overflow must be "error" or "truncate", got {self.overflow!r}'
+            )
 
 
 # `Output`'s fields under their public names (``output_format``, ``list_format``, ...).

@@ -16,7 +16,9 @@ from torch_dataloader_utils.options import (
     LOADER_KEYWORDS,
     LoaderOptions,
     Options,
+    Packing,
     Source,
+    TokenBudget,
     with_defaults,
 )
 from torch_dataloader_utils.planning import Topology
@@ -102,3 +104,19 @@ def test_a_mixtures_pieces_are_numbered_as_its_plan_and_read_every_row_once(
     # Every row of both sources once (the quotas are the sources' rows); the second source's
     # ids restart at 0, so each id below 25 comes from both sources.
     assert ids == Counter([*range(50), *range(25)])
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: Packing("tokens", seq_len=0), "seq_len must be a positive integer"),
+        (lambda: Packing("", seq_len=8), "column must be a name"),
+        (lambda: Packing("tokens", seq_len=8, method="greedy"), "method must be one of"),
+        (lambda: Packing("tokens", seq_len=8, pad_value=0.5), "pad_value must be an int"),  # type: ignore[arg-type]
+        (lambda: TokenBudget("tokens", max_tokens=0), "max_tokens must be a positive integer"),
+        (lambda: TokenBudget("tokens", 64, overflow="drop"), 'overflow must be "error"'),
+    ],
+)
+def test_packing_and_token_budgets_refuse_what_is_out_of_range(make: Any, message: str) -> None:
+    with pytest.raises(tdu.InvalidArgumentError, match=message):
+        make()
