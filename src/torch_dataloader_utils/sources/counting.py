@@ -1,11 +1,15 @@
-"""Counting, at plan time, the rows of each chunk that pass the row filter."""
+"""Counting at plan time: the rows of each chunk that pass the row filter, and the tokens of a
+list column (a packed dataset's order is one of tokens)."""
 
 from __future__ import annotations
 
 import pickle
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+
+import pyarrow as pa
+import pyarrow.compute as pc
 
 from ..formats import Format, ReadOptions
 from ..formats.partitions import with_partition
@@ -13,7 +17,7 @@ from ..fs import FileSystemSpec
 from ..fs.threads import COUNT_THREADS
 from ..planning import Chunk
 
-__all__ = ["count_rows"]
+__all__ = ["count_rows", "count_tokens"]
 
 
 def count_rows(
@@ -25,6 +29,31 @@ def count_rows(
     and resume at a batch (see docs/concepts/model.md). ``options.columns`` should hold just
     the filter's columns.
     """
+    return _each_chunk(chunks, fmt, fs, options, lambda batch: batch.num_rows)
+
+
+def count_tokens(
+    chunks: Sequence[Chunk], fmt: Format, fs: FileSystemSpec, options: ReadOptions, column: str
+) -> list[int]:
+    """Values of the list column ``column`` in the rows of each chunk that pass
+    ``options.filter`` (a null list holds none), reading ``options.columns`` (``column`` and
+    the filter's columns)."""
+
+    def tokens(batch: pa.RecordBatch) -> int:
+        lengths = pc.list_value_length(batch.column(column))
+        return int(pc.sum(lengths).as_py() or 0)
+
+    return _each_chunk(chunks, fmt, fs, options, tokens)
+
+
+def _each_chunk(
+    chunks: Sequence[Chunk],
+    fmt: Format,
+    fs: FileSystemSpec,
+    options: ReadOptions,
+    measure: Callable[[pa.RecordBatch], int],
+) -> list[int]:
+    """``measure`` summed over the filtered batches of each chunk, chunks read in threads."""
     expr = options.filter
     local = threading.local()
     blob = pickle.dumps(fmt)  # each thread its own copy: formats cache one open file
@@ -36,8 +65,9 @@ def count_rows(
             own = local.fmt = pickle.loads(blob)
             copies.append(own)  # list.append is atomic
         total = 0
-        for batch in own.read(chunk, 0, chunk.num_rows, fs, options):
-            total += with_partition(batch, chunk.partition, options).filter(expr).num_rows
+        for read in own.read(chunk, 0, chunk.num_rows, fs, options):
+            batch = with_partition(read, chunk.partition, options)
+            total += measure(batch.filter(expr) if expr is not None else batch)
         return total
 
     try:
