@@ -29,7 +29,7 @@ def test_tokens_and_rows_of_each_chunk_after_the_filter(tmp_path: Path) -> None:
     assert [c.num_rows for c in chunks] == [3, 3, 2]
     everything = ReadOptions(columns=("tokens",))
     assert count_tokens(chunks, fmt, fs, everything, "tokens") == [3, 7, 1]
-    odd = pc.field("id") % 2 == 1
+    odd = pc.field("id").isin([1, 3, 5, 7])
     filtered = ReadOptions(columns=("id", "tokens"), filter=odd)
     assert count_tokens(chunks, fmt, fs, filtered, "tokens") == [0, 5, 1]
     assert count_rows(chunks, fmt, fs, ReadOptions(columns=("id",), filter=odd)) == [1, 2, 1]
