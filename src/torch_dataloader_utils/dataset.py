@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import json
 import logging
 import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -20,13 +21,13 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
 from .convert import Converter, Decoding, ListFormat, NullPolicy, Output, OutputFormat
-from .errors import InvalidArgumentError, UnsupportedTypeError
+from .errors import ColumnNotFoundError, InvalidArgumentError, UnsupportedTypeError
 from .errors.keywords import check_init_keywords
 from .errors.on_error import FailureLog, OnError
 from .formats import Format, ReadOptions, get_format
 from .fs import FileSystemSpec, Paths, RetryPolicy, StorageBackend, StorageOptions
 from .loader import TabularDataLoader
-from .options import LOADER_KEYWORDS, LoaderOptions, Options, Source, ranks_of
+from .options import LOADER_KEYWORDS, LoaderOptions, Options, Packing, Source, ranks_of
 from .planning import (
     Iteration,
     Layout,
@@ -43,8 +44,9 @@ from .sources.files import Planned, plan_source
 from .sources.planned import PlannedSource, plan_sources, planned_source
 from .state import Passes, Progress
 from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, Segment
+from .stream.packing import PackedCollate, TokenReader
 from .stream.pipeline import stream_segments
-from .stream.read import Reader
+from .stream.read import Reader, Reads
 from .transport import bundle_rows, worker_messages
 
 __all__ = ["Combined", "StructuredDataset", "loader_over"]
@@ -185,6 +187,7 @@ class StructuredDataset(IterableDataset[Any]):
         on_error: OnError = "raise",
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
+        packing: Packing | None = None,
     ) -> None:
         # The public keywords become the two option values here, once.
         options = Options(
@@ -203,6 +206,7 @@ class StructuredDataset(IterableDataset[Any]):
             cache_dir=cache_dir,
             cache_limit=cache_limit,
             output=Output(output_format, list_format, null_policy, pad_value),
+            packing=packing,
         )
         source = Source(
             path=path,
@@ -256,6 +260,8 @@ class StructuredDataset(IterableDataset[Any]):
             for s, p, f, fs in zip(sources, planned, formats, filesystems, strict=True)
         )
         combined = self._combine(self.sources)
+        if options.packing is not None:
+            combined = self._packed(combined, options.packing)
         self.plan: Plan = combined.plan
         self.layout = options.layout(
             row_bytes=combined.row_bytes,
@@ -306,6 +312,50 @@ class StructuredDataset(IterableDataset[Any]):
             if decoders
             else self.collate_fn
         )
+        packing = self.options.packing
+        if packing is not None:
+            self._collate = PackedCollate(packing.seq_len, packing.pad_value, self._collate)
+
+    def _packed(self, combined: Combined, packing: Packing) -> Combined:
+        """The plan of a packed dataset: its order is one of tokens (docs/adr/0022), each
+        chunk's tokens counted at planning; a token is a row of ``input_ids`` (the token),
+        ``document`` and ``position`` (`stream.packing.explode`)."""
+        if len(self.sources) != 1:
+            raise InvalidArgumentError("packing a mixture is not built yet")
+        (only,) = self.sources
+        schema = only.plan.schema
+        if packing.column not in schema.names:
+            raise ColumnNotFoundError(
+                f"{only.label}: Packing's column {packing.column!r} is not a column of the data "
+                f"(columns: {schema.names})"
+            )
+        kind = schema.field(packing.column).type
+        if not (
+            (pa.types.is_list(kind) or pa.types.is_large_list(kind))
+            and pa.types.is_integer(kind.value_type)
+        ):
+            raise UnsupportedTypeError(
+                f"{only.label}: Packing's column {packing.column!r} holds {kind}, not lists of "
+                "integers (token ids)"
+            )
+        assert only.chunk_tokens is not None, "a packed dataset's planning counts tokens"
+        token = pa.schema(
+            [
+                pa.field("input_ids", kind.value_type, nullable=False),
+                pa.field("document", pa.int64(), nullable=False),
+                pa.field("position", pa.int32(), nullable=False),
+            ]
+        )
+        identity = {"column": packing.column, "seq_len": packing.seq_len, "method": packing.method}
+        plan = Plan(
+            chunks=only.plan.chunks,
+            schema=token,
+            row_bytes=kind.value_type.bit_width / 8 + 12,
+            details=(*only.plan.details, *Plan.details_of(packing=json.dumps(identity))),
+            filtered_rows=only.chunk_tokens,
+            files=only.plan.files,
+        )
+        return Combined(plan, plan.row_bytes, functools.partial(OneSource, plan))
 
     def _format(self, source: Source) -> Format:
         """The format ``source`` is read with (on every rank)."""
@@ -329,6 +379,7 @@ class StructuredDataset(IterableDataset[Any]):
             split_bytes=source.split_bytes,
             split_rows=source.split_rows,
             cached=self._cached if self.cache is not None else None,
+            tokens=self.options.packing.column if self.options.packing is not None else None,
         )
 
     def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
@@ -462,7 +513,7 @@ class StructuredDataset(IterableDataset[Any]):
 
     def reader(
         self, failures: FailureLog | None = None, *, carry: bool = False, source: int = 0
-    ) -> Reader:
+    ) -> Reads:
         """A reader of source ``source``'s plan; its skipped reads go to ``failures`` (default:
         this process's `failure_log`). ``carry``: its batches also hold the columns that name
         a sample (`Format.sample_columns`) for this dataset's decoding to name bad values."""
@@ -471,7 +522,7 @@ class StructuredDataset(IterableDataset[Any]):
         if carry and self._carried and options.columns is not None and output is not None:
             options = dataclasses.replace(options, columns=(*options.columns, *self._carried))
             output = (*output, *self._carried)
-        return Reader(
+        reader = Reader(
             planned.plan.chunks,
             planned.format,
             self._cached(planned.fs, planned.plan.files, immutable=planned.immutable),
@@ -483,6 +534,10 @@ class StructuredDataset(IterableDataset[Any]):
             failures=self.failure_log if failures is None else failures,
             row_bytes=planned.plan.row_bytes,
         )
+        packing = self.options.packing
+        if packing is None:
+            return reader
+        return TokenReader(reader, packing.column, planned.plan.chunk_rows)
 
     def _segments(self, stream: Stream) -> Iterator[Segment]:
         """The batches of ``stream`` before conversion, from where its pass starts."""

@@ -177,6 +177,7 @@ class Options:
     cache_dir: str | os.PathLike[str] | None = None
     cache_limit: int | str | None = None
     output: Output = field(default_factory=Output)
+    packing: Packing | None = None
 
     def __post_init__(self) -> None:
         _check_positive(batch_size=self.batch_size, shuffle_block_bytes=self.shuffle_block_bytes)
@@ -194,6 +195,18 @@ class Options:
         if self.on_error not in ON_ERROR:
             raise InvalidArgumentError(f"on_error must be one of {ON_ERROR}, got {self.on_error!r}")
         check_flags(shuffle=self.shuffle, drop_last=self.drop_last)
+        if self.packing is not None:
+            if not isinstance(self.packing, Packing):
+                raise InvalidArgumentError(
+                    f"packing must be a tdu.Packing, got {type(self.packing).__name__}"
+                )
+            if self.packing.method != "concat":
+                raise InvalidArgumentError('Packing(method="best_fit") is not built yet')
+            if self.output.format not in ("torch", "numpy"):
+                raise InvalidArgumentError(
+                    'packed sequences are torch tensors or numpy arrays: output_format="torch" '
+                    'or "numpy"'
+                )
 
     @classmethod
     def split(cls, keywords: Mapping[str, Any]) -> tuple[Options, dict[str, Any]]:
@@ -206,18 +219,26 @@ class Options:
         world_size = ranks_of(mine.pop("world_size", None), rest.pop("num_ranks", None))
         return cls(**mine, world_size=world_size, output=Output(**output)), rest
 
+    @property
+    def batch_rows(self) -> int:
+        """Rows of the order a batch holds: ``batch_size`` rows, or a packed dataset's
+        ``batch_size`` sequences of ``seq_len`` tokens (its order is one of tokens)."""
+        if self.packing is None:
+            return self.batch_size
+        return self.batch_size * self.packing.seq_len
+
     def layout(self, *, row_bytes: float, chunk_rows: float) -> Layout:
         """Every option that decides which rows each stream reads and in what order, with block
         sizes for rows of ``row_bytes`` decoded bytes in chunks of ``chunk_rows`` rows."""
         block_rows, first_block_rows = block_sizes(
-            batch_size=self.batch_size,
+            batch_size=self.batch_rows,
             block_size=self.shuffle_block_size,
             block_bytes=self.shuffle_block_bytes,
             row_bytes=row_bytes,
             chunk_rows=chunk_rows,
         )
         return Layout(
-            batch_size=self.batch_size,
+            batch_size=self.batch_rows,
             shuffle=self.shuffle,
             seed=self.shuffle_seed,
             drop_last=self.drop_last,

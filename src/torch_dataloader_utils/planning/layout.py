@@ -22,6 +22,8 @@ class Layout:
         block_rows: rows shuffled together (a stream is read in blocks of this many rows).
         first_block_rows: rows of a stream's first block (blocks double up to ``block_rows``).
         strategy: how streams divide the epoch (`strategy_of`).
+        documents: rows are a packed dataset's tokens: blocks are shuffled by whole documents
+            (`shuffle.document_permutation`).
     """
 
     batch_size: int
@@ -32,6 +34,7 @@ class Layout:
     block_rows: int
     first_block_rows: int
     strategy: SplitStrategy = "equal"
+    documents: bool = False
 
     def batches(self, rows: int) -> int:
         """Batches a stream of ``rows`` rows yields."""

@@ -17,7 +17,15 @@ import numpy as np
 
 from .assign import rank_span, worker_span
 from .layout import Layout
-from .sequence import Deferred, Item, Run, cut, sequence_length
+from .sequence import (
+    Deferred,
+    DocumentRest,
+    Item,
+    Run,
+    cut,
+    refuse_second_rest,
+    sequence_length,
+)
 from .shuffle import block_of, block_permutation
 
 __all__ = [
@@ -153,6 +161,15 @@ def block_rest(
     )
     if read == first:
         return [], read
+    if layout.documents:  # which rows are left depends on the documents' lengths
+        runs = cut(items, span[0] + first, span[0] + stop)
+        if len(runs) != 1 or runs[0].select is not None or runs[0].rest is not None:
+            refuse_second_rest()
+        (whole,) = runs
+        left = DocumentRest(
+            tuple(sorted({**key, "block": index}.items())), read - first, 0, stop - read
+        )
+        return [Run(whole.start, whole.stop, rest=left)], stop
 
     def rest() -> list[Run]:
         perm = block_permutation(block=index, n=stop - first, **key)

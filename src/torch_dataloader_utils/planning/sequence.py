@@ -11,22 +11,57 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import NoReturn
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from .assign import Piece, Remainder, rank_span, span_pieces, worker_span
 from .topology import Topology
 
 __all__ = [
     "Deferred",
+    "DocumentRest",
     "Item",
     "Run",
     "cut",
+    "refuse_second_rest",
     "round_robin_runs",
     "run_pieces",
     "sequence_length",
     "stream_runs",
 ]
+
+
+def refuse_second_rest() -> NoReturn:
+    """Refuse a second elastic resume inside one epoch of a packed dataset.
+
+    Raises:
+        InvalidArgumentError: always.
+    """
+    raise InvalidArgumentError(
+        "a packed dataset resumes elastically once inside an epoch: resume the rest of this "
+        "epoch on the topology it was saved on, or from the next epoch"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class DocumentRest:
+    """The rows of a packed stream's block left unread by an earlier leg: those after its first
+    ``read`` rows in the block's document order (`shuffle.document_permutation` under ``key``),
+    in position order, ``[first, last)`` of them. Which rows they are depends on the documents'
+    lengths: the reader works them out once it has read the block (docs/adr/0022).
+
+    Attributes:
+        key: the block permutation's key (seed, epoch, stream, block, leg, source).
+        read: rows of the block the earlier leg delivered.
+        first, last: the window of the rest this run holds.
+    """
+
+    key: tuple[tuple[str, int | None], ...]
+    read: int
+    first: int
+    last: int
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -37,19 +72,28 @@ class Run:
         start: first position.
         stop: one past the last position.
         select: when set, only these positions (sorted, inside ``[start, stop)``), in order.
+        rest: a packed block's rows an earlier leg left (`DocumentRest`): ``[start, stop)``
+            is the whole block.
     """
 
     start: int
     stop: int
     select: np.ndarray | None = None
+    rest: DocumentRest | None = None
 
     @property
     def num_rows(self) -> int:
         """Rows in the run."""
+        if self.rest is not None:
+            return self.rest.last - self.rest.first
         return self.stop - self.start if self.select is None else len(self.select)
 
     def part(self, first: int, last: int) -> Run:
         """Rows ``[first, last)`` of the run (counted inside it)."""
+        if self.rest is not None:
+            at = self.rest.first
+            window = DocumentRest(self.rest.key, self.rest.read, at + first, at + last)
+            return Run(self.start, self.stop, rest=window)
         if self.select is None:
             return Run(self.start + first, self.start + last)
         chosen = self.select[first:last]
@@ -58,7 +102,14 @@ class Run:
         return Run(int(chosen[0]), int(chosen[-1]) + 1, chosen)
 
     def positions(self, offsets: np.ndarray) -> np.ndarray:
-        """The positions of rows ``offsets`` (counted inside the run)."""
+        """The positions of rows ``offsets`` (counted inside the run).
+
+        Raises:
+            InvalidArgumentError: a packed block's rest, whose positions only its data tells
+                (a second elastic resume inside one epoch of a packed dataset).
+        """
+        if self.rest is not None:
+            refuse_second_rest()
         if self.select is None:
             return np.asarray(self.start + offsets)
         return np.asarray(self.select[offsets])
@@ -159,9 +210,12 @@ def run_pieces(
     order: Sequence[int] | np.ndarray,
     *,
     ends: np.ndarray | None = None,
-) -> tuple[list[Piece], np.ndarray | None]:
-    """The pieces that hold ``run``, and which of their rows it takes (``None``: all)."""
+) -> tuple[list[Piece], np.ndarray | DocumentRest | None]:
+    """The pieces that hold ``run``, and which of their rows it takes (``None``: all; a
+    `DocumentRest`: the reader works them out from the rows)."""
     pieces = span_pieces(rows_in_order, order, run.start, run.stop, ends=ends)
+    if run.rest is not None:
+        return pieces, run.rest
     if run.select is None:
         return pieces, None
     return pieces, run.select - run.start

@@ -9,7 +9,8 @@ permutation apart, so that no two draw the same random numbers:
   `SOURCE`);
 - `window_order`: the positions of one window of a random interleave (`INTERLEAVE`);
 - `block_permutation`: the rows of one shuffle block of a stream (`SOURCE` for a mixture's
-  source's part of a stream).
+  source's rows of a stream);
+- `document_permutation`: a packed stream's block, by whole documents (`DOCUMENTS`).
 
 The values are part of every saved state's meaning: changing one changes every shuffled order.
 """
@@ -25,6 +26,7 @@ __all__ = [
     "block_of",
     "block_permutation",
     "chunk_order",
+    "document_permutation",
     "source_order",
     "window_order",
 ]
@@ -33,6 +35,7 @@ __all__ = [
 CHUNK_ORDER = 0x0C
 SOURCE = 0x5C
 INTERLEAVE = 0x313
+DOCUMENTS = 0xD0C
 
 
 def chunk_order(num_chunks: int, *, seed: int, epoch: int, shuffle: bool) -> np.ndarray:
@@ -112,3 +115,32 @@ def block_permutation(
     if source is not None:
         key += [leg, SOURCE, source]
     return np.random.default_rng(key).permutation(n)
+
+
+def document_permutation(
+    documents: np.ndarray,
+    *,
+    seed: int,
+    epoch: int,
+    stream: int,
+    block: int,
+    leg: int = 0,
+    source: int | None = None,
+) -> np.ndarray:
+    """The permutation of a packed stream's block of token rows: each document's tokens kept
+    together and in order, the documents in an order drawn from the block's key
+    (``documents``: each token row's document, each document's rows contiguous)."""
+    key = [seed, epoch, stream, block, leg, DOCUMENTS]
+    if source is not None:
+        key += [SOURCE, source]
+    n = len(documents)
+    if not n:
+        return np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.r_[True, documents[1:] != documents[:-1]])
+    lengths = np.diff(np.r_[starts, n])
+    order = np.random.default_rng(key).permutation(len(starts))
+    kept = lengths[order]
+    out: np.ndarray = np.repeat(starts[order], kept) + (
+        np.arange(n) - np.repeat(np.cumsum(kept) - kept, kept)
+    )
+    return out

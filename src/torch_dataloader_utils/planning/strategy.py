@@ -27,7 +27,15 @@ from ..errors import InvalidArgumentError
 from .assign import SPLIT_STRATEGIES, Piece, Remainder, SplitStrategy, rank_span
 from .layout import Layout
 from .resume import Leg, epoch_sequence, stream_spans
-from .sequence import Item, Run, round_robin_runs, run_pieces, sequence_length, stream_runs
+from .sequence import (
+    DocumentRest,
+    Item,
+    Run,
+    round_robin_runs,
+    run_pieces,
+    sequence_length,
+    stream_runs,
+)
 from .shuffle import chunk_order
 from .topology import Ranks, Topology
 
@@ -90,7 +98,7 @@ class EpochRows:
         """The pieces of chunks that hold ``runs`` (a fresh pass's runs take whole pieces)."""
         return [p for run in runs for p in self.run_pieces(run)[0]]
 
-    def run_pieces(self, run: Run) -> tuple[list[Piece], np.ndarray | None]:
+    def run_pieces(self, run: Run) -> tuple[list[Piece], np.ndarray | DocumentRest | None]:
         """The pieces that hold ``run``, and which of their rows it takes (``None``: all)."""
         return run_pieces(run, self.rows, self.order, ends=self.ends)
 

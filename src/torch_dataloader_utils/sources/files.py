@@ -19,7 +19,7 @@ from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec, Paths, SourceFile, hive_partitions, list_files
 from ..planning import Chunk, Chunks, Plan
-from .counting import count_rows
+from .counting import count_rows, count_tokens
 from .filters import filter_columns
 
 __all__ = ["Planned", "decoded_row_bytes", "plan_source"]
@@ -53,6 +53,7 @@ class Planned:
             table's: its protocol and the table's options); each rank reads it with its own
             storage options over these, and its own backend and retries
             (`FileSystemSpec.under`). ``None``: the dataset's own filesystem.
+        chunk_tokens: a packed dataset's: the tokens of each chunk's rows (after the filter).
     """
 
     read_options: ReadOptions
@@ -60,6 +61,7 @@ class Planned:
     output_columns: tuple[str, ...] | None
     decoded_row_bytes: float
     fs: FileSystemSpec | None = None
+    chunk_tokens: tuple[int, ...] | None = None
 
 
 def plan_source(
@@ -73,11 +75,13 @@ def plan_source(
     split_bytes: int | None,
     split_rows: int | None,
     cached: Callable[..., FileSystemSpec] | None = None,
+    tokens: str | None = None,
 ) -> Planned:
     """List, read footers, count filtered rows, measure rows: everything planning reads.
 
-    ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local cache, so a
-    second plan of the same files reads their footers, indexes and scans from it.
+    ``tokens``: a list column whose values in each chunk's rows are counted (a packed
+    dataset's). ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local
+    cache, so a second plan of the same files reads their footers, indexes and scans from it.
 
     Raises:
         StorageNotFoundError: ``path`` does not exist.
@@ -137,6 +141,14 @@ def plan_source(
             read_options, columns=tuple(c for c in needed if c not in partition_schema.names)
         )
         filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, counting))
+    chunk_tokens = None
+    if tokens is not None:
+        # A packed dataset's order is one of tokens: each chunk's, exact, before any stream.
+        counting = dataclasses.replace(
+            read_options,
+            columns=tuple(c for c in (tokens, *needed) if c not in partition_schema.names),
+        )
+        chunk_tokens = tuple(count_tokens(planned.chunks, fmt, fs, counting, tokens))
     schema = pa.schema(list(planned.schema) + list(partition_schema))
     check_readable(schema, str(path))
     plan = Plan(
@@ -152,6 +164,7 @@ def plan_source(
         plan=plan,
         output_columns=tuple(wanted) if needed or columns is not None else None,
         decoded_row_bytes=decoded_row_bytes(plan.chunks, plan.row_bytes, read_options, fmt, fs),
+        chunk_tokens=chunk_tokens,
     )
 
 

@@ -33,6 +33,7 @@ class PlannedSource:
         row_bytes: decoded bytes per row (the larger of the footers' and a sample's).
         immutable: its files are never rewritten under their names (an Iceberg table's), so
             a file's size alone identifies it for the cache.
+        chunk_tokens: a packed dataset's: each chunk's tokens (`Planned.chunk_tokens`).
     """
 
     label: str
@@ -43,6 +44,7 @@ class PlannedSource:
     output_columns: tuple[str, ...] | None
     row_bytes: float
     immutable: bool = False
+    chunk_tokens: tuple[int, ...] | None = None
 
 
 def plan_sources(
@@ -87,4 +89,5 @@ def planned_source(
         output_columns=planned.output_columns,
         row_bytes=max(planned.plan.row_bytes, planned.decoded_row_bytes),
         immutable=immutable,
+        chunk_tokens=planned.chunk_tokens,
     )

@@ -8,6 +8,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..planning import Layout, block_bounds, block_permutation
+from ..planning.shuffle import document_permutation
 
 __all__ = [
     "BLOCK_PARTS",
@@ -114,8 +115,9 @@ def shuffled_blocks(
 
     Block boundaries sit at fixed stream positions, so the result is a pure function of
     ``(seed, epoch, stream, leg, rows)``, whatever batch sizes the reader produced. Yields
-    ``(block, permutation)`` (``source``: in a mixture, the source of this part of the stream,
-    which keys the permutations too); the rows are gathered later, straight into the output (see
+    ``(block, permutation)`` (``source``: in a mixture, the source of these rows of the stream,
+    which keys the permutations too; a packed stream's token rows move by whole documents,
+    `Layout.documents`); the rows are gathered later, straight into the output (see
     ``Converter.fields``). Without shuffling, batches pass through with ``None``.
 
     A block read as at most ``parts`` batches comes as a `pa.Table` over them (no copy; a
@@ -147,15 +149,12 @@ def shuffled_blocks(
         else:
             block = pa.concat_batches(group)
         del group  # one copy of the block at a time
-        perm = block_permutation(
-            seed=options.seed,
-            epoch=epoch,
-            stream=stream,
-            block=index,
-            n=block.num_rows,
-            leg=leg,
-            source=source,
-        )
+        key = {"seed": options.seed, "epoch": epoch, "stream": stream, "block": index}
+        if options.documents:  # a packed stream's token rows: whole documents moved
+            column = block.column("document")
+            perm = document_permutation(np.asarray(column), leg=leg, source=source, **key)
+        else:
+            perm = block_permutation(n=block.num_rows, leg=leg, source=source, **key)
         if skip:
             perm, skip = perm[skip:], 0
         yield block, perm

@@ -1,22 +1,38 @@
-"""Packed sequences: the epoch as a token order (work in progress, issue 30).
+"""Packed sequences: the epoch as a token order.
 
-The design (docs/adr draft in the packing branch): a packed dataset plans each chunk's token
+The design (docs/adr/0022-packed-sequences.md): a packed dataset plans each chunk's token
 count, and the existing streams cut the epoch's token sequence exactly as they cut rows, with a
 batch of ``batch_size * seq_len`` tokens. A worker reads its chunks' rows and lays each row's
 tokens out as rows of their own (`explode`: the token, the document it belongs to, its position
-in the document); a block is shuffled by whole documents (`document_order`), and every
-``seq_len`` token rows are a sequence (`pack`). Every token is read once because every token row
+in the document); a block is shuffled by whole documents
+(`planning.shuffle.document_permutation`), and every ``seq_len`` token rows are a sequence
+(`pack`). Every token is read once because every token row
 is, and every rank has the same batches because the streams are cut in tokens.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import torch
 
-__all__ = ["PACKED_COLUMNS", "Packed", "document_order", "explode", "pack"]
+from ..convert.arrow_values import take
+from ..planning import Piece
+from .read import Reader
+
+__all__ = [
+    "PACKED_COLUMNS",
+    "Packed",
+    "PackedCollate",
+    "TokenReader",
+    "explode",
+    "pack",
+    "packed_batch",
+]
 
 # The columns of an exploded batch: one row per token.
 PACKED_COLUMNS = ("input_ids", "document", "position")
@@ -45,22 +61,6 @@ def explode(tokens: pa.Array, first_document: int) -> pa.RecordBatch:
         [values, pa.array(documents), pa.array(positions.astype(np.int32))],
         names=list(PACKED_COLUMNS),
     )
-
-
-def document_order(documents: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """A permutation of token rows that keeps each document's tokens together and in order,
-    the documents in random order (``documents``: each token row's document, each document's
-    rows contiguous)."""
-    n = len(documents)
-    if not n:
-        return np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.r_[True, documents[1:] != documents[:-1]])
-    lengths = np.diff(np.r_[starts, n])
-    order = rng.permutation(len(starts))
-    first = np.repeat(starts[order], lengths[order])
-    within = np.arange(n) - np.repeat(np.cumsum(lengths[order]) - lengths[order], lengths[order])
-    out: np.ndarray = first + within
-    return out
 
 
 @dataclass(frozen=True)
@@ -122,3 +122,82 @@ def pack(
         max_seqlen,
         padding,
     )
+
+
+class TokenReader:
+    """Reads a packed stream's pieces (token ranges of chunks) as token rows (`explode`).
+
+    Args:
+        reader: the source's reader of rows.
+        column: the token-list column.
+        chunk_rows: rows of each chunk (after the filter): a piece's chunk is read whole.
+    """
+
+    def __init__(self, reader: Reader, column: str, chunk_rows: np.ndarray) -> None:
+        self.reader = reader
+        self.column = column
+        self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
+        # The number of each chunk's first document: documents are numbered in plan order.
+        self.first_document = np.cumsum(self.chunk_rows) - self.chunk_rows
+
+    def read(
+        self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
+    ) -> Iterator[pa.RecordBatch]:
+        """The token rows of ``parts``: each part is pieces in tokens, and which of their token
+        rows to take (``None``: all)."""
+        for pieces, select in parts:
+            taken = [self._piece(piece) for piece in pieces]
+            rows = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
+            yield rows if select is None else take(rows, select)
+
+    def _piece(self, piece: Piece) -> pa.RecordBatch:
+        whole = Piece(piece.chunk, 0, int(self.chunk_rows[piece.chunk]))
+        document = int(self.first_document[piece.chunk])
+        exploded = []
+        for batch in self.reader.read([([whole], None)]):
+            exploded.append(explode(batch.column(self.column), document))
+            document += batch.num_rows
+        tokens = exploded[0] if len(exploded) == 1 else pa.concat_batches(exploded)
+        return tokens.slice(piece.start, piece.stop - piece.start)
+
+    def recent_files(self) -> list[str]:
+        """The files read last (for errors)."""
+        return self.reader.recent_files()
+
+
+def packed_batch(batch: dict[str, Any], seq_len: int, pad_value: int) -> dict[str, Any]:
+    """A converted batch of token rows (``input_ids``, ``document``, ``position``: torch
+    tensors or numpy arrays) as packed sequences of ``seq_len`` (`pack`)."""
+    tokens = batch["input_ids"]
+    is_torch = isinstance(tokens, torch.Tensor)
+    packed = pack(
+        np.asarray(tokens),
+        np.asarray(batch["document"]),
+        np.asarray(batch["position"]),
+        seq_len,
+        pad_value=pad_value,
+    )
+    out: dict[str, Any] = {
+        "input_ids": packed.input_ids,
+        "position_ids": packed.position_ids,
+        "document_ids": packed.document_ids,
+        "cu_seqlens": packed.cu_seqlens,
+    }
+    if is_torch:
+        out = {k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in out.items()}
+    out["max_seqlen"] = packed.max_seqlen
+    return out
+
+
+@dataclass(frozen=True)
+class PackedCollate:
+    """A packed dataset's last step in the worker: a batch of token rows as sequences
+    (`packed_batch`), then ``then`` (the user's ``collate_fn``, or decoding), if any."""
+
+    seq_len: int
+    pad_value: int
+    then: Callable[[Any], Any] | None = None
+
+    def __call__(self, batch: dict[str, Any]) -> Any:
+        packed = packed_batch(batch, self.seq_len, self.pad_value)
+        return packed if self.then is None else self.then(packed)

@@ -14,14 +14,14 @@ from .batches import cut_batches
 from .blocks import BLOCK_PARTS, BLOCK_PARTS_MIN_BATCH, Segment, shuffled_blocks
 from .mix import interleaved
 from .prefetch import Prefetcher
-from .read import Reader
+from .read import Reads
 
 __all__ = ["stream_segments"]
 
 
 def stream_segments(
     stream: Stream,
-    readers: Sequence[Reader],
+    readers: Sequence[Reads],
     *,
     schema: pa.Schema | None = None,
     source_column: str | None = None,
@@ -82,7 +82,7 @@ def stream_segments(
 
 
 def _read_ahead(
-    stream: Stream, rows: SourceRows, reader: Reader, parts: int
+    stream: Stream, rows: SourceRows, reader: Reads, parts: int
 ) -> Prefetcher[Segment] | None:
     """The shuffled blocks of ``rows`` from where the pass starts, read ahead in a thread
     (``None``: the pass reads none of them)."""
@@ -111,6 +111,6 @@ def _read_ahead(
     return Prefetcher(blocks, depth=1 if stream.layout.shuffle else 4, name=name)
 
 
-def _recent(reader: Reader) -> Callable[[], str]:
+def _recent(reader: Reads) -> Callable[[], str]:
     """What names ``reader``'s recent files in an error."""
     return lambda: ", ".join(reader.recent_files())

@@ -17,7 +17,7 @@ import contextlib
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import numpy as np
 import pyarrow as pa
@@ -36,10 +36,21 @@ from .ahead import AHEAD_PIECES, Ahead
 if TYPE_CHECKING:
     from ..convert import Problem
 
-__all__ = ["Reader"]
+__all__ = ["Reader", "Reads"]
 
 # Chunks a reader keeps made (more than the pieces within reach of reading ahead).
 _MADE_CHUNKS = 4 * AHEAD_PIECES
+
+
+class Reads(Protocol):
+    """What the pipeline reads a stream's rows of one source with (`Reader`, or a packed
+    dataset's `stream.packing.TokenReader`)."""
+
+    def read(self, parts: Iterable[tuple[list[Piece], Any]]) -> Iterator[pa.RecordBatch]:
+        """The rows of ``parts`` in order (each part: pieces, and which of their rows)."""
+
+    def recent_files(self) -> list[str]:
+        """The URLs of the last files read."""
 
 
 @dataclass(frozen=True)

@@ -11,7 +11,8 @@ import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from torch_dataloader_utils.stream.packing import document_order, explode, pack
+from torch_dataloader_utils.planning.shuffle import document_permutation
+from torch_dataloader_utils.stream.packing import explode, pack
 
 documents_st = st.lists(
     st.one_of(st.none(), st.lists(st.integers(0, 1000), max_size=9)), max_size=12
@@ -48,7 +49,7 @@ def test_a_document_order_keeps_each_document_whole_and_in_order(
     lengths: list[int], seed: int
 ) -> None:
     documents = np.repeat(np.arange(len(lengths)), lengths)
-    order = document_order(documents, np.random.default_rng(seed))
+    order = document_permutation(documents, seed=seed, epoch=0, stream=0, block=0)
     assert sorted(order.tolist()) == list(range(len(documents)))  # a permutation
     shuffled = documents[order]
     runs = [d for i, d in enumerate(shuffled.tolist()) if i == 0 or shuffled[i - 1] != d]
