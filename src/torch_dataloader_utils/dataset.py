@@ -21,7 +21,7 @@ from torch.utils.data import IterableDataset, get_worker_info
 
 from .cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
 from .convert import Converter, Decoding, ListFormat, NullPolicy, Output, OutputFormat
-from .errors import ColumnNotFoundError, InvalidArgumentError, UnsupportedTypeError
+from .errors import InvalidArgumentError, UnsupportedTypeError
 from .errors.keywords import check_init_keywords
 from .errors.on_error import FailureLog, OnError
 from .formats import Format, ReadOptions, get_format
@@ -323,21 +323,7 @@ class StructuredDataset(IterableDataset[Any]):
         if len(self.sources) != 1:
             raise InvalidArgumentError("packing a mixture is not built yet")
         (only,) = self.sources
-        schema = only.plan.schema
-        if packing.column not in schema.names:
-            raise ColumnNotFoundError(
-                f"{only.label}: Packing's column {packing.column!r} is not a column of the data "
-                f"(columns: {schema.names})"
-            )
-        kind = schema.field(packing.column).type
-        if not (
-            (pa.types.is_list(kind) or pa.types.is_large_list(kind))
-            and pa.types.is_integer(kind.value_type)
-        ):
-            raise UnsupportedTypeError(
-                f"{only.label}: Packing's column {packing.column!r} holds {kind}, not lists of "
-                "integers (token ids)"
-            )
+        kind = only.plan.schema.field(packing.column).type  # (checked by planning)
         assert only.chunk_tokens is not None, "a packed dataset's planning counts tokens"
         token = pa.schema(
             [

@@ -246,6 +246,7 @@ class Options:
             block_rows=block_rows,
             first_block_rows=first_block_rows,
             strategy=self.split_strategy,
+            documents=self.packing is not None,
         )
 
 

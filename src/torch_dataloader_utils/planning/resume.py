@@ -163,13 +163,12 @@ def block_rest(
         return [], read
     if layout.documents:  # which rows are left depends on the documents' lengths
         runs = cut(items, span[0] + first, span[0] + stop)
-        if len(runs) != 1 or runs[0].select is not None or runs[0].rest is not None:
+        if any(run.select is not None or run.rest is not None for run in runs):
             refuse_second_rest()
-        (whole,) = runs
-        left = DocumentRest(
-            tuple(sorted({**key, "block": index}.items())), read - first, 0, stop - read
-        )
-        return [Run(whole.start, whole.stop, rest=left)], stop
+        ranges = tuple((run.start, run.stop) for run in runs)
+        key_items = tuple(sorted({**key, "block": index}.items()))
+        left = DocumentRest(key_items, read - first, 0, stop - read, ranges)
+        return [Run(ranges[0][0], ranges[-1][1], rest=left)], stop
 
     def rest() -> list[Run]:
         perm = block_permutation(block=index, n=stop - first, **key)

@@ -9,6 +9,7 @@ batch-aligned spans per worker.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import NoReturn
@@ -56,12 +57,15 @@ class DocumentRest:
         key: the block permutation's key (seed, epoch, stream, block, leg, source).
         read: rows of the block the earlier leg delivered.
         first, last: the window of the rest this run holds.
+        ranges: the block's positions, ``[start, stop)`` ranges in order (two where the block
+            wraps past the end of the sequence, under ``remainder="pad"``).
     """
 
-    key: tuple[tuple[str, int | None], ...]
+    key: tuple[tuple[str, int], ...]
     read: int
     first: int
     last: int
+    ranges: tuple[tuple[int, int], ...]
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -92,7 +96,7 @@ class Run:
         """Rows ``[first, last)`` of the run (counted inside it)."""
         if self.rest is not None:
             at = self.rest.first
-            window = DocumentRest(self.rest.key, self.rest.read, at + first, at + last)
+            window = dataclasses.replace(self.rest, first=at + first, last=at + last)
             return Run(self.start, self.stop, rest=window)
         if self.select is None:
             return Run(self.start + first, self.start + last)
@@ -213,9 +217,11 @@ def run_pieces(
 ) -> tuple[list[Piece], np.ndarray | DocumentRest | None]:
     """The pieces that hold ``run``, and which of their rows it takes (``None``: all; a
     `DocumentRest`: the reader works them out from the rows)."""
-    pieces = span_pieces(rows_in_order, order, run.start, run.stop, ends=ends)
     if run.rest is not None:
-        return pieces, run.rest
+        ranges = run.rest.ranges
+        block = [p for a, b in ranges for p in span_pieces(rows_in_order, order, a, b, ends=ends)]
+        return block, run.rest
+    pieces = span_pieces(rows_in_order, order, run.start, run.stop, ends=ends)
     if run.select is None:
         return pieces, None
     return pieces, run.select - run.start

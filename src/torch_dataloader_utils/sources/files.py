@@ -13,7 +13,12 @@ from typing import Any
 
 import pyarrow as pa
 
-from ..errors import ColumnNotFoundError, InvalidSourceError, SchemaMismatchError
+from ..errors import (
+    ColumnNotFoundError,
+    InvalidSourceError,
+    SchemaMismatchError,
+    UnsupportedTypeError,
+)
 from ..formats import Format, ReadOptions
 from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
@@ -108,6 +113,8 @@ def plan_source(
             'of the file; read without partitioning="hive" or rename one of them'
         )
     available = pa.schema(list(file_schema) + list(partition_schema))
+    if tokens is not None:
+        _check_tokens(available, tokens, str(path))
     # Requested columns are checked against every file by the format's plan (missing
     # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
     needed = _filter_columns(
@@ -119,6 +126,8 @@ def plan_source(
         partition_schema=partition_schema,
     )
     wanted = list(columns) if columns is not None else list(available.names)
+    if tokens is not None and tokens not in wanted:  # a packed dataset reads its tokens
+        wanted.append(tokens)
     read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
     read_options = ReadOptions(
         columns=tuple(read) if columns is not None or needed else None,
@@ -222,3 +231,25 @@ def _filter_columns(
                 f"columns that filters {filters} reads: it applies to the second only"
             ) from exc
         raise ColumnNotFoundError(f"{fs.url(files[0].path)}: {exc}") from exc
+
+
+def _check_tokens(schema: pa.Schema, column: str, where: str) -> None:
+    """Refuse a packed dataset's token column that is missing or not lists of integers.
+
+    Raises:
+        ColumnNotFoundError: the column is not in the data.
+        UnsupportedTypeError: it does not hold lists of integers.
+    """
+    if column not in schema.names:
+        raise ColumnNotFoundError(
+            f"{where}: Packing's column {column!r} is not a column of the data "
+            f"(columns: {schema.names})"
+        )
+    kind = schema.field(column).type
+    if not (
+        (pa.types.is_list(kind) or pa.types.is_large_list(kind))
+        and pa.types.is_integer(kind.value_type)
+    ):
+        raise UnsupportedTypeError(
+            f"{where}: Packing's column {column!r} holds {kind}, not lists of integers (token ids)"
+        )

@@ -22,6 +22,8 @@ import torch
 
 from ..convert.arrow_values import take
 from ..planning import Piece
+from ..planning.sequence import DocumentRest
+from ..planning.shuffle import document_permutation
 from .read import Reader
 
 __all__ = [
@@ -141,14 +143,19 @@ class TokenReader:
         self.first_document = np.cumsum(self.chunk_rows) - self.chunk_rows
 
     def read(
-        self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
+        self, parts: Iterable[tuple[list[Piece], np.ndarray | DocumentRest | None]]
     ) -> Iterator[pa.RecordBatch]:
         """The token rows of ``parts``: each part is pieces in tokens, and which of their token
-        rows to take (``None``: all)."""
+        rows to take (``None``: all; a `DocumentRest`: worked out from the rows read)."""
         for pieces, select in parts:
             taken = [self._piece(piece) for piece in pieces]
             rows = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
-            yield rows if select is None else take(rows, select)
+            if isinstance(select, DocumentRest):  # what an earlier leg left of a block
+                documents = np.asarray(rows.column("document"))
+                order = document_permutation(documents, **dict(select.key))
+                yield take(rows, np.sort(order[select.read :])[select.first : select.last])
+            else:
+                yield rows if select is None else take(rows, select)
 
     def _piece(self, piece: Piece) -> pa.RecordBatch:
         whole = Piece(piece.chunk, 0, int(self.chunk_rows[piece.chunk]))

@@ -1,0 +1,171 @@
+"""Packed sequences read for real: Parquet token lists, DataLoader workers (fork and spawn),
+ranks, epochs, exact and elastic resume. Every token id is unique in the data, so the multiset
+of token ids says every token was read once; each token's document and position are checked
+against the data, and every rank's batch count against the others'."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import torch_dataloader_utils as tdu
+from torch_dataloader_utils.options import Packing
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+]
+
+SEQ_LEN, BATCH, PAD = 8, 3, -1
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, tuple[int, int]]]:
+    """Three files of documents of 0-29 tokens (some null); token ids unique. Returns the folder
+    and each token's (document, position)."""
+    root = tmp_path_factory.mktemp("packing")
+    rng = np.random.default_rng(7)
+    where: dict[int, tuple[int, int]] = {}
+    token = document = 0
+    for f in range(3):
+        documents: list[list[int] | None] = []
+        for _ in range(40):
+            n = int(rng.integers(0, 30))
+            if n == 0 and rng.random() < 0.5:
+                documents.append(None)
+            else:
+                documents.append(list(range(token, token + n)))
+                where.update({token + p: (document, p) for p in range(n)})
+                token += n
+            document += 1
+        table = pa.table({"tokens": pa.array(documents, pa.list_(pa.int64()))})
+        pq.write_table(table, root / f"part-{f}.parquet", row_group_size=7)
+    return root, where
+
+
+def make(
+    root: Path, *, rank: int = 0, world_size: int = 1, workers: int = 0, **options: Any
+) -> Any:
+    options = {"shuffle": True, "null_policy": "fill", **options}
+    return tdu.create_dataloader(
+        str(root),
+        packing=Packing("tokens", seq_len=SEQ_LEN, pad_value=PAD),
+        batch_size=BATCH,
+        num_workers=workers,
+        rank=rank,
+        world_size=world_size,
+        **options,
+    )
+
+
+def tokens_of(batch: dict[str, Any], where: dict[int, tuple[int, int]]) -> list[int]:
+    """The batch's tokens, after checking its shape, positions and boundaries."""
+    ids = batch["input_ids"]
+    assert ids.shape[1] == SEQ_LEN and ids.shape[0] <= BATCH
+    flat = ids.reshape(-1)
+    real = flat != PAD
+    positions = batch["position_ids"].reshape(-1)
+    cu = batch["cu_seqlens"].tolist()
+    assert cu[0] == 0 and cu[-1] == flat.numel() and cu == sorted(set(cu))
+    assert batch["max_seqlen"] == max(b - a for a, b in itertools.pairwise(cu))
+    for a, b in itertools.pairwise(cu):
+        assert a // SEQ_LEN == (b - 1) // SEQ_LEN  # never across a sequence
+        fragment = flat[a:b][real[a:b]].tolist()
+        if fragment:
+            docs = {where[t][0] for t in fragment}
+            assert len(docs) == 1  # one document's tokens, in order
+            assert [where[t][1] for t in fragment] == positions[a:b][real[a:b]].tolist()
+            assert fragment == list(range(fragment[0], fragment[0] + len(fragment)))
+    return flat[real].tolist()
+
+
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_every_token_once_on_every_topology_with_equal_batches(
+    data: tuple[Path, dict[int, tuple[int, int]]], world_size: int, workers: int, shuffle: bool
+) -> None:
+    root, where = data
+    orders = []
+    for epoch in (0, 1):
+        seen: Counter[int] = Counter()
+        batches = []
+        order: list[int] = []
+        for rank in range(world_size):
+            loader = make(root, rank=rank, world_size=world_size, workers=workers, shuffle=shuffle)
+            loader.set_epoch(epoch)
+            n = 0
+            for batch in loader:
+                got = tokens_of(batch, where)
+                seen.update(got)
+                order += got
+                n += 1
+            assert n == len(loader)
+            batches.append(n)
+        assert len(set(batches)) == 1  # equal batches on every rank
+        assert max(seen.values()) == 1  # no token twice
+        assert len(where) - len(seen) < world_size  # "drop": fewer than a token per rank
+        orders.append(order)
+    assert (orders[0] != orders[1]) == shuffle  # a new order each epoch, when shuffled
+
+
+def test_spawned_workers_read_every_token_once(
+    data: tuple[Path, dict[int, tuple[int, int]]],
+) -> None:
+    root, where = data
+    loader = make(root, workers=2, multiprocessing_context="spawn")
+    seen = Counter(t for batch in loader for t in tokens_of(batch, where))
+    assert seen == Counter(set(where))
+
+
+@pytest.mark.parametrize(
+    ("before", "after"),
+    [((1, 0), (1, 0)), ((2, 2), (2, 2)), ((1, 0), (2, 2)), ((2, 2), (3, 0)), ((4, 1), (1, 3))],
+)
+def test_a_resumed_epoch_reads_every_remaining_token_once(
+    data: tuple[Path, dict[int, tuple[int, int]]],
+    before: tuple[int, int],
+    after: tuple[int, int],
+) -> None:
+    root, where = data
+    (ranks, workers), (new_ranks, new_workers) = before, after
+    seen: Counter[int] = Counter()
+    state = None
+    for rank in range(ranks):
+        loader = make(root, rank=rank, world_size=ranks, workers=workers, remainder="pad")
+        loader.set_epoch(1)
+        for batch in itertools.islice(loader, 5):
+            seen.update(tokens_of(batch, where))
+        if rank == 0:
+            state = loader.state_dict()
+    assert state is not None
+    for rank in range(new_ranks):
+        loader = make(root, rank=rank, world_size=new_ranks, workers=new_workers, remainder="pad")
+        loader.load_state_dict(state)
+        for batch in loader:
+            seen.update(tokens_of(batch, where))
+    assert set(seen) == set(where)  # every token
+    # "pad" wraps to the start: only a few tokens twice, fewer than a batch per rank
+    assert sum(seen.values()) - len(where) < (ranks + new_ranks) * BATCH * SEQ_LEN
+
+
+def test_a_column_that_is_not_token_lists_is_refused_naming_the_source(tmp_path: Path) -> None:
+    pq.write_table(pa.table({"tokens": pa.array(["a", "b"])}), tmp_path / "t.parquet")
+    with pytest.raises(tdu.UnsupportedTypeError, match="'tokens' holds string, not lists of"):
+        make(tmp_path, workers=0)
+
+
+def test_a_null_document_under_null_policy_error_names_the_file(
+    data: tuple[Path, dict[int, tuple[int, int]]],
+) -> None:
+    root, _ = data
+    with pytest.raises(tdu.NullValueError, match=r"part-\d\.parquet"):
+        for _ in make(root, workers=0, null_policy="error"):
+            pass
