@@ -61,7 +61,7 @@ from .fs import RetryPolicy
 from .iceberg import IcebergDataset
 from .loader import TabularDataLoader
 from .mixture import MixtureDataset
-from .options import Source
+from .options import Packing, Source, TokenBudget
 from .planning import Chunk, Piece, Plan, Topology
 from .webdataset import ShardWriter
 from .webdataset.format import WebDatasetFormat
@@ -90,6 +90,7 @@ __all__ = [
     "MixtureDataset",
     "NullValueError",
     "OrcFormat",
+    "Packing",
     "ParquetFormat",
     "Piece",
     "Plan",
@@ -105,6 +106,7 @@ __all__ = [
     "StoragePermissionError",
     "StructuredDataset",
     "TabularDataLoader",
+    "TokenBudget",
     "Topology",
     "TorchDataloaderUtilsError",
     "TorchDataloaderUtilsWarning",

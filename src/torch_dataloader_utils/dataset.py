@@ -127,6 +127,10 @@ class StructuredDataset(IterableDataset[Any]):
             never cached.
         cache_limit: bytes the cache may hold: an int or ``"50GB"``, ``"512MiB"`` (default:
             ``$TDU_CACHE_LIMIT``, else what the disk holds while a tenth of it stays free).
+        packing: a `Packing`: the documents of a token-list column concatenated and cut into
+            sequences of ``seq_len`` tokens, every token once per epoch; batches of
+            ``batch_size`` sequences hold ``input_ids``, ``position_ids``, ``document_ids``,
+            ``cu_seqlens`` and ``max_seqlen`` (docs/adr/0022-packed-sequences.md).
 
     Raises:
         UnknownKeywordError: a keyword this class (and `create_dataloader`) does not take;
