@@ -336,7 +336,12 @@ class StructuredDataset(IterableDataset[Any]):
                 pa.field("position", pa.int32(), nullable=False),
             ]
         )
-        identity = {"column": packing.column, "seq_len": packing.seq_len, "method": packing.method}
+        identity = {
+            "column": packing.column,
+            "seq_len": packing.seq_len,
+            "method": packing.method,
+            "eos_token": packing.eos_token,
+        }
         plan = Plan(
             chunks=only.plan.chunks,
             schema=token,
@@ -370,6 +375,7 @@ class StructuredDataset(IterableDataset[Any]):
             split_rows=source.split_rows,
             cached=self._cached if self.cache is not None else None,
             tokens=self.options.packing.column if self.options.packing is not None else None,
+            eos=self.options.packing is not None and self.options.packing.eos_token is not None,
         )
 
     def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
@@ -527,7 +533,7 @@ class StructuredDataset(IterableDataset[Any]):
         packing = self.options.packing
         if packing is None:
             return reader
-        return TokenReader(reader, packing.column, planned.plan.chunk_rows)
+        return TokenReader(reader, packing.column, planned.plan.chunk_rows, packing.eos_token)
 
     def _segments(self, stream: Stream) -> Iterator[Segment]:
         """The batches of ``stream`` before conversion, from where its pass starts."""

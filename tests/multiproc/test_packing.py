@@ -51,12 +51,18 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, tupl
 
 
 def make(
-    root: Path, *, rank: int = 0, world_size: int = 1, workers: int = 0, **options: Any
+    root: Path,
+    *,
+    rank: int = 0,
+    world_size: int = 1,
+    workers: int = 0,
+    eos: int | None = None,
+    **options: Any,
 ) -> Any:
     options = {"shuffle": True, "null_policy": "fill", **options}
     return tdu.create_dataloader(
         str(root),
-        packing=Packing("tokens", seq_len=SEQ_LEN, pad_value=PAD),
+        packing=Packing("tokens", seq_len=SEQ_LEN, pad_value=PAD, eos_token=eos),
         batch_size=BATCH,
         num_workers=workers,
         rank=rank,
@@ -169,3 +175,22 @@ def test_a_null_document_under_null_policy_error_names_the_file(
     with pytest.raises(tdu.NullValueError, match=r"part-\d\.parquet"):
         for _ in make(root, workers=0, null_policy="error"):
             pass
+
+
+def test_an_eos_token_ends_every_document_and_counts_in_the_plan(
+    data: tuple[Path, dict[int, tuple[int, int]]],
+) -> None:
+    root, where = data
+    loader = make(root, workers=2, eos=-9)
+    seen: Counter[int] = Counter()
+    for batch in loader:
+        flat = batch["input_ids"].reshape(-1)
+        kept = flat[flat != PAD]
+        after = kept[1:][kept[:-1] == -9]  # a document starts after each eos
+        assert all(where[int(t)][1] == 0 for t in after if t != -9)
+        seen.update(kept.tolist())
+    eos = seen.pop(-9)
+    documents = {d for d, _ in where.values()}
+    empty = 120 - len(documents)  # documents of no token (null or empty lists)
+    assert seen == Counter(set(where))
+    assert len(documents) <= eos <= len(documents) + empty

@@ -33,15 +33,22 @@ def count_rows(
 
 
 def count_tokens(
-    chunks: Sequence[Chunk], fmt: Format, fs: FileSystemSpec, options: ReadOptions, column: str
+    chunks: Sequence[Chunk],
+    fmt: Format,
+    fs: FileSystemSpec,
+    options: ReadOptions,
+    column: str,
+    *,
+    eos: bool = False,
 ) -> list[int]:
     """Values of the list column ``column`` in the rows of each chunk that pass
-    ``options.filter`` (a null list holds none), reading ``options.columns`` (``column`` and
-    the filter's columns)."""
+    ``options.filter`` (a null list holds none), and with ``eos`` one more for each list that is
+    not null; reading ``options.columns`` (``column`` and the filter's columns)."""
 
     def tokens(batch: pa.RecordBatch) -> int:
-        lengths = pc.list_value_length(batch.column(column))
-        return int(pc.sum(lengths).as_py() or 0)
+        lists = batch.column(column)
+        values = int(pc.sum(pc.list_value_length(lists)).as_py() or 0)
+        return values + (len(lists) - lists.null_count if eos else 0)
 
     return _each_chunk(chunks, fmt, fs, options, tokens)
 

@@ -81,12 +81,14 @@ def plan_source(
     split_rows: int | None,
     cached: Callable[..., FileSystemSpec] | None = None,
     tokens: str | None = None,
+    eos: bool = False,
 ) -> Planned:
     """List, read footers, count filtered rows, measure rows: everything planning reads.
 
     ``tokens``: a list column whose values in each chunk's rows are counted (a packed
-    dataset's). ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local
-    cache, so a second plan of the same files reads their footers, indexes and scans from it.
+    dataset's), with one more for each document that is not null when ``eos``.
+    ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local cache, so a
+    second plan of the same files reads their footers, indexes and scans from it.
 
     Raises:
         StorageNotFoundError: ``path`` does not exist.
@@ -157,7 +159,7 @@ def plan_source(
             read_options,
             columns=tuple(c for c in (tokens, *needed) if c not in partition_schema.names),
         )
-        chunk_tokens = tuple(count_tokens(planned.chunks, fmt, fs, counting, tokens))
+        chunk_tokens = tuple(count_tokens(planned.chunks, fmt, fs, counting, tokens, eos=eos))
     schema = pa.schema(list(planned.schema) + list(partition_schema))
     check_readable(schema, str(path))
     plan = Plan(

@@ -40,11 +40,12 @@ __all__ = [
 PACKED_COLUMNS = ("input_ids", "document", "position")
 
 
-def explode(tokens: pa.Array, first_document: int) -> pa.RecordBatch:
+def explode(tokens: pa.Array, first_document: int, eos: int | None = None) -> pa.RecordBatch:
     """One row per token of ``tokens`` (a list array, one document per row): the token, its
-    document's number (``first_document`` + the row) and its position in the document.
+    document's number (``first_document`` + the row) and its position in the document; with
+    ``eos``, that token after each document too.
 
-    Null lists hold no token (an empty document).
+    Null lists hold no token (an empty document; no ``eos`` either).
     """
     if isinstance(tokens, pa.ChunkedArray):
         tokens = tokens.combine_chunks()
@@ -52,9 +53,13 @@ def explode(tokens: pa.Array, first_document: int) -> pa.RecordBatch:
     if tokens.offset:  # a sliced array: its offsets start where the slice does
         offsets = offsets[: len(tokens) + 1]
     lengths = np.diff(offsets)
+    present = np.ones(len(tokens), bool)
     if tokens.null_count:
-        lengths = np.where(np.asarray(tokens.is_null()), 0, lengths)
-    values = tokens.flatten()
+        present = ~np.asarray(tokens.is_null())
+        lengths = np.where(present, lengths, 0)
+    values: pa.Array = tokens.flatten()
+    if eos is not None:
+        values, lengths = _with_eos(values, lengths, present, eos)
     total = int(lengths.sum())
     documents = np.repeat(np.arange(len(tokens), dtype=np.int64) + first_document, lengths)
     starts = np.repeat(np.cumsum(lengths) - lengths, lengths)
@@ -63,6 +68,20 @@ def explode(tokens: pa.Array, first_document: int) -> pa.RecordBatch:
         [values, pa.array(documents), pa.array(positions.astype(np.int32))],
         names=list(PACKED_COLUMNS),
     )
+
+
+def _with_eos(
+    values: pa.Array, lengths: np.ndarray, present: np.ndarray, eos: int
+) -> tuple[pa.Array, np.ndarray]:
+    """``values`` with ``eos`` after each present document, and the documents' new lengths."""
+    longer = lengths + present
+    ends = np.cumsum(longer)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=values.type.to_pandas_dtype())
+    separator = np.zeros(len(out), bool)
+    separator[(ends - 1)[present]] = True
+    out[~separator] = values.to_numpy(zero_copy_only=False)
+    out[separator] = eos
+    return pa.array(out, type=values.type), longer
 
 
 @dataclass(frozen=True)
@@ -133,11 +152,15 @@ class TokenReader:
         reader: the source's reader of rows.
         column: the token-list column.
         chunk_rows: rows of each chunk (after the filter): a piece's chunk is read whole.
+        eos: a token appended after each document, or ``None``.
     """
 
-    def __init__(self, reader: Reader, column: str, chunk_rows: np.ndarray) -> None:
+    def __init__(
+        self, reader: Reader, column: str, chunk_rows: np.ndarray, eos: int | None = None
+    ) -> None:
         self.reader = reader
         self.column = column
+        self.eos = eos
         self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
         # The number of each chunk's first document: documents are numbered in plan order.
         self.first_document = np.cumsum(self.chunk_rows) - self.chunk_rows
@@ -162,7 +185,7 @@ class TokenReader:
         document = int(self.first_document[piece.chunk])
         exploded = []
         for batch in self.reader.read([([whole], None)]):
-            exploded.append(explode(batch.column(self.column), document))
+            exploded.append(explode(batch.column(self.column), document, self.eos))
             document += batch.num_rows
         tokens = exploded[0] if len(exploded) == 1 else pa.concat_batches(exploded)
         return tokens.slice(piece.start, piece.stop - piece.start)

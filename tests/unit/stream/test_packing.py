@@ -85,3 +85,26 @@ def test_sequences_hold_every_token_once_with_boundaries_from_the_documents(
     assert (ids[n:] == -1).all()
     if n:
         assert ids[0] == 0 and (np.diff(ids[:n]) >= 0).all()
+
+
+@settings(max_examples=150, deadline=None)
+@given(docs=documents_st, first=st.integers(0, 5))
+def test_an_eos_token_follows_every_document_that_is_not_null(
+    docs: list[list[int] | None], first: int
+) -> None:
+    rows = explode(pa.array(docs, pa.list_(pa.int32())), first, eos=-5)
+    expected = [
+        (token, first + d, p)
+        for d, doc in enumerate(docs)
+        if doc is not None
+        for p, token in enumerate([*doc, -5])
+    ]
+    got = list(
+        zip(
+            rows.column("input_ids").to_pylist(),
+            rows.column("document").to_pylist(),
+            rows.column("position").to_pylist(),
+            strict=True,
+        )
+    )
+    assert got == expected
