@@ -181,16 +181,19 @@ def test_an_eos_token_ends_every_document_and_counts_in_the_plan(
     data: tuple[Path, dict[int, tuple[int, int]]],
 ) -> None:
     root, where = data
+    lengths = Counter(d for d, _ in where.values())
     loader = make(root, workers=2, eos=-9)
     seen: Counter[int] = Counter()
     for batch in loader:
-        flat = batch["input_ids"].reshape(-1)
-        kept = flat[flat != PAD]
-        after = kept[1:][kept[:-1] == -9]  # a document starts after each eos
-        assert all(where[int(t)][1] == 0 for t in after if t != -9)
-        seen.update(kept.tolist())
+        flat = batch["input_ids"].reshape(-1).tolist()
+        positions = batch["position_ids"].reshape(-1).tolist()
+        documents = batch["document_ids"].reshape(-1).tolist()
+        for i, token in enumerate(flat):
+            if token == -9 and i and documents[i - 1] == documents[i] and flat[i - 1] != -9:
+                # right after its document's last token, at the position after it
+                document, position = where[flat[i - 1]]
+                assert position == lengths[document] - 1 == positions[i] - 1
+        seen.update(t for t in flat if t != PAD)
     eos = seen.pop(-9)
-    documents = {d for d, _ in where.values()}
-    empty = 120 - len(documents)  # documents of no token (null or empty lists)
     assert seen == Counter(set(where))
-    assert len(documents) <= eos <= len(documents) + empty
+    assert len(lengths) <= eos <= 120  # every document of tokens, and empty ones not null
