@@ -1,0 +1,378 @@
+"""The one dataset body (`PlannedDataset`): plans its sources once, cuts the epochs into
+streams, and in each process reads the stream of the pass it is in."""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from torch.utils.data import IterableDataset, get_worker_info
+
+from ..cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
+from ..convert import Converter, Decoding, Output
+from ..errors import InvalidArgumentError, UnsupportedTypeError
+from ..errors.on_error import FailureLog, OnError
+from ..formats import Format
+from ..fs import FileSystemSpec, RetryPolicy
+from ..options import Options, Source
+from ..planning import Iteration, Layout, Piece, Plan, Ranks, Topology, strategy_of
+from ..planning.streams import OneSource, Stream, Streams
+from ..sources.files import Planned
+from ..sources.planned import PlannedSource, plan_sources, planned_source
+from ..state import Passes, Progress
+from ..stream.blocks import Segment
+from ..stream.pipeline import stream_segments
+from ..stream.read import Reader
+from ..transport import bundle_rows, worker_messages
+
+__all__ = ["Combined", "PlannedDataset"]
+
+logger = logging.getLogger(__package__)
+
+
+@dataclass(frozen=True)
+class Combined:
+    """A dataset's planned sources as one: the plan the state names, decoded bytes per row
+    (block sizes), and how a layout cuts the epochs into streams."""
+
+    plan: Plan
+    row_bytes: float
+    streams: Callable[[Layout], Streams]
+
+
+class PlannedDataset(IterableDataset[Any]):
+    """What every dataset is: planned sources, the `Streams` that cut its epochs, the passes
+    its loader and workers share, and the reading of one process's stream.
+
+    A constructor (`StructuredDataset`, `IcebergDataset`, `MixtureDataset`) turns its
+    arguments into `Source` and `Options` values and calls `_build`; it says how a source is
+    read (`_format`), planned (`_plan`) and how the planned sources combine (`_combine`).
+    """
+
+    # --- the one body: plan the sources, combine them, cut the epochs ---------------------------
+
+    def _build(self, sources: Sequence[Source], options: Options) -> None:
+        """Plan ``sources`` in one planning step and set up the dataset over them."""
+        IterableDataset.__init__(self)
+        self.options = options
+        self.collate_fn = options.collate_fn
+        self.on_error: OnError = options.on_error
+        self._failures: FailureLog | None = None  # this process's, made when first used
+        self._ranks = Ranks(options.rank, options.world_size)  # validates an explicit rank now
+        self._reading: Progress | None = None  # the pass this process reads
+        self.cache: CacheConfig | None = CacheConfig.of(options.cache_dir, options.cache_limit)
+        self._cache_counter = CacheCounter() if self.cache is not None else None
+        if self.cache is not None:
+            open_store(self.cache)  # a directory that cannot be made fails here, named
+        formats = [self._format(s) for s in sources]
+        filesystems = [
+            FileSystemSpec.for_path(
+                s.first_path,
+                s.storage_options,
+                backend=s.storage_backend,
+                retry=RetryPolicy.of(s.retries),
+            )
+            for s in sources
+        ]
+        # Listing, footers and row counting happen once: on rank 0 when torch.distributed is
+        # up (the others receive the result), else here.
+        planned = plan_sources(
+            len(sources),
+            lambda i: self._plan(sources[i], formats[i], filesystems[i]),
+            explicit=options.rank is not None,
+        )
+        self.sources: tuple[PlannedSource, ...] = tuple(
+            planned_source(s.label, p, f, fs, immutable=s.table is not None)
+            for s, p, f, fs in zip(sources, planned, formats, filesystems, strict=True)
+        )
+        combined = self._combine(self.sources)
+        self.plan: Plan = combined.plan
+        self.layout = options.layout(
+            row_bytes=combined.row_bytes,
+            chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
+        )
+        strategy_of(self.layout.strategy).check(self.layout, self._ranks)
+        self.streams = combined.streams(self.layout)
+        # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
+        # too) and with the loader: see `Passes`.
+        self.passes = Passes(self.plan, self.streams, self._ranks)
+        self._convert(options.output)
+        logger.info("%s", self.plan.summary())
+
+    def _convert(self, output: Output) -> None:
+        """The converter, each source's checks and the decoders of the sources' formats."""
+        decoders: dict[str, Any] = {}
+        if output.format != "arrow":
+            for source in self.sources:
+                for name, decoder in source.format.decoders(source.plan.schema).items():
+                    decoders.setdefault(name, decoder)
+        # Read with the columns that name a sample (every source has them), so that a value
+        # that does not decode is named by its file and sample whatever the columns asked
+        # for; dropped after decoding.
+        schema = self.plan.schema
+        carried = [
+            c
+            for c in self.sources[0].format.sample_columns
+            if decoders
+            and c not in schema.names
+            and all(c in s.format.sample_columns for s in self.sources)
+        ]
+        self._carried = tuple(carried)
+        strings = [pa.field(c, pa.string()) for c in carried]
+        # Each source's rows are checked by its own converter (a mixture's are cast after);
+        # where the rows are the dataset's (one source), that converter converts them too.
+        converters = [
+            _converter(output, pa.schema([*s.plan.schema, *strings]), s.label) for s in self.sources
+        ]
+        self._checks = tuple(c.check for c in converters)
+        whole = pa.schema([*schema, *strings])
+        self.converter: Converter = (
+            converters[0]
+            if len(converters) == 1 and converters[0].schema.equals(whole)
+            else _converter(output, whole, _label(self.sources))
+        )
+        self._collate = (
+            Decoding(
+                decoders,
+                output_format=output.format,
+                collate=self.collate_fn,
+                on_error=self.on_error,
+                carried=self._carried,
+            )
+            if decoders
+            else self.collate_fn
+        )
+
+    def _format(self, source: Source) -> Format:
+        """The format ``source`` is read with (on every rank)."""
+        raise NotImplementedError
+
+    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
+        """Plan ``source`` (on rank 0 only)."""
+        raise NotImplementedError
+
+    def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
+        """The planned sources as one (a mixture's differ): here, the only one."""
+        (only,) = sources
+        return Combined(only.plan, only.row_bytes, functools.partial(OneSource, only.plan))
+
+    # --- the node-local cache ------------------------------------------------------------------
+
+    def _cached(
+        self,
+        fs: FileSystemSpec,
+        files: Mapping[str, tuple[int, str]],
+        *,
+        trusted: bool = False,
+        immutable: bool = False,
+    ) -> FileSystemSpec:
+        """``fs`` with its reads of ``files`` through the cache (remote storage only)."""
+        if self.cache is None or fs.is_local:
+            return fs
+        assert self._cache_counter is not None
+        return CachingFileSystem(
+            fs, self.cache, self._cache_counter, files, immutable=immutable, trusted=trusted
+        )
+
+    @property
+    def cache_stats(self) -> CacheStats | None:
+        """What the node-local cache did for this dataset so far (every process, planning
+        included); None without a cache."""
+        return None if self._cache_counter is None else self._cache_counter.snapshot()
+
+    @property
+    def storage_retries(self) -> int:
+        """Storage requests retried so far, in this process and its DataLoader workers, over
+        every source (each retry is also logged at WARNING on the
+        ``torch_dataloader_utils.storage`` logger)."""
+        return sum(s.fs.retries.total for s in self.sources)
+
+    # --- epochs and passes (kept by `Passes`, shared with the loader) --------------------------
+
+    def set_epoch(self, epoch: int) -> None:
+        """Set the epoch of the next pass: with ``shuffle=True`` each epoch has its own order.
+
+        It reaches persistent workers. Without it, a pass that follows a pass which delivered a
+        batch reads the next epoch; an explicit epoch always wins. A loaded state for another
+        epoch is dropped.
+        """
+        if epoch < 0:
+            raise InvalidArgumentError(f"epoch must be >= 0, got {epoch}")
+        self.passes.set_epoch(epoch)
+
+    @property
+    def epoch(self) -> int:
+        """The epoch set with `set_epoch`, or of the pass begun last."""
+        return self.passes.epoch
+
+    # --- torchdata's Stateful protocol (StatefulDataLoader(dataset, batch_size=None)) ----------
+
+    def state_dict(self) -> dict[str, Any]:
+        """Where this copy of the dataset stands (torchdata's ``Stateful`` protocol).
+
+        In the main process (``num_workers=0``): the loader state of the pass read in-process,
+        which resumes on any topology, as `TabularDataLoader.state_dict`'s does. In a
+        DataLoader worker: the state of that worker's stream, which ``StatefulDataLoader``
+        keeps per worker and gives back to the same worker on resume (a seek, no replay).
+        """
+        if get_worker_info() is None:
+            return self.passes.position(self._reading, num_workers=1)
+        topology = self._reading.topology if self._reading is not None else self.topology()
+        return self.passes.stream_state(self._reading, topology)
+
+    def load_state_dict(self, state_dict: dict[str, Any]) -> None:
+        """Resume from ``state_dict`` on the next pass (torchdata's ``Stateful`` protocol).
+
+        Raises:
+            StateMismatchError: the state does not fit this data or this topology.
+        """
+        if get_worker_info() is None:
+            self.passes.load_state(state_dict, num_workers=1)
+        else:
+            self.passes.load_stream_state(state_dict)  # checked when the worker's pass begins
+
+    # --- the stream of one worker ---------------------------------------------------------------
+
+    def topology(self) -> Topology:
+        """The topology of the calling process (rank, and the DataLoader worker it runs in)."""
+        rank, world_size = self.resolved_rank()
+        return Topology(rank, world_size).with_worker()
+
+    def resolved_rank(self) -> tuple[int, int]:
+        """``(rank, world_size)`` of the calling process, resolved now (see `Ranks`)."""
+        return self._ranks.resolve()
+
+    def pieces(self, topology: Topology, epoch: int) -> list[Piece]:
+        """The pieces ``topology``'s stream reads in a fresh pass over ``epoch`` (a mixture's:
+        each source's in turn, numbered as the chunks of `plan`)."""
+        stream = self.streams.resolve(Iteration(epoch), topology, done=0)
+        offsets = [0]
+        for source in self.sources[:-1]:
+            offsets.append(offsets[-1] + len(source.plan.chunks))
+        return [
+            p._replace(chunk=p.chunk + offsets[rows.source or 0])
+            for rows in stream.sources
+            for p in rows.pieces()
+        ]
+
+    def reader(
+        self, failures: FailureLog | None = None, *, carry: bool = False, source: int = 0
+    ) -> Reader:
+        """A reader of source ``source``'s plan; its skipped reads go to ``failures`` (default:
+        this process's `failure_log`). ``carry``: its batches also hold the columns that name
+        a sample (`Format.sample_columns`) for this dataset's decoding to name bad values."""
+        planned = self.sources[source]
+        options, output = planned.read_options, planned.output_columns
+        if carry and self._carried and options.columns is not None and output is not None:
+            options = dataclasses.replace(options, columns=(*options.columns, *self._carried))
+            output = (*output, *self._carried)
+        return Reader(
+            planned.plan.chunks,
+            planned.format,
+            self._cached(planned.fs, planned.plan.files, immutable=planned.immutable),
+            options,
+            output_columns=output,
+            check=self._checks[source],
+            files=planned.plan.files,
+            on_error=self.on_error,
+            failures=self.failure_log if failures is None else failures,
+            row_bytes=planned.plan.row_bytes,
+        )
+
+    def _segments(self, stream: Stream) -> Iterator[Segment]:
+        """The batches of ``stream`` before conversion, from where its pass starts."""
+        readers = [self.reader(carry=True, source=i) for i in range(len(self.sources))]
+        return stream_segments(stream, readers, **self._mixing())
+
+    def _mixing(self) -> dict[str, Any]:
+        """What `stream_segments` needs to interleave several sources (none: one source)."""
+        return {}
+
+    def __iter__(self) -> Iterator[Any]:
+        # Not a generator: the pass (its epoch, its start) is fixed when iter() is called, as
+        # torchdata's StatefulDataLoader asks a worker's state right after iter(dataset).
+        topology = self.topology()
+        iteration, done = self.passes.this_pass(topology)
+        stream = self.streams.resolve(iteration, topology, done=done)
+        reading = Progress(iteration, stream.done, stream.batches, topology)
+        self._reading = reading
+        return self._read(stream, reading)
+
+    def _read(self, stream: Stream, reading: Progress) -> Iterator[Any]:
+        in_main = get_worker_info() is None
+        if not in_main:
+            self.failure_log.relayed = bundle_rows() > 0  # a TabularDataLoader's worker
+        collate = self._collate
+        if isinstance(collate, Decoding) and self.on_error == "skip":
+            collate = dataclasses.replace(collate, failures=self.failure_log)
+        messages = worker_messages(
+            self._segments(stream),
+            self.converter,
+            collate,
+            worker=stream.topology.worker,
+            batch_size=self.layout.batch_size,
+            failures=None if in_main else self.failure_log,
+        )
+        # Counts messages, which are batches outside a TabularDataLoader's workers (whose
+        # loader keeps the state in the main process). In the main process, the first makes
+        # the next pass read the next epoch.
+        if in_main:
+            yield from self.passes.counted(messages, reading)
+            return
+        for message in messages:
+            reading.delivered += 1
+            yield message
+
+    @property
+    def failure_log(self) -> FailureLog:
+        """The reads this process skipped under ``on_error="skip"`` and has not reported yet
+        (a DataLoader worker's go to the main process with its batches)."""
+        if self._failures is None:
+            self._failures = FailureLog()
+        return self._failures
+
+    @property
+    def finish(self) -> Callable[[Any], Any] | None:
+        """The conversion step that runs in the main process on a worker's batch (nested
+        tensors are built there), or ``None``."""
+        if self.converter.list_format == "nested":
+            return self.converter.finish_torch
+        return None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state["_reading"] = None
+        state["_failures"] = None  # each process its own
+        return state
+
+    def __len__(self) -> int:
+        """Batches this rank yields per epoch (whatever the number of workers).
+
+        Raises:
+            TypeError: the count depends on the number of workers
+                (``split_strategy="round_robin"``).
+        """
+        rank, world_size = self.resolved_rank()
+        return self.streams.rank_batches(Topology(rank, world_size))
+
+    @property
+    def epoch_rows(self) -> int:
+        """Rows an epoch reads across all ranks, before the remainder policy."""
+        return self.streams.epoch_rows
+
+
+def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:
+    try:
+        return output.converter(schema)
+    except UnsupportedTypeError as exc:  # at planning: name the source
+        raise UnsupportedTypeError(f"{label}: {exc}") from None
+
+
+def _label(sources: Sequence[PlannedSource]) -> str:
+    """The dataset's name in messages: its source's, or a mixture's."""
+    return sources[0].label if len(sources) == 1 else f"a mixture of {len(sources)} sources"
