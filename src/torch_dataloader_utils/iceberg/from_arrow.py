@@ -4,22 +4,17 @@ The walk is typed (the Substrait protobuf messages pyarrow writes) and *conserva
 Iceberg expression keeps every row the pyarrow expression keeps, and more where a part cannot be
 expressed in Iceberg (that part becomes ``AlwaysTrue``). Negations are pushed down to the
 predicates (De Morgan holds in three-valued logic), so a ``NOT`` never wraps an approximation.
-See `expressions` for the semantics and the other direction.
+See `expressions` for the semantics and the other direction; `literals` converts the values.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from decimal import Decimal
-from enum import Enum
 from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
-from google.protobuf.unknown_fields import (  # type: ignore[import-untyped, unused-ignore]
-    UnknownFieldSet,
-)
 from pyiceberg.expressions import (
     AlwaysFalse,
     AlwaysTrue,
@@ -43,17 +38,10 @@ from pyiceberg.expressions import (
     StartsWith,
 )
 from pyiceberg.expressions.literals import (
-    BinaryLiteral,
     BooleanLiteral,
-    DateLiteral,
-    DecimalLiteral,
     DoubleLiteral,
     FloatLiteral,
     Literal,
-    LongLiteral,
-    StringLiteral,
-    TimeLiteral,
-    TimestampLiteral,
 )
 from substrait import (  # type: ignore[import-untyped, unused-ignore]
     algebra_pb2,
@@ -61,6 +49,7 @@ from substrait import (  # type: ignore[import-untyped, unused-ignore]
 )
 
 from ..errors import FilterTypeError
+from .literals import Special, UnconvertibleError, iceberg_literal
 
 __all__ = ["IcebergFilter", "arrow_to_iceberg"]
 
@@ -122,19 +111,7 @@ _NEGATED = {
     "gte": "lt",
 }
 
-# Literal fields Substrait has deprecated and newer protobuf classes no longer know; pyarrow 26
-# still writes them (microseconds since the epoch, or since midnight). They survive parsing as
-# unknown fields.
-_DEPRECATED_TIMESTAMP = 14
-_DEPRECATED_TIME = 17
-_DEPRECATED_TIMESTAMP_TZ = 27
-_VARINT = 0
-
 _Result = tuple[BooleanExpression, bool]
-
-
-class _UnconvertibleError(Exception):
-    """A part of the expression has no Iceberg equivalent."""
 
 
 def _plain_field(field: pa.Field) -> pa.Field:
@@ -193,31 +170,6 @@ def _substrait_schema(schema: pa.Schema) -> pa.Schema:
     return pa.schema([f for f in plain if _serializable(pa.schema([f]))])
 
 
-def _deprecated_literal(literal: algebra_pb2.Expression.Literal, number: int) -> int | None:
-    """The int64 value of the deprecated literal field ``number``, if ``literal`` holds it."""
-    for field in UnknownFieldSet(literal):
-        if field.field_number == number and field.wire_type == _VARINT:
-            value = int(field.data)
-            return value - (1 << 64) if value >= 1 << 63 else value
-    return None
-
-
-def _to_micros(value: int, precision: int) -> int:
-    """A value in units of 10**-precision seconds, in microseconds (exactly, or not at all)."""
-    if precision <= 6:
-        factor: int = 10 ** (6 - precision)
-        return value * factor
-    scale: int = 10 ** (precision - 6)
-    if value % scale:
-        raise _UnconvertibleError
-    return value // scale
-
-
-def _unscaled_decimal(unscaled: int, scale: int) -> Decimal:
-    digits = tuple(int(digit) for digit in str(abs(unscaled)))
-    return Decimal((1 if unscaled < 0 else 0, digits, -scale))
-
-
 def _compare(op: str, column: str, value: Literal[Any]) -> BooleanExpression:
     # Keyword arguments: mypy sees pyiceberg's predicates through their pydantic fields.
     term = Reference(column)
@@ -232,13 +184,6 @@ def _compare(op: str, column: str, value: Literal[Any]) -> BooleanExpression:
     if op == "gt":
         return GreaterThan(term=term, value=value)
     return GreaterThanOrEqual(term=term, value=value)
-
-
-class _Special(Enum):
-    """Literal values pyiceberg has no literal for."""
-
-    NULL = "null"
-    NAN = "nan"
 
 
 class _SubstraitToIceberg:
@@ -256,7 +201,7 @@ class _SubstraitToIceberg:
     def convert(self, expr: algebra_pb2.Expression, negate: bool) -> _Result:
         try:
             return self._convert(expr, negate)
-        except _UnconvertibleError:
+        except UnconvertibleError:
             return AlwaysTrue(), False
 
     def _convert(self, expr: algebra_pb2.Expression, negate: bool) -> _Result:
@@ -268,7 +213,7 @@ class _SubstraitToIceberg:
         if kind == "selection":
             name, arrow_type = self._field(expr)
             if not pa.types.is_boolean(arrow_type):
-                raise _UnconvertibleError
+                raise UnconvertibleError
             return EqualTo(term=Reference(name), value=BooleanLiteral(not negate)), True
         if kind == "literal":
             literal_kind = expr.literal.WhichOneof("literal_type")
@@ -276,7 +221,7 @@ class _SubstraitToIceberg:
                 return AlwaysFalse(), True
             if literal_kind == "boolean":
                 return (AlwaysTrue() if expr.literal.boolean != negate else AlwaysFalse()), True
-        raise _UnconvertibleError
+        raise UnconvertibleError
 
     # --- functions ---
 
@@ -285,15 +230,15 @@ class _SubstraitToIceberg:
         args: list[algebra_pb2.Expression] = []
         for argument in function.arguments:
             if argument.WhichOneof("arg_type") != "value":
-                raise _UnconvertibleError
+                raise UnconvertibleError
             args.append(argument.value)
         options = {option.name: tuple(option.preference) for option in function.options}
         if name in _STARTS_WITH:
             if options != {"case_sensitivity": ("CASE_SENSITIVE",)}:
-                raise _UnconvertibleError
+                raise UnconvertibleError
             return self._starts_with(args, negate)
         if options:
-            raise _UnconvertibleError
+            raise UnconvertibleError
         if name in _AND or name in _OR:
             return self._connective(name in _AND, args, negate)
         if name in _NOT and len(args) == 1:
@@ -312,13 +257,13 @@ class _SubstraitToIceberg:
                     if (name in _IS_NULL) == negate
                     else IsNull(term=Reference(column))
                 ), True
-        raise _UnconvertibleError
+        raise UnconvertibleError
 
     def _connective(
         self, conjunction: bool, args: Sequence[algebra_pb2.Expression], negate: bool
     ) -> _Result:
         if len(args) < 2:
-            raise _UnconvertibleError
+            raise UnconvertibleError
         parts = [self.convert(arg, negate) for arg in args]
         # not (a and b) = (not a) or (not b): De Morgan holds in three-valued logic.
         if conjunction != negate:
@@ -335,12 +280,12 @@ class _SubstraitToIceberg:
         if left.WhichOneof("rex_type") == "literal":
             op, left, right = _FLIPPED[op], right, left
         if right.WhichOneof("rex_type") != "literal":
-            raise _UnconvertibleError  # field against field, or computed values
+            raise UnconvertibleError  # field against field, or computed values
         column, arrow_type = self._field(left)
-        value = self._literal(right.literal, arrow_type)
-        if value is _Special.NULL:  # comparing with null is null
+        value = iceberg_literal(right.literal, arrow_type)
+        if value is Special.NULL:  # comparing with null is null
             return AlwaysFalse(), True
-        if value is _Special.NAN:  # every comparison with NaN is false, except !=
+        if value is Special.NAN:  # every comparison with NaN is false, except !=
             true_on_values = (op == "not_equal") != negate
             return (NotNull(term=Reference(column)) if true_on_values else AlwaysFalse()), True
         if not negate:
@@ -352,11 +297,11 @@ class _SubstraitToIceberg:
 
     def _starts_with(self, args: Sequence[algebra_pb2.Expression], negate: bool) -> _Result:
         if len(args) != 2 or args[1].WhichOneof("rex_type") != "literal":
-            raise _UnconvertibleError
+            raise UnconvertibleError
         column, arrow_type = self._field(args[0])
         if not pa.types.is_string(arrow_type):
-            raise _UnconvertibleError
-        prefix = self._literal(args[1].literal, arrow_type)
+            raise UnconvertibleError
+        prefix = iceberg_literal(args[1].literal, arrow_type)
         if not isinstance(prefix, Literal):
             return AlwaysFalse(), True
         return (
@@ -374,11 +319,11 @@ class _SubstraitToIceberg:
         has_null = has_nan = False
         for option in is_in.options:
             if option.WhichOneof("rex_type") != "literal":
-                raise _UnconvertibleError
-            value = self._literal(option.literal, arrow_type)
-            if value is _Special.NULL:
+                raise UnconvertibleError
+            value = iceberg_literal(option.literal, arrow_type)
+            if value is Special.NULL:
                 has_null = True
-            elif value is _Special.NAN:
+            elif value is Special.NAN:
                 has_nan = True
             elif isinstance(value, (FloatLiteral, DoubleLiteral)) and value.value == 0:
                 zero = value
@@ -411,107 +356,32 @@ class _SubstraitToIceberg:
     def _field(self, expr: algebra_pb2.Expression) -> tuple[str, pa.DataType]:
         """The Iceberg name (dotted for struct fields) and Arrow type of a field reference."""
         if expr.WhichOneof("rex_type") != "selection":
-            raise _UnconvertibleError
+            raise UnconvertibleError
         selection = expr.selection
         if (
             selection.WhichOneof("reference_type") != "direct_reference"
             or selection.WhichOneof("root_type") != "root_reference"
         ):
-            raise _UnconvertibleError
+            raise UnconvertibleError
         segment = selection.direct_reference
         fields: pa.Schema | pa.StructType = self._schema
         names: list[str] = []
         while True:
             if segment.WhichOneof("reference_type") != "struct_field":
-                raise _UnconvertibleError  # list elements, map keys
+                raise UnconvertibleError  # list elements, map keys
             index = segment.struct_field.field
             if not 0 <= index < len(fields):
-                raise _UnconvertibleError
+                raise UnconvertibleError
             field = fields.field(index)
             names.append(field.name)
             if not segment.struct_field.HasField("child"):
                 break
             if not pa.types.is_struct(field.type):
-                raise _UnconvertibleError
+                raise UnconvertibleError
             fields, segment = field.type, segment.struct_field.child
         if len(names) > 1 and any("." in name for name in names):
-            raise _UnconvertibleError  # the dotted Iceberg name would be ambiguous
+            raise UnconvertibleError  # the dotted Iceberg name would be ambiguous
         return ".".join(names), field.type
-
-    def _literal(
-        self, literal: algebra_pb2.Expression.Literal, arrow_type: pa.DataType
-    ) -> Literal[Any] | _Special:
-        """The pyiceberg literal for a Substrait literal compared with a column of ``arrow_type``.
-
-        Returns ``_Special`` for null and NaN (pyiceberg has no literal for either). Raises
-        ``_UnconvertibleError`` for a literal whose kind does not match the column's type (pyiceberg
-        could not bind it) or that Iceberg cannot represent.
-        """
-        t = pa.types
-        kind = literal.WhichOneof("literal_type")
-        if kind == "null":
-            return _Special.NULL
-        if t.is_integer(arrow_type):
-            if kind == "i8":
-                return LongLiteral(literal.i8)
-            if kind == "i16":
-                return LongLiteral(literal.i16)
-            if kind == "i32":
-                return LongLiteral(literal.i32)
-            if kind == "i64":
-                return LongLiteral(literal.i64)
-        elif t.is_float32(arrow_type) or t.is_float64(arrow_type):
-            if kind == "fp32":
-                return _Special.NAN if math.isnan(literal.fp32) else FloatLiteral(literal.fp32)
-            if kind == "fp64":
-                return _Special.NAN if math.isnan(literal.fp64) else DoubleLiteral(literal.fp64)
-        elif t.is_boolean(arrow_type):
-            if kind == "boolean":
-                return BooleanLiteral(literal.boolean)
-        elif t.is_string(arrow_type):
-            if kind == "string":
-                return StringLiteral(literal.string)
-        elif t.is_binary(arrow_type) or t.is_fixed_size_binary(arrow_type):
-            if kind == "binary":
-                return BinaryLiteral(literal.binary)
-            if kind == "fixed_binary":
-                return BinaryLiteral(literal.fixed_binary)
-        elif t.is_date32(arrow_type):
-            if kind == "date":
-                return DateLiteral(literal.date)
-        elif t.is_timestamp(arrow_type) and arrow_type.unit == "us":
-            return TimestampLiteral(self._timestamp(literal, kind, arrow_type.tz is not None))
-        elif t.is_time64(arrow_type) and arrow_type.unit == "us":
-            if kind == "precision_time":
-                return TimeLiteral(
-                    _to_micros(literal.precision_time.value, literal.precision_time.precision)
-                )
-            micros = _deprecated_literal(literal, _DEPRECATED_TIME) if kind is None else None
-            if micros is not None:
-                return TimeLiteral(micros)
-        elif (
-            t.is_decimal(arrow_type)
-            and kind == "decimal"
-            and literal.decimal.scale == arrow_type.scale
-        ):
-            unscaled = int.from_bytes(literal.decimal.value, "little", signed=True)
-            return DecimalLiteral(_unscaled_decimal(unscaled, literal.decimal.scale))
-        raise _UnconvertibleError
-
-    @staticmethod
-    def _timestamp(literal: algebra_pb2.Expression.Literal, kind: str | None, tz: bool) -> int:
-        if kind == "precision_timestamp_tz" and tz:
-            value = literal.precision_timestamp_tz
-            return _to_micros(value.value, value.precision)
-        if kind == "precision_timestamp" and not tz:
-            value = literal.precision_timestamp
-            return _to_micros(value.value, value.precision)
-        if kind is None:
-            number = _DEPRECATED_TIMESTAMP_TZ if tz else _DEPRECATED_TIMESTAMP
-            micros = _deprecated_literal(literal, number)
-            if micros is not None:
-                return micros
-        raise _UnconvertibleError
 
 
 def arrow_to_iceberg(expression: pc.Expression, schema: pa.Schema) -> IcebergFilter:

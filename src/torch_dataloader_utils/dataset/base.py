@@ -1,9 +1,5 @@
-"""The IterableDataset: plans its sources once, resolves its stream in each worker.
-
-One body serves every dataset: a tuple of planned sources (one for files or a table, several
-for a mixture) and the `Streams` that cut its epochs. The constructors differ only in how they
-plan and combine their sources (`StructuredDataset`, `IcebergDataset`, `MixtureDataset`).
-"""
+"""The one dataset body (`PlannedDataset`): plans its sources once, cuts the epochs into
+streams, and in each process reads the stream of the pass it is in."""
 
 from __future__ import annotations
 
@@ -11,49 +7,34 @@ import dataclasses
 import functools
 import json
 import logging
-import os
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import Any
 
 import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
-from .cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
-from .convert import Converter, Decoding, ListFormat, NullPolicy, Output, OutputFormat
-from .errors import InvalidArgumentError, UnsupportedTypeError
-from .errors.keywords import check_init_keywords
-from .errors.on_error import FailureLog, OnError
-from .formats import Format, ReadOptions, get_format
-from .fs import FileSystemSpec, Paths, RetryPolicy, StorageBackend, StorageOptions
-from .loader import TabularDataLoader
-from .options import LOADER_KEYWORDS, LoaderOptions, Options, Packing, Source, ranks_of
-from .planning import (
-    Iteration,
-    Layout,
-    Piece,
-    Plan,
-    Ranks,
-    Remainder,
-    SplitStrategy,
-    Topology,
-    strategy_of,
-)
-from .planning.streams import OneSource, Stream, Streams
-from .sources.files import Planned, plan_source
-from .sources.planned import PlannedSource, plan_sources, planned_source
-from .state import Passes, Progress
-from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, Segment
-from .stream.packing import PackedCollate, TokenReader
-from .stream.pipeline import stream_segments
-from .stream.read import Reader, Reads
-from .transport import bundle_rows, worker_messages
+from ..cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
+from ..convert import Converter, Decoding, Output
+from ..errors import InvalidArgumentError, UnsupportedTypeError
+from ..errors.on_error import FailureLog, OnError
+from ..formats import Format
+from ..fs import FileSystemSpec, RetryPolicy
+from ..options import Options, Packing, Source
+from ..planning import Iteration, Layout, Piece, Plan, Ranks, Topology, strategy_of
+from ..planning.streams import OneSource, Stream, Streams
+from ..sources.files import Planned
+from ..sources.planned import PlannedSource, plan_sources, planned_source
+from ..state import Passes, Progress
+from ..stream.blocks import Segment
+from ..stream.packing import PackedCollate, TokenReader
+from ..stream.pipeline import stream_segments
+from ..stream.read import Reader, Reads
+from ..transport import bundle_rows, worker_messages
 
-__all__ = ["Combined", "StructuredDataset", "loader_over"]
+__all__ = ["Combined", "PlannedDataset"]
 
-logger = logging.getLogger(__name__)
-
-_Dataset = TypeVar("_Dataset", bound="StructuredDataset")
+logger = logging.getLogger(__package__)
 
 
 @dataclass(frozen=True)
@@ -66,166 +47,14 @@ class Combined:
     streams: Callable[[Layout], Streams]
 
 
-class StructuredDataset(IterableDataset[Any]):
-    """Batches of structured data (Parquet, ...) read exactly once per epoch.
+class PlannedDataset(IterableDataset[Any]):
+    """What every dataset is: planned sources, the `Streams` that cut its epochs, the passes
+    its loader and workers share, and the reading of one process's stream.
 
-    The dataset plans in its constructor (main process): lists the files, reads footers, builds
-    the `Plan`. Each time it is iterated it works out
-    its own stream from the rank and the real DataLoader worker it runs in, so it never depends
-    on the constructor knowing ``num_workers``. It yields whole batches: use it with
-    ``DataLoader(batch_size=None)``, or better, `create_dataloader`.
-
-    Args:
-        path: a path or URL, a directory, a glob, a brace pattern, or a list of them.
-        format: the format name (``"parquet"``, ``"orc"``, ``"csv"``, ``"json"``, ``"ipc"``,
-            ``"webdataset"``, or an alias) or a `Format`.
-        batch_size: rows per batch.
-        columns: columns to read (``None``: all). Partition columns may be named.
-        filters: a ``pyarrow.compute.Expression``; prunes row groups at plan time and
-            filters rows when reading.
-        shuffle: shuffle chunk order per epoch and rows inside blocks.
-        shuffle_seed: the seed; with ``set_epoch`` it fixes every epoch's order.
-        split_bytes: target compressed bytes per chunk (``None``: one row group per chunk).
-        split_rows: target rows per chunk.
-        storage_options: options for the fsspec filesystem (credentials, endpoint), or a
-            picklable function returning them, called in each process (each DataLoader worker
-            too) so that expiring credentials are fetched where they are used.
-        partitioning: ``"hive"`` adds ``key=value`` directory columns.
-        output_format: ``"torch"`` (default), ``"numpy"``, ``"arrow"`` or ``"dict"``.
-        list_format: variable-length lists as ``"padded"`` (default), ``"offsets"``,
-            ``"nested"``.
-        null_policy: ``"error"`` (default), ``"fill"`` or ``"mask"``.
-        pad_value: padding of ``list_format="padded"``.
-        drop_last: drop each rank's last short batch.
-        shuffle_block_size: rows shuffled together (``None``: about ``shuffle_block_bytes``).
-        shuffle_block_bytes: decoded bytes shuffled together when ``shuffle_block_size`` is
-            ``None``; bounds memory per worker.
-        rank: data-parallel rank (default: from torch.distributed, else ``RANK``, else 0).
-        world_size: data-parallel ranks (default: likewise, else 1).
-        remainder: rows that do not divide among ranks: ``"drop"`` (default), ``"pad"``
-            (wrap to the start), ``"uneven"``.
-        split_strategy: ``"equal"`` (default: equal streams cut at rows) or ``"round_robin"``
-            (the earlier library's: whole chunks dealt to workers in turn; unequal streams).
-        collate_fn: applied to every batch after conversion, in the worker.
-        num_ranks: the earlier library's name for ``world_size``.
-        storage_backend: ``"auto"`` (default): pyarrow's native S3/GCS/Azure filesystem where
-            the protocol has one and every storage option translates to it, else fsspec;
-            ``"arrow"`` or ``"fsspec"`` force one. Results are the same either way.
-        retries: how storage requests are retried: a `RetryPolicy`, or a number of retries
-            (default: `RetryPolicy()`, 5 retries with capped, jittered exponential backoff).
-        format_options: keyword arguments of the format named by ``format`` (for example
-            ``{"delimiter": ";"}`` for CSV, ``{"missing_component": "skip"}`` for WebDataset);
-            see docs/reference/formats.
-        on_error: ``"raise"`` (default): a chunk that cannot be read raises an error naming
-            the file and rows. ``"skip"``: its rows are left out, their places taken by copies
-            of rows read before them (every rank keeps its batch count), and each failure is
-            logged and counted (`TabularDataLoader.read_failures`); see docs/adr/0011.
-        cache_dir: a node-local directory where what is read from object storage is kept
-            (byte ranges of the files, footers, tar indexes), shared by every rank and worker
-            on the machine, so later epochs and runs read it from disk (docs/how-to/cache.md).
-            Default: ``$TDU_CACHE_DIR``, else no cache; ``""`` turns it off. Local files are
-            never cached.
-        cache_limit: bytes the cache may hold: an int or ``"50GB"``, ``"512MiB"`` (default:
-            ``$TDU_CACHE_LIMIT``, else what the disk holds while a tenth of it stays free).
-        packing: a `Packing`: the documents of a token-list column concatenated and cut into
-            sequences of ``seq_len`` tokens, every token once per epoch; batches of
-            ``batch_size`` sequences hold ``input_ids``, ``position_ids``, ``document_ids``,
-            ``cu_seqlens`` and ``max_seqlen`` (docs/adr/0022-packed-sequences.md).
-
-    Raises:
-        UnknownKeywordError: a keyword this class (and `create_dataloader`) does not take;
-            the message names the closest valid one.
-        InvalidArgumentError: an option is out of range or of the wrong kind.
-        UnknownFormatError: ``format`` is not registered.
-        StorageNotFoundError: ``path`` does not exist.
-        ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
-        FilterTypeError: ``filters`` is not a ``pyarrow.compute.Expression``.
-        CorruptFileError: a file cannot be parsed.
-        SchemaMismatchError: files disagree on the schema of the columns read.
-        UnsupportedTypeError: a column has no mapping to ``output_format``.
-
-    Examples:
-        >>> loader, dataset = StructuredDataset.create_dataloader(  # doctest: +SKIP
-        ...     path="data/", format="parquet", batch_size=1024, shuffle=True, num_workers=2)
-        >>> for epoch in range(3):  # doctest: +SKIP
-        ...     dataset.set_epoch(epoch)
-        ...     for batch in loader:
-        ...         ...
+    A constructor (`StructuredDataset`, `IcebergDataset`, `MixtureDataset`) turns its
+    arguments into `Source` and `Options` values and calls `_build`; it says how a source is
+    read (`_format`), planned (`_plan`) and how the planned sources combine (`_combine`).
     """
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> StructuredDataset:
-        # Before __init__ binds them: Python's own error would name no valid keyword.
-        check_init_keywords(cls, kwargs)
-        return super().__new__(cls)
-
-    def __init__(
-        self,
-        path: Paths,
-        format: str | Format = "parquet",
-        *,
-        batch_size: int = 1024,
-        columns: Sequence[str] | None = None,
-        filters: Any = None,
-        shuffle: bool = False,
-        shuffle_seed: int = 42,
-        split_bytes: int | None = None,
-        split_rows: int | None = None,
-        storage_options: StorageOptions | None = None,
-        partitioning: str | None = None,
-        output_format: OutputFormat = "torch",
-        list_format: ListFormat = "padded",
-        null_policy: NullPolicy = "error",
-        pad_value: int | float = 0,
-        drop_last: bool = False,
-        shuffle_block_size: int | None = None,
-        shuffle_block_bytes: int = DEFAULT_SHUFFLE_BLOCK_BYTES,
-        rank: int | None = None,
-        world_size: int | None = None,
-        remainder: Remainder = "drop",
-        split_strategy: SplitStrategy = "equal",
-        collate_fn: Callable[[Any], Any] | None = None,
-        num_ranks: int | None = None,
-        storage_backend: StorageBackend = "auto",
-        retries: RetryPolicy | int | None = None,
-        format_options: Mapping[str, Any] | None = None,
-        on_error: OnError = "raise",
-        cache_dir: str | os.PathLike[str] | None = None,
-        cache_limit: int | str | None = None,
-        packing: Packing | None = None,
-    ) -> None:
-        # The public keywords become the two option values here, once.
-        options = Options(
-            batch_size=batch_size,
-            shuffle=shuffle,
-            shuffle_seed=shuffle_seed,
-            drop_last=drop_last,
-            shuffle_block_size=shuffle_block_size,
-            shuffle_block_bytes=shuffle_block_bytes,
-            rank=rank,
-            world_size=ranks_of(world_size, num_ranks),
-            remainder=remainder,
-            split_strategy=split_strategy,
-            on_error=on_error,
-            collate_fn=collate_fn,
-            cache_dir=cache_dir,
-            cache_limit=cache_limit,
-            output=Output(output_format, list_format, null_policy, pad_value),
-            packing=packing,
-        )
-        source = Source(
-            path=path,
-            format=format,
-            columns=columns,
-            filters=filters,
-            storage_options=storage_options,
-            format_options=format_options,
-            partitioning=partitioning,
-            split_bytes=split_bytes,
-            split_rows=split_rows,
-            storage_backend=storage_backend,
-            retries=retries,
-        )
-        self._build((source,), options)
 
     # --- the one body: plan the sources, combine them, cut the epochs ---------------------------
 
@@ -299,12 +128,18 @@ class StructuredDataset(IterableDataset[Any]):
         ]
         self._carried = tuple(carried)
         strings = [pa.field(c, pa.string()) for c in carried]
-        self._checks = tuple(
-            _converter(output, pa.schema([*s.plan.schema, *strings]), s.label).check
-            for s in self.sources
+        # Each source's rows are checked by its own converter (a mixture's are cast after);
+        # where the rows are the dataset's (one source), that converter converts them too.
+        converters = [
+            _converter(output, pa.schema([*s.plan.schema, *strings]), s.label) for s in self.sources
+        ]
+        self._checks = tuple(c.check for c in converters)
+        whole = pa.schema([*schema, *strings])
+        self.converter: Converter = (
+            converters[0]
+            if len(converters) == 1 and converters[0].schema.equals(whole)
+            else _converter(output, whole, _label(self.sources))
         )
-        whole = self.sources[0].label if len(self.sources) == 1 else "a mixture of sources"
-        self.converter: Converter = _converter(output, pa.schema([*schema, *strings]), whole)
         self._collate = (
             Decoding(
                 decoders,
@@ -319,6 +154,19 @@ class StructuredDataset(IterableDataset[Any]):
         packing = self.options.packing
         if packing is not None:
             self._collate = PackedCollate(packing.seq_len, packing.pad_value, self._collate)
+
+    def _format(self, source: Source) -> Format:
+        """The format ``source`` is read with (on every rank)."""
+        raise NotImplementedError
+
+    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
+        """Plan ``source`` (on rank 0 only)."""
+        raise NotImplementedError
+
+    def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
+        """The planned sources as one (a mixture's differ): here, the only one."""
+        (only,) = sources
+        return Combined(only.plan, only.row_bytes, functools.partial(OneSource, only.plan))
 
     def _packed(self, combined: Combined, packing: Packing) -> Combined:
         """The plan of a packed dataset: its order is one of tokens (docs/adr/0022), each
@@ -351,62 +199,6 @@ class StructuredDataset(IterableDataset[Any]):
             files=only.plan.files,
         )
         return Combined(plan, plan.row_bytes, functools.partial(OneSource, plan))
-
-    def _format(self, source: Source) -> Format:
-        """The format ``source`` is read with (on every rank)."""
-        return get_format(source.format, source.format_options)
-
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
-        """Plan ``source``: list, read footers, count filtered rows (on rank 0 only)."""
-        if source.table is not None:
-            raise InvalidArgumentError(
-                f"{type(self).__name__} reads files; read the table {source.label!r} with "
-                "IcebergDataset, or as a tdu.Source of a mixture"
-            )
-        assert source.path is not None
-        return plan_source(
-            source.path,
-            fmt,
-            fs,
-            columns=source.columns,
-            filters=source.filters,
-            partitioning=source.partitioning,
-            split_bytes=source.split_bytes,
-            split_rows=source.split_rows,
-            cached=self._cached if self.cache is not None else None,
-            tokens=self.options.packing.column if self.options.packing is not None else None,
-            eos=self.options.packing is not None and self.options.packing.eos_token is not None,
-        )
-
-    def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
-        """The planned sources as one (a mixture's differ): here, the only one."""
-        (only,) = sources
-        return Combined(only.plan, only.row_bytes, functools.partial(OneSource, only.plan))
-
-    # --- what one source has (a mixture's sources each have their own) --------------------------
-
-    def _only(self, what: str) -> PlannedSource:
-        if len(self.sources) != 1:
-            raise AttributeError(
-                f"a dataset of {len(self.sources)} sources has no single {what}: see "
-                f"dataset.sources[i].{what}"
-            )
-        return self.sources[0]
-
-    @property
-    def format(self) -> Format:
-        """The format the source is read with."""
-        return self._only("format").format
-
-    @property
-    def fs(self) -> FileSystemSpec:
-        """The filesystem the source is on."""
-        return self._only("fs").fs
-
-    @property
-    def read_options(self) -> ReadOptions:
-        """What the source's reads read (columns, filter, what planning learned)."""
-        return self._only("read_options").read_options
 
     # --- the node-local cache ------------------------------------------------------------------
 
@@ -566,7 +358,7 @@ class StructuredDataset(IterableDataset[Any]):
             self.converter,
             collate,
             worker=stream.topology.worker,
-            batch_size=self.batch_size,
+            batch_size=self.layout.batch_size,
             failures=None if in_main else self.failure_log,
         )
         # Counts messages, which are batches outside a TabularDataLoader's workers (whose
@@ -616,81 +408,14 @@ class StructuredDataset(IterableDataset[Any]):
         """Rows an epoch reads across all ranks, before the remainder policy."""
         return self.streams.epoch_rows
 
-    # --- the options, as the layout holds them ---------------------------------------------------
-
-    @property
-    def batch_size(self) -> int:
-        """Rows per batch."""
-        return self.layout.batch_size
-
-    @property
-    def shuffle(self) -> bool:
-        """Whether chunks and rows inside blocks are shuffled."""
-        return self.layout.shuffle
-
-    @property
-    def shuffle_seed(self) -> int:
-        """The shuffle seed."""
-        return self.layout.seed
-
-    @property
-    def drop_last(self) -> bool:
-        """Whether each rank's last short batch is dropped."""
-        return self.layout.drop_last
-
-    @property
-    def remainder(self) -> Remainder:
-        """What happens to rows that do not divide among ranks."""
-        return self.layout.remainder
-
-    @property
-    def split_strategy(self) -> SplitStrategy:
-        """How streams divide the epoch."""
-        return self.layout.strategy
-
-    @property
-    def block_rows(self) -> int:
-        """Rows shuffled together."""
-        return self.layout.block_rows
-
-    @property
-    def first_block_rows(self) -> int:
-        """Rows of a stream's first block."""
-        return self.layout.first_block_rows
-
-    def __repr__(self) -> str:
-        return (
-            f"{type(self).__name__}(format={self.format.name!r}, {self.fs.described()}"
-            f"chunks={len(self.plan.chunks)}, rows={self.plan.num_rows}, "
-            f"batch_size={self.batch_size}, shuffle={self.shuffle})"
-        )
-
-    @classmethod
-    def create_dataloader(
-        cls, path: Paths, format: str | Format = "parquet", **kwargs: Any
-    ) -> tuple[TabularDataLoader[StructuredDataset], StructuredDataset]:
-        """Build the dataset and a DataLoader over it; see `create_dataloader`.
-
-        Returns:
-            ``(loader, dataset)``: call ``dataset.set_epoch(epoch)`` before each epoch.
-        """
-        loader = loader_over(cls, path, format, kwargs)
-        return loader, loader.dataset
-
-
-def loader_over(
-    cls: type[_Dataset], data: Any, format: Any, kwargs: Mapping[str, Any]
-) -> TabularDataLoader[_Dataset]:
-    """``cls(data, format, **dataset keywords)`` and a `TabularDataLoader` over it (the loader's
-    options checked first, before anything is planned)."""
-    given = dict(kwargs)
-    loading = LoaderOptions(**{k: given.pop(k) for k in LOADER_KEYWORDS if k in given})
-    check_init_keywords(cls, given, also=LOADER_KEYWORDS)
-    return loading.loader(cls(data, format, **given))
-
 
 def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:
     try:
         return output.converter(schema)
     except UnsupportedTypeError as exc:  # at planning: name the source
         raise UnsupportedTypeError(f"{label}: {exc}") from None
+
+
+def _label(sources: Sequence[PlannedSource]) -> str:
+    """The dataset's name in messages: its source's, or a mixture's."""
+    return sources[0].label if len(sources) == 1 else f"a mixture of {len(sources)} sources"
