@@ -27,10 +27,11 @@ from ..sources.files import Planned
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
 from ..stream.blocks import Segment
-from ..stream.packing import PackedCollate, TokenReader
+from ..stream.packing import PackedConverter, TokenReader
 from ..stream.pipeline import stream_segments
 from ..stream.read import Reader, Reads
 from ..transport import bundle_rows, worker_messages
+from ..transport.worker import Converts
 
 __all__ = ["Combined", "PlannedDataset"]
 
@@ -135,7 +136,7 @@ class PlannedDataset(IterableDataset[Any]):
         ]
         self._checks = tuple(c.check for c in converters)
         whole = pa.schema([*schema, *strings])
-        self.converter: Converter = (
+        self.converter: Converts = (
             converters[0]
             if len(converters) == 1 and converters[0].schema.equals(whole)
             else _converter(output, whole, _label(self.sources))
@@ -152,8 +153,9 @@ class PlannedDataset(IterableDataset[Any]):
             else self.collate_fn
         )
         packing = self.options.packing
-        if packing is not None:
-            self._collate = PackedCollate(packing.seq_len, packing.pad_value, self._collate)
+        if packing is not None:  # a batch of tokens becomes sequences; nothing to decode
+            self.converter = PackedConverter(packing.seq_len, packing.pad_value, output.format)
+            self._collate = self.collate_fn
 
     def _format(self, source: Source) -> Format:
         """The format ``source`` is read with (on every rank)."""
@@ -170,20 +172,14 @@ class PlannedDataset(IterableDataset[Any]):
 
     def _packed(self, combined: Combined, packing: Packing) -> Combined:
         """The plan of a packed dataset: its order is one of tokens (docs/adr/0022), each
-        chunk's tokens counted at planning; a token is a row of ``input_ids`` (the token),
-        ``document`` and ``position`` (`stream.packing.explode`)."""
+        chunk's tokens counted at planning; a token is a row (of ``input_ids``; a worker holds
+        them as `stream.fragments.Fragments`)."""
         if len(self.sources) != 1:
             raise InvalidArgumentError("packing a mixture is not built yet")
         (only,) = self.sources
         kind = only.plan.schema.field(packing.column).type  # (checked by planning)
         assert only.chunk_tokens is not None, "a packed dataset's planning counts tokens"
-        token = pa.schema(
-            [
-                pa.field("input_ids", kind.value_type, nullable=False),
-                pa.field("document", pa.int64(), nullable=False),
-                pa.field("position", pa.int32(), nullable=False),
-            ]
-        )
+        token = pa.schema([pa.field("input_ids", kind.value_type, nullable=False)])
         identity = {
             "column": packing.column,
             "seq_len": packing.seq_len,
@@ -193,7 +189,7 @@ class PlannedDataset(IterableDataset[Any]):
         plan = Plan(
             chunks=only.plan.chunks,
             schema=token,
-            row_bytes=kind.value_type.bit_width / 8 + 12,
+            row_bytes=kind.value_type.bit_width / 8,  # (a block holds the token values)
             details=(*only.plan.details, *Plan.details_of(packing=json.dumps(identity))),
             filtered_rows=only.chunk_tokens,
             files=only.plan.files,
@@ -358,7 +354,7 @@ class PlannedDataset(IterableDataset[Any]):
             self.converter,
             collate,
             worker=stream.topology.worker,
-            batch_size=self.layout.batch_size,
+            batch_size=self.options.batch_size,  # (rows out: a packed batch's sequences)
             failures=None if in_main else self.failure_log,
         )
         # Counts messages, which are batches outside a TabularDataLoader's workers (whose

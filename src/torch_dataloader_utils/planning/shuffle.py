@@ -118,7 +118,7 @@ def block_permutation(
 
 
 def document_permutation(
-    documents: np.ndarray,
+    n: int,
     *,
     seed: int,
     epoch: int,
@@ -127,20 +127,9 @@ def document_permutation(
     leg: int = 0,
     source: int | None = None,
 ) -> np.ndarray:
-    """The permutation of a packed stream's block of token rows: each document's tokens kept
-    together and in order, the documents in an order drawn from the block's key
-    (``documents``: each token row's document, each document's rows contiguous)."""
+    """The order of the ``n`` documents (fragments of documents) of a packed stream's block:
+    each moves whole, its tokens together and in order (`stream.fragments.Fragments`)."""
     key = [seed, epoch, stream, block, leg, DOCUMENTS]
     if source is not None:
         key += [SOURCE, source]
-    n = len(documents)
-    if not n:
-        return np.zeros(0, np.int64)
-    starts = np.flatnonzero(np.r_[True, documents[1:] != documents[:-1]])
-    lengths = np.diff(np.r_[starts, n])
-    order = np.random.default_rng(key).permutation(len(starts))
-    kept = lengths[order]
-    out: np.ndarray = np.repeat(starts[order], kept) + (
-        np.arange(n) - np.repeat(np.cumsum(kept) - kept, kept)
-    )
-    return out
+    return np.random.default_rng(key).permutation(n)

@@ -8,6 +8,7 @@ import pyarrow as pa
 
 from ..convert.arrow_values import take
 from .blocks import Segment
+from .fragments import Fragments
 
 __all__ = ["cut_batches"]
 
@@ -29,6 +30,8 @@ def _join(parts: list[Segment]) -> Segment:
     if len(parts) == 1:
         return parts[0]
     taken = [take(batch, rows) for batch, rows in parts]
+    if isinstance(taken[0], Fragments):  # a packed stream's tokens
+        return Fragments.concat(taken), None
     return pa.concat_batches(taken), None
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator
+from typing import TypeAlias, cast
 
 import numpy as np
 import pyarrow as pa
 
 from ..planning import Layout, block_bounds, block_permutation
 from ..planning.shuffle import document_permutation
+from .fragments import Fragments
 
 __all__ = [
     "BLOCK_PARTS",
@@ -40,9 +42,12 @@ BLOCK_PARTS_MIN_BATCH = 128
 # overflow becomes a clear error naming the files (`stream.pipeline`).
 _JOINABLE_BYTES = 2**31 - 1
 
-# Rows of a record batch (or a shuffle block left in parts, a `pa.Table`): all of them in order
-# (None), or these indices in this order.
-Segment = tuple["pa.RecordBatch | pa.Table", "np.ndarray | None"]
+# Rows read: a record batch, or a packed stream's tokens (`Fragments`).
+Rows: TypeAlias = "pa.RecordBatch | Fragments"
+# Rows of a record batch (or a shuffle block left in parts, a `pa.Table`; or a packed stream's
+# tokens, whose blocks are shuffled as they are grouped): all of them in order (None), or these
+# indices in this order.
+Segment = tuple["pa.RecordBatch | pa.Table | Fragments", "np.ndarray | None"]
 
 
 def block_sizes(
@@ -74,14 +79,12 @@ def block_sizes(
     return block_rows, min(block_rows, first_rows)
 
 
-def _groups(
-    batches: Iterable[pa.RecordBatch], sizes: Iterable[int]
-) -> Iterator[list[pa.RecordBatch]]:
+def _groups(batches: Iterable[Rows], sizes: Iterable[int]) -> Iterator[list[Rows]]:
     """Cut the concatenation of ``batches`` into consecutive groups of ``sizes`` rows."""
     it = iter(batches)
-    carry: pa.RecordBatch | None = None
+    carry: Rows | None = None
     for size in sizes:
-        group: list[pa.RecordBatch] = []
+        group: list[Rows] = []
         need = size
         while need:
             if carry is None:
@@ -100,7 +103,7 @@ def _groups(
 
 
 def shuffled_blocks(
-    batches: Iterable[pa.RecordBatch],
+    batches: Iterable[Rows],
     length: int,
     options: Layout,
     *,
@@ -141,20 +144,25 @@ def shuffled_blocks(
     for index, group in enumerate(_groups(batches, sizes), start=first):
         if not group:
             continue
-        block: pa.RecordBatch | pa.Table
-        if len(group) == 1:
-            block = group[0]
-        elif len(group) <= parts and sum(b.nbytes for b in group) < _JOINABLE_BYTES:
-            block = pa.Table.from_batches(group)
-        else:
-            block = pa.concat_batches(group)
-        del group  # one copy of the block at a time
         key = {"seed": options.seed, "epoch": epoch, "stream": stream, "block": index}
-        if options.documents:  # a packed stream's token rows: whole documents moved
-            column = block.column("document")
-            perm = document_permutation(np.asarray(column), leg=leg, source=source, **key)
+        if options.documents:  # a packed stream's tokens: moved by whole documents
+            tokens = Fragments.concat(cast("list[Fragments]", group))
+            del group
+            order = document_permutation(len(tokens.begin), leg=leg, source=source, **key)
+            yield tokens.permuted(order).slice(skip), None
+            skip = 0
+            continue
+        rows = cast("list[pa.RecordBatch]", group)
+        del group
+        block: pa.RecordBatch | pa.Table
+        if len(rows) == 1:
+            block = rows[0]
+        elif len(rows) <= parts and sum(b.nbytes for b in rows) < _JOINABLE_BYTES:
+            block = pa.Table.from_batches(rows)
         else:
-            perm = block_permutation(n=block.num_rows, leg=leg, source=source, **key)
+            block = pa.concat_batches(rows)
+        del rows  # one copy of the block at a time
+        perm = block_permutation(n=block.num_rows, leg=leg, source=source, **key)
         if skip:
             perm, skip = perm[skip:], 0
         yield block, perm

@@ -9,12 +9,12 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import torch
 from torch.utils.data import get_worker_info
 
-from ..convert import Converter, Field
+from ..convert import Field
 from ..errors.on_error import FailureLog
 from .memory import (
     BUNDLE_BYTES,
@@ -29,7 +29,37 @@ from .wire import Bundle, PackedBundle, map_tensors, pack, packed_nbytes
 if TYPE_CHECKING:
     from ..stream.blocks import Segment
 
-__all__ = ["BUNDLE_BYTES", "bundle_rows", "enable_bundles", "init_worker", "worker_messages"]
+__all__ = [
+    "BUNDLE_BYTES",
+    "Converts",
+    "bundle_rows",
+    "enable_bundles",
+    "init_worker",
+    "worker_messages",
+]
+
+
+class Converts(Protocol):
+    """What converts a dataset's batches: a `convert.Converter`, or a packed dataset's
+    `stream.packing.PackedConverter`."""
+
+    @property
+    def output_format(self) -> str:
+        """``"torch"``, ``"numpy"``, ``"arrow"`` or ``"dict"``."""
+
+    @property
+    def list_format(self) -> str:
+        """How lists become tensors (``"nested"``: finished in the main process)."""
+
+    def fields(self, batch: Any, rows: Any = None) -> list[Field]:
+        """The converted fields of rows ``rows`` of ``batch`` (``None``: all)."""
+
+    def __call__(self, batch: Any, rows: Any = None) -> Any:
+        """Rows ``rows`` of ``batch`` in the output format."""
+
+    def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:
+        """What is left to do in the main process."""
+
 
 _bundle_rows = 0
 # A bundle closes at this many bytes even before `bundle_rows` rows: bounds the shared memory
@@ -81,7 +111,7 @@ _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
 
 def worker_messages(
     batches: Iterable[Segment],
-    convert: Converter,
+    convert: Converts,
     collate: Callable[[Any], Any] | None,
     *,
     worker: int,

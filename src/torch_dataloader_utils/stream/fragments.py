@@ -1,0 +1,192 @@
+"""A packed stream's rows as pieces of documents (`Fragments`): its rows are tokens, but a
+worker never lays them out one by one.
+
+A packed dataset's order is one of tokens (docs/adr/0022-packed-sequences.md). The pipeline
+groups, shuffles and cuts a stream's rows by position (`stream.blocks`, `stream.batches`); for a
+packed stream those rows are held as fragments of documents over one buffer of token values,
+so that slicing a token range and shuffling a block by whole documents cost a few operations
+per document, not per token. Tokens are copied once, into the sequences (`Fragments.tokens`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+
+__all__ = ["Fragments"]
+
+
+@dataclass(frozen=True, eq=False, slots=True)
+class Fragments:
+    """Pieces of documents, in order; their tokens are the rows (``num_rows``).
+
+    Attributes:
+        values: the token values the fragments are ranges of.
+        begin, end: each fragment's tokens, ``values[begin:end]`` (int64).
+        document: each fragment's document, a number unique in the epoch (int64).
+        position: where each fragment starts in its document (int64).
+        stops: tokens up to the end of each fragment (the cumulative lengths, int64).
+    """
+
+    values: np.ndarray
+    begin: np.ndarray
+    end: np.ndarray
+    document: np.ndarray
+    position: np.ndarray
+    stops: np.ndarray
+
+    @classmethod
+    def of(
+        cls,
+        values: np.ndarray,
+        begin: np.ndarray,
+        end: np.ndarray,
+        document: np.ndarray,
+        position: np.ndarray,
+    ) -> Fragments:
+        """Fragments over ``values`` (empty ones dropped)."""
+        kept = end > begin
+        if not kept.all():
+            begin, end, document, position = begin[kept], end[kept], document[kept], position[kept]
+        return cls(values, begin, end, document, position, np.cumsum(end - begin))
+
+    @classmethod
+    def from_lists(cls, tokens: pa.Array, first_document: int, eos: int | None = None) -> Fragments:
+        """The documents of ``tokens`` (a list array, one document a row) whole: row ``i`` is
+        document ``first_document + i``, followed by ``eos`` when given. A null list is an
+        empty document (and takes no ``eos``); a null token inside one is 0."""
+        if isinstance(tokens, pa.ChunkedArray):
+            tokens = tokens.combine_chunks()
+        offsets = np.asarray(tokens.offsets, dtype=np.int64)[: len(tokens) + 1]
+        flat = tokens.flatten()  # (the values of a sliced array's rows only)
+        if flat.null_count:
+            flat = pc.fill_null(flat, 0)
+        values = flat.to_numpy(zero_copy_only=False)
+        lengths = np.diff(offsets)
+        present = np.ones(len(tokens), bool)
+        if tokens.null_count:
+            present = ~np.asarray(tokens.is_null())
+            lengths = np.where(present, lengths, 0)
+        if eos is not None:
+            values, lengths = _with_eos(values, lengths, present, eos)
+        end = np.cumsum(lengths)
+        documents = np.arange(first_document, first_document + len(tokens), dtype=np.int64)
+        return cls.of(values, end - lengths, end, documents, np.zeros(len(tokens), np.int64))
+
+    @classmethod
+    def concat(cls, parts: Sequence[Fragments]) -> Fragments:
+        """``parts`` one after the other, over one new buffer; a document's pieces that meet
+        (one part ending where the next goes on) become one fragment."""
+        if len(parts) == 1:
+            return parts[0]
+        values = np.concatenate([p.tokens() for p in parts])
+        lengths = np.concatenate([p.end - p.begin for p in parts])
+        document = np.concatenate([p.document for p in parts])
+        position = np.concatenate([p.position for p in parts])
+        end = np.cumsum(lengths)
+        begin = end - lengths
+        if len(document) > 1:  # the same document going on: one fragment
+            goes_on = (document[1:] == document[:-1]) & (
+                position[1:] == position[:-1] + lengths[:-1]
+            )
+            if goes_on.any():
+                first = np.r_[True, ~goes_on]
+                starts = np.flatnonzero(first)
+                begin, document, position = begin[starts], document[starts], position[starts]
+                end = np.r_[begin[1:], end[-1]]
+        return cls.of(values, begin, end, document, position)
+
+    @property
+    def num_rows(self) -> int:
+        """Tokens of the fragments."""
+        return int(self.stops[-1]) if len(self.stops) else 0
+
+    def __len__(self) -> int:
+        return self.num_rows
+
+    def slice(self, offset: int = 0, length: int | None = None) -> Fragments:
+        """Tokens ``[offset, offset + length)`` (to the end when ``length`` is ``None``): the
+        fragments over them, the first and last cut (a cut document goes on at its position)."""
+        total = self.num_rows
+        stop = total if length is None else min(total, offset + length)
+        offset = min(max(offset, 0), total)
+        if offset == 0 and stop == total:
+            return self
+        if stop <= offset:
+            empty = np.zeros(0, np.int64)
+            return Fragments(self.values, empty, empty, empty, empty, empty)
+        i = int(np.searchsorted(self.stops, offset, side="right"))
+        j = int(np.searchsorted(self.stops, stop, side="left")) + 1
+        starts = self.stops[i:j] - (self.end[i:j] - self.begin[i:j])
+        cut_front = offset - int(starts[0])
+        begin = self.begin[i:j].copy()
+        end = self.end[i:j].copy()
+        position = self.position[i:j].copy()
+        begin[0] += cut_front
+        position[0] += cut_front
+        end[-1] -= int(self.stops[j - 1]) - stop
+        stops = np.minimum(self.stops[i:j], stop) - offset
+        return Fragments(self.values, begin, end, self.document[i:j], position, stops)
+
+    def permuted(self, order: np.ndarray) -> Fragments:
+        """The fragments in ``order`` (indices of fragments)."""
+        lengths = (self.end - self.begin)[order]
+        return Fragments(
+            self.values,
+            self.begin[order],
+            self.end[order],
+            self.document[order],
+            self.position[order],
+            np.cumsum(lengths),
+        )
+
+    def in_values_order(self) -> Fragments:
+        """The fragments ordered by where they sit in ``values`` (undoing a permutation)."""
+        return self.permuted(np.argsort(self.begin, kind="stable"))
+
+    def tokens(self, out: np.ndarray | None = None) -> np.ndarray:
+        """The tokens in order (into ``out`` when given: ``num_rows`` long)."""
+        n = self.num_rows
+        if out is None:
+            if n and int(self.end[-1] - self.begin[0]) == n and _contiguous(self):
+                return self.values[int(self.begin[0]) : int(self.end[-1])]
+            out = np.empty(n, self.values.dtype)
+        count = len(self.begin)
+        if count * _TOKENS_PER_COPY < n:  # long fragments: one copy each
+            at = 0
+            for b, e in zip(self.begin.tolist(), self.end.tolist(), strict=True):
+                out[at : at + e - b] = self.values[b:e]
+                at += e - b
+        elif n:  # many short ones: one gather
+            lengths = self.end - self.begin
+            index = np.repeat(self.begin - (self.stops - lengths), lengths)
+            index += np.arange(n)
+            np.take(self.values, index, out=out)
+        return out
+
+
+# Fragments at least this long on average are copied one by one rather than gathered through an
+# index (a Python step per fragment against an index of every token).
+_TOKENS_PER_COPY = 64
+
+
+def _contiguous(fragments: Fragments) -> bool:
+    return bool(np.array_equal(fragments.begin[1:], fragments.end[:-1]))
+
+
+def _with_eos(
+    values: np.ndarray, lengths: np.ndarray, present: np.ndarray, eos: int
+) -> tuple[np.ndarray, np.ndarray]:
+    """``values`` with ``eos`` after each present document, and the documents' new lengths."""
+    longer = lengths + present
+    ends = np.cumsum(longer)
+    out = np.empty(int(ends[-1]) if len(ends) else 0, dtype=values.dtype)
+    separator = np.zeros(len(out), bool)
+    separator[(ends - 1)[present]] = True
+    out[~separator] = values
+    out[separator] = eos
+    return out, longer
