@@ -130,7 +130,11 @@ class MixtureDataset(StructuredDataset):
         given = None
         if any(w is not None for w in weights):
             given = [w if w is not None else 1.0 for w in weights]
-        self.quotas = tuple(quotas(rows, given, self._asked_rows))
+        # A packed mixture's rows are tokens, given to the sources a sequence at a time: each
+        # quota whole sequences (what is left of a source's pass opens its next epoch).
+        unit = max(1, self.options.unit)
+        asked = None if self._asked_rows is None else self._asked_rows // unit
+        self.quotas = tuple(unit * q for q in quotas([r // unit for r in rows], given, asked))
         mixture = Mixture(tuple(s.plan.chunk_rows for s in sources), self.quotas, self.mixing)
         total = sum(self.quotas)
         # The footers' bytes per row, weighted by the quotas: a mixture's blocks are sized as
@@ -162,6 +166,10 @@ class MixtureDataset(StructuredDataset):
             return Mixed(mixture, layout)
 
         return Combined(plan, row_bytes, streams)
+
+    @property
+    def _source_key(self) -> str | None:
+        return self.source_column
 
     def _mixing(self) -> dict[str, Any]:
         schema = pa.schema([*self.plan.schema, *(pa.field(c, pa.string()) for c in self._carried)])

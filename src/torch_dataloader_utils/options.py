@@ -220,12 +220,15 @@ class Options:
         return cls(**mine, world_size=world_size, output=Output(**output)), rest
 
     @property
+    def unit(self) -> int:
+        """A packed dataset's tokens of its order per sequence (0: not packed)."""
+        return 0 if self.packing is None else self.packing.seq_len
+
+    @property
     def batch_rows(self) -> int:
         """Rows of the order a batch holds: ``batch_size`` rows, or a packed dataset's
-        ``batch_size`` sequences of ``seq_len`` tokens (its order is one of tokens)."""
-        if self.packing is None:
-            return self.batch_size
-        return self.batch_size * self.packing.seq_len
+        ``batch_size`` sequences' tokens (its order is one of tokens)."""
+        return self.batch_size * max(1, self.unit)
 
     def layout(self, *, row_bytes: float, chunk_rows: float) -> Layout:
         """Every option that decides which rows each stream reads and in what order, with block
@@ -246,7 +249,7 @@ class Options:
             block_rows=block_rows,
             first_block_rows=first_block_rows,
             strategy=self.split_strategy,
-            documents=self.packing is not None,
+            unit=self.unit,
         )
 
 

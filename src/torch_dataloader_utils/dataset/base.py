@@ -93,9 +93,12 @@ class PlannedDataset(IterableDataset[Any]):
             planned_source(s.label, p, f, fs, immutable=s.table is not None)
             for s, p, f, fs in zip(sources, planned, formats, filesystems, strict=True)
         )
-        combined = self._combine(self.sources)
-        if options.packing is not None:
-            combined = self._packed(combined, options.packing)
+        packing = options.packing
+        # A packed dataset's order is one of tokens: its sources combine as token plans (they
+        # are read by their own plans of rows).
+        combined = self._combine(
+            self.sources if packing is None else tuple(_in_tokens(s, packing) for s in self.sources)
+        )
         self.plan: Plan = combined.plan
         self.layout = options.layout(
             row_bytes=combined.row_bytes,
@@ -154,7 +157,9 @@ class PlannedDataset(IterableDataset[Any]):
         )
         packing = self.options.packing
         if packing is not None:  # a batch of tokens becomes sequences; nothing to decode
-            self.converter = PackedConverter(packing.seq_len, packing.pad_value, output.format)
+            self.converter = PackedConverter(
+                packing.seq_len, packing.pad_value, output.format, source_key=self._source_key
+            )
             self._collate = self.collate_fn
 
     def _format(self, source: Source) -> Format:
@@ -169,32 +174,6 @@ class PlannedDataset(IterableDataset[Any]):
         """The planned sources as one (a mixture's differ): here, the only one."""
         (only,) = sources
         return Combined(only.plan, only.row_bytes, functools.partial(OneSource, only.plan))
-
-    def _packed(self, combined: Combined, packing: Packing) -> Combined:
-        """The plan of a packed dataset: its order is one of tokens (docs/adr/0022), each
-        chunk's tokens counted at planning; a token is a row (of ``input_ids``; a worker holds
-        them as `stream.fragments.Fragments`)."""
-        if len(self.sources) != 1:
-            raise InvalidArgumentError("packing a mixture is not built yet")
-        (only,) = self.sources
-        kind = only.plan.schema.field(packing.column).type  # (checked by planning)
-        assert only.chunk_tokens is not None, "a packed dataset's planning counts tokens"
-        token = pa.schema([pa.field("input_ids", kind.value_type, nullable=False)])
-        identity = {
-            "column": packing.column,
-            "seq_len": packing.seq_len,
-            "method": packing.method,
-            "eos_token": packing.eos_token,
-        }
-        plan = Plan(
-            chunks=only.plan.chunks,
-            schema=token,
-            row_bytes=kind.value_type.bit_width / 8,  # (a block holds the token values)
-            details=(*only.plan.details, *Plan.details_of(packing=json.dumps(identity))),
-            filtered_rows=only.chunk_tokens,
-            files=only.plan.files,
-        )
-        return Combined(plan, plan.row_bytes, functools.partial(OneSource, plan))
 
     # --- the node-local cache ------------------------------------------------------------------
 
@@ -321,12 +300,20 @@ class PlannedDataset(IterableDataset[Any]):
         packing = self.options.packing
         if packing is None:
             return reader
-        return TokenReader(reader, packing.column, planned.plan.chunk_rows, packing.eos_token)
+        mixed = source if len(self.sources) > 1 else None
+        return TokenReader(
+            reader, packing.column, planned.plan.chunk_rows, packing.eos_token, source=mixed
+        )
 
     def _segments(self, stream: Stream) -> Iterator[Segment]:
         """The batches of ``stream`` before conversion, from where its pass starts."""
         readers = [self.reader(carry=True, source=i) for i in range(len(self.sources))]
         return stream_segments(stream, readers, **self._mixing())
+
+    @property
+    def _source_key(self) -> str | None:
+        """The output key of each row's source (a mixture's ``source_column``)."""
+        return None
 
     def _mixing(self) -> dict[str, Any]:
         """What `stream_segments` needs to interleave several sources (none: one source)."""
@@ -403,6 +390,29 @@ class PlannedDataset(IterableDataset[Any]):
     def epoch_rows(self) -> int:
         """Rows an epoch reads across all ranks, before the remainder policy."""
         return self.streams.epoch_rows
+
+
+def _in_tokens(source: PlannedSource, packing: Packing) -> PlannedSource:
+    """``source`` with the plan of a packed dataset's order: its chunks' tokens as rows
+    (docs/adr/0022), counted at planning; a token is a row of ``input_ids`` (a worker holds
+    them as `stream.fragments.Fragments`)."""
+    kind = source.plan.schema.field(packing.column).type  # (checked by planning)
+    assert source.chunk_tokens is not None, "a packed dataset's planning counts tokens"
+    identity = {
+        "column": packing.column,
+        "seq_len": packing.seq_len,
+        "method": packing.method,
+        "eos_token": packing.eos_token,
+    }
+    plan = Plan(
+        chunks=source.plan.chunks,
+        schema=pa.schema([pa.field("input_ids", kind.value_type, nullable=False)]),
+        row_bytes=kind.value_type.bit_width / 8,  # (a block holds the token values)
+        details=(*source.plan.details, *Plan.details_of(packing=json.dumps(identity))),
+        filtered_rows=source.chunk_tokens,
+        files=source.plan.files,
+    )
+    return dataclasses.replace(source, plan=plan, row_bytes=plan.row_bytes)
 
 
 def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:

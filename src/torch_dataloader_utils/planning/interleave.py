@@ -40,15 +40,31 @@ class Interleave:
 
     Positions past ``R`` wrap (padding): position ``t`` is position ``t % R`` of the
     ``t // R``-th repeat of the sequence.
+
+    ``unit``: positions are given ``unit`` at a time (a packed mixture's: a sequence's tokens
+    come from one source); each count a multiple of it. The windows, keys and permutations
+    then count units.
     """
 
     def __init__(
-        self, counts: Sequence[int], mixing: Mixing, *, seed: int, epoch: int, leg: int = 0
+        self,
+        counts: Sequence[int],
+        mixing: Mixing,
+        *,
+        seed: int,
+        epoch: int,
+        leg: int = 0,
+        unit: int = 1,
     ) -> None:
         if mixing not in MIXINGS:
             raise InvalidArgumentError(f"mixing must be one of {MIXINGS}, got {mixing!r}")
         self.counts = tuple(int(c) for c in counts)
         self.total = sum(self.counts)
+        self.unit = unit
+        assert all(c % unit == 0 for c in self.counts), "counts are whole units"
+        # (The merge and the windows below count units.)
+        self._units = tuple(c // unit for c in self.counts)
+        self._unit_total = self.total // unit
         self.mixing = mixing
         self._key = (seed, epoch, leg)
         self._window = functools.lru_cache(maxsize=4)(self._window_labels)
@@ -63,22 +79,35 @@ class Interleave:
             return np.zeros(k, np.int64)
         repeats, t = divmod(int(t), self.total)
         out = np.asarray(self.counts, np.int64) * repeats
-        w, inside = divmod(t, WINDOW)
-        out += self._merged(w * WINDOW)
+        u, inside_unit = divmod(t, self.unit)
+        w, inside = divmod(u, WINDOW)
+        out += self.unit * self._merged(w * WINDOW)
         if inside:
             labels = self._window(w)[:inside]
-            out += np.bincount(labels, minlength=k)
+            out += self.unit * np.bincount(labels, minlength=k)
+        if inside_unit:
+            out[int(self._window(w)[inside])] += inside_unit
         return out
 
     def labels(self, start: int, stop: int) -> np.ndarray:
         """The source of each position in ``[start, stop)`` (may pass ``R``: wraps)."""
+        if self.unit == 1:
+            return self.unit_labels(start, stop)
+        first = start // self.unit
+        units = self.unit_labels(first, -(-stop // self.unit))
+        at = first * self.unit
+        return np.repeat(units, self.unit)[start - at : stop - at]
+
+    def unit_labels(self, start: int, stop: int) -> np.ndarray:
+        """The source of each unit ``[start, stop)`` (units of ``unit`` positions; wraps)."""
         parts: list[np.ndarray] = []
         pos = int(start)
-        while pos < stop and self.total:
-            at = pos % self.total if self.total else 0
+        total = self._unit_total
+        while pos < stop and total:
+            at = pos % total
             w, inside = divmod(at, WINDOW)
             window = self._window(w)
-            take = min(len(window) - inside, stop - pos, self.total - at)
+            take = min(len(window) - inside, stop - pos, total - at)
             parts.append(window[inside : inside + take])
             pos += take
         if not parts:
@@ -88,8 +117,9 @@ class Interleave:
     # --- the windows ----------------------------------------------------------------------------
 
     def _window_labels(self, w: int) -> np.ndarray:
-        """The sources of the positions of window ``w`` (``[w*WINDOW, (w+1)*WINDOW)`` cut at R)."""
-        lo, hi = w * WINDOW, min((w + 1) * WINDOW, self.total)
+        """The sources of the units of window ``w`` (``[w*WINDOW, (w+1)*WINDOW)`` cut at the
+        sequence's end)."""
+        lo, hi = w * WINDOW, min((w + 1) * WINDOW, self._unit_total)
         first, last = self._merged(lo), self._merged(hi)
         sources = [
             np.full(int(b - a), i, np.int16)
@@ -107,7 +137,7 @@ class Interleave:
         keys = np.concatenate(
             [
                 (2.0 * np.arange(int(a), int(b)) + 1.0) / (2.0 * q)
-                for a, b, q in zip(first, last, self.counts, strict=True)
+                for a, b, q in zip(first, last, self._units, strict=True)
                 if b > a
             ]
             or [np.zeros(0)]
@@ -117,10 +147,10 @@ class Interleave:
     def _merged_counts(self, t: int) -> np.ndarray:
         """How many of the ``t`` first keys of the merge (key ``(2j + 1) / (2 q_i)`` for row
         ``j`` of source ``i``, ties by source) are each source's, in exact integers."""
-        q = self.counts
+        q = self._units
         if t <= 0:
             return np.zeros(len(q), np.int64)
-        if t >= self.total:
+        if t >= self._unit_total:
             return np.asarray(q, np.int64)
 
         def before(i: int, j: int) -> int:

@@ -22,8 +22,9 @@ class Layout:
         block_rows: rows shuffled together (a stream is read in blocks of this many rows).
         first_block_rows: rows of a stream's first block (blocks double up to ``block_rows``).
         strategy: how streams divide the epoch (`strategy_of`).
-        documents: rows are a packed dataset's tokens: blocks are shuffled by whole documents
-            (`shuffle.document_permutation`).
+        unit: a packed dataset's tokens per sequence (0: not packed). Its rows are tokens,
+            its blocks are shuffled by whole documents (`shuffle.document_permutation`), and a
+            packed mixture gives each ``unit`` positions to one source.
     """
 
     batch_size: int
@@ -34,7 +35,12 @@ class Layout:
     block_rows: int
     first_block_rows: int
     strategy: SplitStrategy = "equal"
-    documents: bool = False
+    unit: int = 0
+
+    @property
+    def documents(self) -> bool:
+        """Rows are a packed dataset's tokens, shuffled by whole documents."""
+        return self.unit > 0
 
     def batches(self, rows: int) -> int:
         """Batches a stream of ``rows`` rows yields."""

@@ -198,7 +198,14 @@ class MixEpoch:
     def interleave(self, items: Sequence[Sequence[Item]], depth: int) -> Interleave:
         """The interleave of leg ``depth``, whose sequence holds ``items`` of each source."""
         counts = [sequence_length(x) for x in items]
-        return Interleave(counts, self.mixing, seed=self.first.seed, epoch=self.epoch, leg=depth)
+        return Interleave(
+            counts,
+            self.mixing,
+            seed=self.first.seed,
+            epoch=self.epoch,
+            leg=depth,
+            unit=max(1, self.layout.unit),  # (a packed mixture's sequences: one source each)
+        )
 
     @cached_property
     def items(self) -> list[list[Item]]:

@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Fragments"]
+__all__ = ["Fragments", "goes_on"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -30,6 +30,7 @@ class Fragments:
         document: each fragment's document, a number unique in the epoch (int64).
         position: where each fragment starts in its document (int64).
         stops: tokens up to the end of each fragment (the cumulative lengths, int64).
+        source: a packed mixture's: each fragment's source (int16); else ``None``.
     """
 
     values: np.ndarray
@@ -38,27 +39,37 @@ class Fragments:
     document: np.ndarray
     position: np.ndarray
     stops: np.ndarray
+    source: np.ndarray | None = None
 
     @classmethod
-    def of(
+    def of(  # noqa: PLR0917 (the fields, in order)
         cls,
         values: np.ndarray,
         begin: np.ndarray,
         end: np.ndarray,
         document: np.ndarray,
         position: np.ndarray,
+        source: np.ndarray | None = None,
     ) -> Fragments:
         """Fragments over ``values`` (empty ones dropped)."""
         kept = end > begin
         if not kept.all():
             begin, end, document, position = begin[kept], end[kept], document[kept], position[kept]
-        return cls(values, begin, end, document, position, np.cumsum(end - begin))
+            source = None if source is None else source[kept]
+        return cls(values, begin, end, document, position, np.cumsum(end - begin), source)
 
     @classmethod
-    def from_lists(cls, tokens: pa.Array, first_document: int, eos: int | None = None) -> Fragments:
+    def from_lists(
+        cls,
+        tokens: pa.Array,
+        first_document: int,
+        eos: int | None = None,
+        source: int | None = None,
+    ) -> Fragments:
         """The documents of ``tokens`` (a list array, one document a row) whole: row ``i`` is
-        document ``first_document + i``, followed by ``eos`` when given. A null list is an
-        empty document (and takes no ``eos``); a null token inside one is 0."""
+        document ``first_document + i`` (of ``source``, a mixture's), followed by ``eos`` when
+        given. A null list is an empty document (and takes no ``eos``); a null token inside
+        one is 0."""
         if isinstance(tokens, pa.ChunkedArray):
             tokens = tokens.combine_chunks()
         offsets = np.asarray(tokens.offsets, dtype=np.int64)[: len(tokens) + 1]
@@ -75,7 +86,9 @@ class Fragments:
             values, lengths = _with_eos(values, lengths, present, eos)
         end = np.cumsum(lengths)
         documents = np.arange(first_document, first_document + len(tokens), dtype=np.int64)
-        return cls.of(values, end - lengths, end, documents, np.zeros(len(tokens), np.int64))
+        sources = None if source is None else np.full(len(tokens), source, np.int16)
+        starts = np.zeros(len(tokens), np.int64)
+        return cls.of(values, end - lengths, end, documents, starts, sources)
 
     @classmethod
     def concat(cls, parts: Sequence[Fragments]) -> Fragments:
@@ -87,18 +100,18 @@ class Fragments:
         lengths = np.concatenate([p.end - p.begin for p in parts])
         document = np.concatenate([p.document for p in parts])
         position = np.concatenate([p.position for p in parts])
+        source = None
+        if parts[0].source is not None:
+            source = np.concatenate([p.source for p in parts if p.source is not None])
         end = np.cumsum(lengths)
         begin = end - lengths
-        if len(document) > 1:  # the same document going on: one fragment
-            goes_on = (document[1:] == document[:-1]) & (
-                position[1:] == position[:-1] + lengths[:-1]
-            )
-            if goes_on.any():
-                first = np.r_[True, ~goes_on]
-                starts = np.flatnonzero(first)
-                begin, document, position = begin[starts], document[starts], position[starts]
-                end = np.r_[begin[1:], end[-1]]
-        return cls.of(values, begin, end, document, position)
+        joined = goes_on(document, position, lengths, source)
+        if joined.any():  # the same document going on: one fragment
+            starts = np.flatnonzero(~joined)
+            begin, document, position = begin[starts], document[starts], position[starts]
+            source = None if source is None else source[starts]
+            end = np.r_[begin[1:], end[-1]]
+        return cls.of(values, begin, end, document, position, source)
 
     @property
     def num_rows(self) -> int:
@@ -118,7 +131,8 @@ class Fragments:
             return self
         if stop <= offset:
             empty = np.zeros(0, np.int64)
-            return Fragments(self.values, empty, empty, empty, empty, empty)
+            none = None if self.source is None else self.source[:0]
+            return Fragments(self.values, empty, empty, empty, empty, empty, none)
         i = int(np.searchsorted(self.stops, offset, side="right"))
         j = int(np.searchsorted(self.stops, stop, side="left")) + 1
         starts = self.stops[i:j] - (self.end[i:j] - self.begin[i:j])
@@ -130,7 +144,8 @@ class Fragments:
         position[0] += cut_front
         end[-1] -= int(self.stops[j - 1]) - stop
         stops = np.minimum(self.stops[i:j], stop) - offset
-        return Fragments(self.values, begin, end, self.document[i:j], position, stops)
+        source = None if self.source is None else self.source[i:j]
+        return Fragments(self.values, begin, end, self.document[i:j], position, stops, source)
 
     def permuted(self, order: np.ndarray) -> Fragments:
         """The fragments in ``order`` (indices of fragments)."""
@@ -142,6 +157,7 @@ class Fragments:
             self.document[order],
             self.position[order],
             np.cumsum(lengths),
+            None if self.source is None else self.source[order],
         )
 
     def in_values_order(self) -> Fragments:
@@ -172,6 +188,18 @@ class Fragments:
 # Fragments at least this long on average are copied one by one rather than gathered through an
 # index (a Python step per fragment against an index of every token).
 _TOKENS_PER_COPY = 64
+
+
+def goes_on(
+    document: np.ndarray, position: np.ndarray, lengths: np.ndarray, source: np.ndarray | None
+) -> np.ndarray:
+    """Whether each fragment goes on with the one before (the same document of the same source,
+    its positions continued); the first never does."""
+    out = np.zeros(len(document), bool)
+    out[1:] = (document[1:] == document[:-1]) & (position[1:] == position[:-1] + lengths[:-1])
+    if source is not None:
+        out[1:] &= source[1:] == source[:-1]
+    return out
 
 
 def _contiguous(fragments: Fragments) -> bool:

@@ -7,7 +7,9 @@ is (`stream.pipeline`); this module only puts the batches together, position by 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Iterator, Sequence
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,6 +18,7 @@ from ..convert.arrow_values import take
 from ..errors import DataError
 from ..planning.interleave import Interleave
 from .blocks import Segment
+from .fragments import Fragments
 
 __all__ = ["interleaved"]
 
@@ -29,12 +32,12 @@ class _Rows:
         self._blocks = blocks
         self._schema = schema
         self._where = where
-        self._block: pa.RecordBatch | None = None
+        self._block: pa.RecordBatch | Fragments | None = None
         self._order: np.ndarray | None = None
         self._at = 0
 
-    def take(self, n: int) -> pa.RecordBatch:
-        parts: list[pa.RecordBatch] = []
+    def take(self, n: int) -> pa.RecordBatch | Fragments:
+        parts: list[Any] = []
         while n:
             if self._block is None or self._at >= self._rows():
                 segment = next(self._blocks, None)
@@ -43,8 +46,9 @@ class _Rows:
                         f"{self._where()}: the source's rows ended {n} rows before its plan "
                         "said; were its files changed while reading?"
                     )
-                self._block, self._order = segment
-                self._at = 0
+                block, self._order = segment
+                assert not isinstance(block, pa.Table), "a mixture's blocks are one batch"
+                self._block, self._at = block, 0
             got = min(n, self._rows() - self._at)
             assert self._block is not None
             if self._order is None:
@@ -53,6 +57,8 @@ class _Rows:
                 parts.append(take(self._block, self._order[self._at : self._at + got]))
             self._at += got
             n -= got
+        if isinstance(parts[0], Fragments):  # a packed source's tokens
+            return Fragments.concat(parts)
         batch = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
         if batch.schema != self._schema:
             batch = batch.select(self._schema.names).cast(self._schema)
@@ -83,12 +89,15 @@ def interleaved(
     """
     k = len(blocks)
     rows = [_Rows(b, schema, where[i]) if b is not None else None for i, b in enumerate(blocks)]
+    if interleave.unit > 1:
+        yield from _sequences(rows, interleave, positions, batch_size)
+        return
     pos, end = positions
     while pos < end:
         n = min(batch_size, end - pos)
         labels = interleave.labels(pos, pos + n)
         counts = np.bincount(labels, minlength=k)
-        taken = []
+        taken: list[Any] = []
         for i, count in enumerate(counts.tolist()):
             if count:
                 source = rows[i]
@@ -103,4 +112,29 @@ def interleaved(
         indices = np.empty(n, np.int64)
         indices[order] = np.arange(n)
         yield batch, indices
+        pos += n
+
+
+def _sequences(
+    rows: Sequence[_Rows | None],
+    interleave: Interleave,
+    positions: tuple[int, int],
+    batch_size: int,
+) -> Iterator[Segment]:
+    """`interleaved` for a packed mixture: its positions are tokens given to the sources a
+    sequence (``interleave.unit`` tokens) at a time, each run of one source's sequences taken
+    whole from its tokens in order."""
+    unit = interleave.unit
+    pos, end = positions
+    assert pos % unit == 0 and batch_size % unit == 0, "batches of whole sequences"
+    while pos < end:
+        n = min(batch_size, end - pos)
+        labels = interleave.unit_labels(pos // unit, -(-(pos + n) // unit))
+        bounds = [0, *(np.flatnonzero(np.diff(labels)) + 1).tolist(), len(labels)]
+        parts = []
+        for a, b in itertools.pairwise(bounds):  # each run of one source's sequences
+            source = rows[int(labels[a])]
+            assert source is not None, "a source with positions has rows"
+            parts.append(source.take(min(b * unit, n) - a * unit))
+        yield Fragments.concat(parts), None
         pos += n

@@ -21,7 +21,7 @@ from ..convert import Field, as_numpy, as_tensor
 from ..planning import Piece
 from ..planning.sequence import DocumentRest
 from ..planning.shuffle import document_permutation
-from .fragments import Fragments
+from .fragments import Fragments, goes_on
 from .read import Reader
 
 __all__ = ["PACKED_KEYS", "Packed", "PackedConverter", "TokenReader", "pack"]
@@ -43,6 +43,7 @@ class Packed:
             batch, a fragment also starting at every sequence start; then the total.
         max_seqlen: the longest fragment.
         padding: padded tokens in the batch.
+        source_ids: a packed mixture's: int32, each token's source (-1: padding).
     """
 
     input_ids: np.ndarray
@@ -51,6 +52,7 @@ class Packed:
     cu_seqlens: np.ndarray
     max_seqlen: int
     padding: int
+    source_ids: np.ndarray | None = None
 
 
 def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
@@ -70,8 +72,7 @@ def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
     lengths = fragments.end - fragments.begin
     starts = fragments.stops - lengths
     # A document's pieces that meet are one fragment (a cut between blocks).
-    new = np.ones(len(lengths), bool)
-    new[1:] = fragments.document[1:] != fragments.document[:-1]
+    new = ~goes_on(fragments.document, fragments.position, lengths, fragments.source)
     position_ids = np.zeros(size, np.int32)
     position_ids[:n] = np.repeat(fragments.position - starts, lengths)
     position_ids[:n] += np.arange(n, dtype=np.int32)
@@ -84,6 +85,11 @@ def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
     first[n] = first[size] = True
     cu_seqlens = np.flatnonzero(first).astype(np.int32)
     max_seqlen = int(np.diff(cu_seqlens).max()) if len(cu_seqlens) > 1 else 0
+    source_ids: np.ndarray | None = None
+    if fragments.source is not None:
+        sources = np.full(size, -1, np.int32)
+        sources[:n] = np.repeat(fragments.source, lengths)
+        source_ids = sources.reshape(rows, seq_len)
     return Packed(
         ids.reshape(rows, seq_len),
         position_ids.reshape(rows, seq_len),
@@ -91,6 +97,7 @@ def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
         cu_seqlens,
         max_seqlen,
         size - n,
+        source_ids,
     )
 
 
@@ -109,14 +116,21 @@ class TokenReader:
         column: the token-list column.
         chunk_rows: rows of each chunk (after the filter): a piece's chunk is read whole.
         eos: a token appended after each document, or ``None``.
+        source: a mixture's source this reads (its documents carry it), or ``None``.
     """
 
     def __init__(
-        self, reader: Reader, column: str, chunk_rows: np.ndarray, eos: int | None = None
+        self,
+        reader: Reader,
+        column: str,
+        chunk_rows: np.ndarray,
+        eos: int | None = None,
+        source: int | None = None,
     ) -> None:
         self.reader = reader
         self.column = column
         self.eos = eos
+        self.source = source
         self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
         # The number of each chunk's first document: documents are numbered in plan order.
         self.first_document = np.cumsum(self.chunk_rows) - self.chunk_rows
@@ -142,7 +156,8 @@ class TokenReader:
         document = int(self.first_document[piece.chunk])
         read = []
         for batch in self.reader.read([([whole], None)]):
-            read.append(Fragments.from_lists(batch.column(self.column), document, self.eos))
+            tokens = batch.column(self.column)
+            read.append(Fragments.from_lists(tokens, document, self.eos, self.source))
             document += batch.num_rows
         return Fragments.concat(read).slice(piece.start, piece.stop - piece.start)
 
@@ -161,18 +176,22 @@ class PackedConverter:
     pad_value: int
     output_format: str = "torch"
     list_format: str = "padded"  # (nothing nested to finish in the main process)
+    source_key: str | None = None  # a mixture's ``source_column``: each token's source
 
     def fields(self, batch: Fragments, rows: None = None) -> list[Field]:
         """The packed batch's fields (``max_seqlen`` a Python int)."""
         assert rows is None, "a packed stream's batches are whole"
         packed = pack(batch, self.seq_len, pad_value=self.pad_value)
-        return [
+        out = [
             Field("input_ids", packed.input_ids, packed.input_ids.shape),
             Field("position_ids", packed.position_ids, packed.position_ids.shape),
             Field("document_ids", packed.document_ids, packed.document_ids.shape),
             Field("cu_seqlens", packed.cu_seqlens, packed.cu_seqlens.shape),
             Field("max_seqlen", packed.max_seqlen, None),
         ]
+        if self.source_key is not None and packed.source_ids is not None:
+            out.append(Field(self.source_key, packed.source_ids, packed.source_ids.shape))
+        return out
 
     def __call__(self, batch: Fragments, rows: None = None) -> dict[str, Any]:
         """The packed batch, as tensors (``output_format="torch"``) or numpy arrays."""
