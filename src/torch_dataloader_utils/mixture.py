@@ -113,7 +113,7 @@ class MixtureDataset(StructuredDataset):
 
     def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
         if source.table is not None:
-            return plan_table(source, fs)
+            return plan_table(source, fs, **self._counting())
         return super()._plan(source, fmt, fs)
 
     def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:

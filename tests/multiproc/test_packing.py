@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
+from tests.packed_data import tokens_of as checked_tokens
 from torch_dataloader_utils.options import Packing
 
 pytestmark = [
@@ -73,23 +74,7 @@ def make(
 
 def tokens_of(batch: dict[str, Any], where: dict[int, tuple[int, int]]) -> list[int]:
     """The batch's tokens, after checking its shape, positions and boundaries."""
-    ids = batch["input_ids"]
-    assert ids.shape[1] == SEQ_LEN and ids.shape[0] <= BATCH
-    flat = ids.reshape(-1)
-    real = flat != PAD
-    positions = batch["position_ids"].reshape(-1)
-    cu = batch["cu_seqlens"].tolist()
-    assert cu[0] == 0 and cu[-1] == flat.numel() and cu == sorted(set(cu))
-    assert batch["max_seqlen"] == max(b - a for a, b in itertools.pairwise(cu))
-    for a, b in itertools.pairwise(cu):
-        assert a // SEQ_LEN == (b - 1) // SEQ_LEN  # never across a sequence
-        fragment = flat[a:b][real[a:b]].tolist()
-        if fragment:
-            docs = {where[t][0] for t in fragment}
-            assert len(docs) == 1  # one document's tokens, in order
-            assert [where[t][1] for t in fragment] == positions[a:b][real[a:b]].tolist()
-            assert fragment == list(range(fragment[0], fragment[0] + len(fragment)))
-    return flat[real].tolist()
+    return checked_tokens(batch, where, seq_len=SEQ_LEN, batch_size=BATCH)
 
 
 @pytest.mark.parametrize("world_size", [1, 2, 3, 4])

@@ -12,6 +12,7 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pytest
 
 pytest.importorskip("pyiceberg")
@@ -19,6 +20,7 @@ pytest.importorskip("pyiceberg")
 from pyiceberg.catalog import Catalog, load_catalog
 from pyiceberg.exceptions import NoSuchNamespaceError
 
+import torch_dataloader_utils as tdu
 from tests.iceberg.conftest import (
     batch_ids,
     commit_position_deletes,
@@ -26,6 +28,7 @@ from tests.iceberg.conftest import (
     flat,
     rows,
 )
+from tests.packed_data import Where, documents, token_table, tokens_of
 from tests.services.postgres import Postgres
 from tests.services.seaweedfs import SeaweedFS
 from torch_dataloader_utils import IcebergDataset
@@ -47,6 +50,23 @@ def _s3_properties(server: SeaweedFS) -> dict[str, str]:
         "s3.secret-access-key": server.secret_key,
         "s3.region": server.region,
         "s3.path-style-access": "true",
+    }
+
+
+def _rest_config(server: SeaweedFS) -> dict[str, str]:
+    """The REST catalog SeaweedFS serves, its warehouse on its S3."""
+    return {
+        "name": "tdu_rest",
+        "type": "rest",
+        "uri": server.iceberg_uri,
+        "warehouse": "s3://warehouse",
+        "rest.sigv4-enabled": "true",
+        "rest.signing-region": server.region,
+        "rest.signing-name": "s3tables",
+        "client.access-key-id": server.access_key,
+        "client.secret-access-key": server.secret_key,
+        "client.region": server.region,
+        **_s3_properties(server),
     }
 
 
@@ -115,19 +135,7 @@ def test_sql_catalog_on_postgresql(postgres: Postgres, tmp_path: Path) -> None:
 def test_rest_catalog_with_an_s3_warehouse(
     seaweedfs: SeaweedFS, caplog: pytest.LogCaptureFixture
 ) -> None:
-    config = {
-        "name": "tdu_rest",
-        "type": "rest",
-        "uri": seaweedfs.iceberg_uri,
-        "warehouse": "s3://warehouse",
-        "rest.sigv4-enabled": "true",
-        "rest.signing-region": seaweedfs.region,
-        "rest.signing-name": "s3tables",
-        "client.access-key-id": seaweedfs.access_key,
-        "client.secret-access-key": seaweedfs.secret_key,
-        "client.region": seaweedfs.region,
-        **_s3_properties(seaweedfs),
-    }
+    config = _rest_config(seaweedfs)
     _, name = _create(config)
     caplog.set_level(logging.DEBUG)
     ids, dataset = _read(config, name)
@@ -166,3 +174,48 @@ def test_sql_catalog_with_an_s3_warehouse_and_deletes(seaweedfs: SeaweedFS, tmp_
         "verify": False,
     }
     assert Counter(ids) == Counter(i for i in range(ROWS) if i not in gone)
+
+
+def test_a_packed_table_on_the_rest_catalog_reads_every_token_once(seaweedfs: SeaweedFS) -> None:
+    """Token counts planned from S3 through the catalog's FileIO, a filter applied: every
+    token of the rows that pass once over two ranks, equal batches."""
+    config = _rest_config(seaweedfs)
+    catalog = _catalog(config)
+    namespace = f"ns_{uuid.uuid4().hex[:8]}"
+    catalog.create_namespace(namespace)
+    rng = np.random.default_rng(3)
+    where: Where = {}
+    parts = [
+        token_table(documents(rng, n, where, first), first) for n, first in ((150, 0), (90, 150))
+    ]
+    table = catalog.create_table(
+        f"{namespace}.docs",
+        schema=parts[0].schema,
+        properties={"write.parquet.row-group-limit": "40"},
+    )
+    for part in parts:
+        table.append(part)
+    expected = {t for t, (d, _) in where.items() if d % 7 != 3}  # (documents are ids)
+    seen: Counter[int] = Counter()
+    batches = []
+    for rank in range(2):
+        loader, _ = IcebergDataset.create_dataloader(
+            table=f"{namespace}.docs",
+            catalog_config=config,
+            packing=tdu.Packing("tokens", seq_len=16, pad_value=-1),
+            filters="label != 3",
+            batch_size=2,
+            shuffle=True,
+            num_workers=2,
+            multiprocessing_context="fork",
+            timeout=60,
+            rank=rank,
+            world_size=2,
+        )
+        got = [tokens_of(b, where, seq_len=16, batch_size=2) for b in loader]
+        assert len(got) == len(loader)
+        batches.append(len(got))
+        seen.update(t for b in got for t in b)
+    assert batches[0] == batches[1]
+    assert max(seen.values()) == 1 and set(seen) <= expected
+    assert len(expected) - len(seen) == len(expected) % 2

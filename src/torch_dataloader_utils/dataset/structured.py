@@ -208,9 +208,17 @@ class StructuredDataset(PlannedDataset):
             split_bytes=source.split_bytes,
             split_rows=source.split_rows,
             cached=self._cached if self.cache is not None else None,
-            tokens=self.options.packing.column if self.options.packing is not None else None,
-            eos=self.options.packing is not None and self.options.packing.eos_token is not None,
+            **self._counting(),
         )
+
+    def _counting(self) -> dict[str, Any]:
+        """What planning a source also counts, as keywords of `plan_source` and `plan_table`:
+        a packed dataset's tokens (its order is one of tokens), with an EOS token's one per
+        document; nothing for another dataset."""
+        packing = self.options.packing
+        if packing is None:
+            return {}
+        return {"tokens": packing.column, "eos": packing.eos_token is not None}
 
     # --- what one source has (a mixture's sources each have their own) --------------------------
 

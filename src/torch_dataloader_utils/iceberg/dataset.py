@@ -33,10 +33,13 @@ def table_format() -> Format:
     return IcebergFormat()
 
 
-def plan_table(source: Source, fs: FileSystemSpec) -> Planned:
+def plan_table(
+    source: Source, fs: FileSystemSpec, *, tokens: str | None = None, eos: bool = False
+) -> Planned:
     """Load ``source``'s table, resolve and pin the snapshot, plan its files (`plan_table`
     of `iceberg.planning`); the plan's ``fs`` is the table's storage, which this rank's own
-    storage options, backend and retries (``fs``) apply over."""
+    storage options, backend and retries (``fs``) apply over. ``tokens``, ``eos``: a packed
+    dataset's token column, counted as `sources.files.plan_source` counts it."""
     from .planning import plan_table as plan
 
     selector = SnapshotSelector.of(
@@ -54,6 +57,8 @@ def plan_table(source: Source, fs: FileSystemSpec) -> Planned:
         split_bytes=source.split_bytes,
         split_rows=source.split_rows,
         user_fs=fs,
+        tokens=tokens,
+        eos=eos,
     )
 
 
@@ -161,7 +166,7 @@ class IcebergDataset(StructuredDataset):
         return table_format()
 
     def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
-        return plan_table(source, fs)
+        return plan_table(source, fs, **self._counting())
 
     @property
     def snapshot_id(self) -> int | None:

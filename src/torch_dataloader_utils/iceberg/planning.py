@@ -24,8 +24,8 @@ from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec
 from ..fs.threads import PLAN_THREADS
 from ..planning import Chunk, Chunks, Plan
-from ..sources.counting import count_rows
-from ..sources.files import Planned, decoded_row_bytes
+from ..sources.counting import count_rows, count_tokens
+from ..sources.files import Planned, check_tokens, decoded_row_bytes
 from ..sources.filters import filter_columns
 from .catalog import TableName, load_table, table_name
 from .deletes import DeletePositions, live_rows, merge_positions, read_position_deletes
@@ -201,16 +201,26 @@ def _chunks(facts: _Facts, split_rows: int | None, split_bytes: int | None) -> l
 
 
 def _columns(
-    schema_json: str, columns: Sequence[str] | None, arrow_filter: pc.Expression | None, name: str
+    schema_json: str,
+    columns: Sequence[str] | None,
+    arrow_filter: pc.Expression | None,
+    name: str,
+    tokens: str | None = None,
 ) -> tuple[list[str], tuple[str, ...]]:
-    """The columns batches carry, and those the row filter reads.
+    """The columns batches carry (a packed table's ``tokens`` among them), and those the row
+    filter reads.
 
     Raises:
         ColumnNotFoundError: a column is not in the table.
+        UnsupportedTypeError: ``tokens`` does not hold lists of integers.
     """
     available = arrow_schema(schema_json, None)
     needed = filter_columns(arrow_filter, available) if arrow_filter is not None else ()
     wanted = list(columns) if columns is not None else list(available.names)
+    if tokens is not None:
+        check_tokens(available, tokens, f"Iceberg table {name}")
+        if tokens not in wanted:  # a packed dataset reads its tokens
+            wanted.append(tokens)
     try:
         projected_schema(schema_json, tuple(wanted))
     except ColumnNotFoundError as exc:
@@ -261,12 +271,17 @@ def plan_table(
     split_bytes: int | None,
     split_rows: int | None,
     user_fs: FileSystemSpec,
+    tokens: str | None = None,
+    eos: bool = False,
 ) -> Planned:
     """Plan a read of an Iceberg table: everything that reads the catalog and storage.
 
     Args:
         user_fs: the dataset's own filesystem, whose storage options (over the table's),
             backend and retries planning reads the table's files with.
+        tokens, eos: a packed dataset's token-list column, whose values in each chunk's live
+            rows that pass the filter are counted (with one more per list that is not null
+            when ``eos``), as `sources.files.plan_source` counts them.
 
     Returns:
         The plan, with `IcebergReadOptions`, and as its ``fs`` the table's storage (its
@@ -289,7 +304,7 @@ def plan_table(
     fs = storage.under(user_fs)
     schema_json = resolved.schema.model_dump_json()
     arrow_filter, iceberg_filter = normalize_filter(filters, resolved.schema)
-    wanted, needed = _columns(schema_json, columns, arrow_filter, name)
+    wanted, needed = _columns(schema_json, columns, arrow_filter, name, tokens)
     read = tuple(dict.fromkeys([*wanted, *needed]))
     field_ids = set(projected_schema(schema_json, read).field_ids)
 
@@ -310,10 +325,9 @@ def plan_table(
         files=tuple(f.info for f in facts),
     )
     fmt = IcebergFormat()
-    filtered_rows = None
-    if arrow_filter is not None:
-        counting = dataclasses.replace(options, columns=tuple(needed))
-        filtered_rows = tuple(count_rows(chunks, fmt, fs, counting))
+    filtered_rows, chunk_tokens = _counts(
+        chunks, fmt, fs, options, needed=needed, tokens=tokens, eos=eos
+    )
     rows = sum(c.num_rows for c in chunks)
     plan = Plan(
         chunks=Chunks.of(chunks),
@@ -346,4 +360,28 @@ def plan_table(
         output_columns=tuple(wanted) if needed or columns is not None else None,
         decoded_row_bytes=decoded_row_bytes(chunks, plan.row_bytes, options, fmt, fs),
         fs=storage,
+        chunk_tokens=chunk_tokens,
     )
+
+
+def _counts(
+    chunks: Sequence[Chunk],
+    fmt: IcebergFormat,
+    fs: FileSystemSpec,
+    options: IcebergReadOptions,
+    *,
+    needed: tuple[str, ...],
+    tokens: str | None,
+    eos: bool,
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None]:
+    """The live rows of each chunk that pass the row filter (``None`` without one), and a
+    packed dataset's tokens in them (``None`` unless ``tokens``), reading only the columns
+    each count needs."""
+    filtered_rows = chunk_tokens = None
+    if options.filter is not None:
+        counting = dataclasses.replace(options, columns=needed)
+        filtered_rows = tuple(count_rows(chunks, fmt, fs, counting))
+    if tokens is not None:
+        counting = dataclasses.replace(options, columns=tuple(dict.fromkeys([tokens, *needed])))
+        chunk_tokens = tuple(count_tokens(chunks, fmt, fs, counting, tokens, eos=eos))
+    return filtered_rows, chunk_tokens

@@ -233,4 +233,4 @@ class Mixed:
         )
 
     def rank_batches(self, rank: Topology) -> int:
-        return strategy_of("equal").rank_batches(self.epoch_rows, rank, self.layout)
+        return self.mixture.rank_batches(self.layout, rank)

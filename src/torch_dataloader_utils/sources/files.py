@@ -27,7 +27,7 @@ from ..planning import Chunk, Chunks, Plan
 from .counting import count_rows, count_tokens
 from .filters import filter_columns
 
-__all__ = ["Planned", "decoded_row_bytes", "plan_source"]
+__all__ = ["Planned", "check_tokens", "decoded_row_bytes", "plan_source"]
 
 # Rows read at plan time to measure the decoded size of a row: at most this many, and about
 # `_SAMPLE_BYTES` of them by the plan's estimate (the footers' encoded sizes).
@@ -116,7 +116,7 @@ def plan_source(
         )
     available = pa.schema(list(file_schema) + list(partition_schema))
     if tokens is not None:
-        _check_tokens(available, tokens, str(path))
+        check_tokens(available, tokens, str(path))
     # Requested columns are checked against every file by the format's plan (missing
     # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
     needed = _filter_columns(
@@ -235,7 +235,7 @@ def _filter_columns(
         raise ColumnNotFoundError(f"{fs.url(files[0].path)}: {exc}") from exc
 
 
-def _check_tokens(schema: pa.Schema, column: str, where: str) -> None:
+def check_tokens(schema: pa.Schema, column: str, where: str) -> None:
     """Refuse a packed dataset's token column that is missing or not lists of integers.
 
     Raises:

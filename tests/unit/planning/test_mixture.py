@@ -3,6 +3,7 @@ epoch, checked by brute force against the definitions of docs/concepts/mixtures.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import random
 from collections import Counter
@@ -377,3 +378,36 @@ def test_elastic_legs_read_the_rest_of_each_source_once(seed: int) -> None:
 def test_an_empty_interleave_has_no_positions() -> None:
     inter = Interleave([0, 0], "random", seed=0, epoch=0)
     assert inter.labels(0, 5).tolist() == [] and inter.prefix(7).tolist() == [0, 0]
+
+
+@pytest.mark.parametrize("remainder", ["drop", "pad", "uneven"])
+@pytest.mark.parametrize("drop_last", [False, True])
+def test_a_packed_mixtures_streams_start_at_whole_sequences(
+    remainder: str, drop_last: bool
+) -> None:
+    """A packed mixture gives each sequence (``unit`` positions) to one source: a rank or
+    worker starting inside a sequence would read half of another source's sequence (it failed
+    with 4 ranks over 162 sequences). Spans are cut in sequences; ranks stay equal."""
+    unit, sequences = 8, 162
+    base = layout(3 * unit, shuffle=True, drop_last=drop_last, remainder=remainder)
+    lay = dataclasses.replace(base, unit=unit)
+    mixture = Mixture((np.asarray([100, 60]), np.asarray([40])), (106 * unit, 56 * unit), "random")
+    assert sum(mixture.quotas) == sequences * unit
+    for ranks, workers in itertools.product([1, 2, 3, 4, 5, 7], [1, 2, 3]):
+        mix = mixture.epoch(lay, 0, ())
+        every: list[tuple[int, int]] = []
+        batches = []
+        for rank in range(ranks):
+            spans = mixture.spans(mix, Topology(rank, ranks, 0, workers))
+            assert all(a % unit == 0 and b % unit == 0 for a, b in spans)
+            counts, _ = Mixed(mixture, lay).rank_streams(
+                Iteration(0), Topology(rank, ranks, 0, workers)
+            )
+            assert sum(counts) == Mixed(mixture, lay).rank_batches(Topology(rank, ranks))
+            batches.append(sum(counts))
+            every += spans
+        if remainder != "uneven":
+            assert len(set(batches)) == 1
+        covered = sum(b - a for a, b in every)
+        if remainder == "drop" and not drop_last:
+            assert covered == sequences // ranks * ranks * unit  # fewer than a sequence a rank
