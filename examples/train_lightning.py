@@ -8,6 +8,7 @@ Run it from the repository root (CPU: two processes with gloo; GPUs: ``--acceler
     python examples/train_lightning.py --resume /tmp/tdu_lightning/ckpt/step=20.ckpt
     python examples/train_lightning.py --predict                        # trainer.predict
     python examples/train_lightning.py --mixture                        # two sources, mixed
+    python examples/train_lightning.py --packed --data /tmp/tdu_packed  # packed sequences
 
 What it shows:
 
@@ -20,6 +21,8 @@ What it shows:
 - ``ModelCheckpoint(every_n_train_steps=...)`` saves the loader's state with the model;
   ``fit(ckpt_path=...)`` continues with the very batch that followed it.
 - ``trainer.predict`` rebuilds the loader from its attributes: same rows, once each.
+- ``--packed``: documents of token ids packed into sequences (``packing=tdu.Packing(...)``);
+  Lightning moves, checkpoints and resumes the packed batches as any other; every token once.
 
 With ``--out DIR`` every rank writes the row ids it read (per epoch and global step) to
 ``DIR/<tag>-rank<r>.json``; the test suite checks them (tests/trainers/test_lightning.py).
@@ -46,6 +49,8 @@ from torch import nn
 import torch_dataloader_utils as tdu
 
 FEATURES = [f"x{i}" for i in range(8)]
+# --packed: documents of 0-29 tokens, TOKENS token ids in all (each once), sequences of SEQ_LEN.
+TOKENS, SEQ_LEN, PAD, VOCAB = 3_017, 16, -1, 64
 TMP = Path(tempfile.gettempdir()) / "tdu_lightning"
 
 
@@ -69,26 +74,51 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--mixture", action="store_true", help="read the files as two sources, mixed stratified"
     )
+    parser.add_argument("--packed", action="store_true", help="packed sequences of token ids")
     return parser.parse_args()
 
 
-def write_data(root: Path, rows: int = 4_000, files: int = 4) -> None:
-    """A small synthetic dataset: ``id``, eight float features and a 0/1 label."""
+def write_data(root: Path, rows: int = 4_000, files: int = 4, packed: bool = False) -> None:
+    """A small synthetic dataset: ``id``, eight float features and a 0/1 label; or
+    (``packed``) documents of token ids 0 to ``TOKENS - 1``."""
     if root.exists():
         return
     rng = np.random.default_rng(0)
     part = root.with_name(root.name + f".part{os.getpid()}")
     part.mkdir(parents=True)
-    for i, ids in enumerate(np.array_split(np.arange(rows), files)):
-        x = rng.normal(size=(len(ids), len(FEATURES))).astype("float32")
-        columns = {"id": ids, **{f: x[:, j] for j, f in enumerate(FEATURES)}}
-        columns["label"] = (x.sum(axis=1) > 0).astype("int64")
-        pq.write_table(pa.table(columns), part / f"part-{i}.parquet", row_group_size=250)
+    if packed:
+        write_documents(part, rng, files)
+    else:
+        for i, ids in enumerate(np.array_split(np.arange(rows), files)):
+            x = rng.normal(size=(len(ids), len(FEATURES))).astype("float32")
+            columns = {"id": ids, **{f: x[:, j] for j, f in enumerate(FEATURES)}}
+            columns["label"] = (x.sum(axis=1) > 0).astype("int64")
+            pq.write_table(pa.table(columns), part / f"part-{i}.parquet", row_group_size=250)
     with contextlib.suppress(OSError):  # another process finished first
         part.rename(root)
 
 
+def write_documents(root: Path, rng: np.random.Generator, files: int) -> None:
+    """Documents of 0-29 tokens whose ids, 0 to ``TOKENS - 1``, are each in one document."""
+    lengths: list[int] = []
+    while sum(lengths) < TOKENS:
+        lengths.append(min(int(rng.integers(0, 30)), TOKENS - sum(lengths)))
+    starts = np.cumsum([0, *lengths])
+    documents = [list(range(a, a + n)) for a, n in zip(starts.tolist(), lengths, strict=False)]
+    for i, part in enumerate(np.array_split(np.arange(len(documents)), files)):
+        tokens = pa.array([documents[d] for d in part], pa.list_(pa.int64()))
+        pq.write_table(pa.table({"tokens": tokens}), root / f"part-{i}.parquet", row_group_size=20)
+
+
 def make_loader(args: argparse.Namespace) -> tdu.TabularDataLoader:
+    if args.packed:  # sequences of SEQ_LEN tokens, batch_size of them a batch
+        return tdu.create_dataloader(
+            str(args.data),
+            packing=tdu.Packing("tokens", seq_len=SEQ_LEN, pad_value=PAD),
+            batch_size=args.batch_size,
+            shuffle=True,
+            num_workers=args.workers,
+        )
     if args.mixture:  # the same rows as two sources: every row once per epoch, each batch half-half
         files = sorted(str(f) for f in args.data.glob("*.parquet"))
         half = len(files) // 2
@@ -119,7 +149,8 @@ class Classifier(L.LightningModule):
         super().__init__()
         self.args = args
         self.loader = loader  # built in this process (ddp_spawn), else in train_dataloader()
-        self.net = nn.Linear(len(FEATURES), 2)
+        # (DDP wants every parameter used: a packed batch's model has no other)
+        self.net = nn.Embedding(VOCAB, 1) if args.packed else nn.Linear(len(FEATURES), 2)
         self.seen: list[dict[str, Any]] = []  # one entry per batch: epoch, step, ids
 
     def train_dataloader(self) -> tdu.TabularDataLoader:
@@ -132,6 +163,12 @@ class Classifier(L.LightningModule):
             self.train_dataloader().set_epoch(self.current_epoch)
 
     def training_step(self, batch: dict[str, Any], index: int) -> torch.Tensor:
+        if self.args.packed:
+            tokens = batch["input_ids"]
+            real = tokens != PAD
+            record = {"epoch": self.current_epoch, "step": self.global_step}
+            self.seen.append({**record, "ids": tokens[real].tolist()})
+            return self.net(tokens.clamp(min=0) % VOCAB)[real].pow(2).mean()
         x = torch.stack([batch[f] for f in FEATURES], dim=1)
         ids = batch["id"].tolist()
         record = {"epoch": self.current_epoch, "step": self.global_step, "ids": ids}
@@ -141,7 +178,11 @@ class Classifier(L.LightningModule):
         return nn.functional.cross_entropy(self.net(x), batch["label"])
 
     def predict_step(self, batch: dict[str, Any], index: int) -> list[int]:
-        ids: list[int] = batch["id"].tolist()
+        if self.args.packed:
+            tokens = batch["input_ids"]
+            ids: list[int] = tokens[tokens != PAD].tolist()
+        else:
+            ids = batch["id"].tolist()
         self.seen.append({"epoch": 0, "step": index, "ids": ids})
         return ids
 
@@ -165,7 +206,8 @@ class Classifier(L.LightningModule):
 def main() -> None:
     args = parse_args()
     if int(os.environ.get("LOCAL_RANK", "0")) == 0:
-        write_data(args.data)  # ddp: rank 0 (this process) writes it before Lightning launches
+        # ddp: rank 0 (this process) writes it before Lightning launches
+        write_data(args.data, packed=args.packed)
     trainer = L.Trainer(
         accelerator=args.accelerator,
         devices=args.devices,

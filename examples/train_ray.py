@@ -3,6 +3,7 @@
 Run it from the repository root::
 
     python examples/train_ray.py
+    python examples/train_ray.py --packed    # packed sequences of token documents
 
 What it shows:
 
@@ -13,6 +14,8 @@ What it shows:
   loader in a reader that fetches one batch ahead, which the loader's state leaves out (the
   wrapper's ``state_dict()`` is the loader's).
 - The loader's ``state_dict()`` goes into the checkpoint; a second run resumes from it exactly.
+- ``--packed``: the same over ``packing=tdu.Packing(...)``: Ray's wrapper moves the packed
+  batch (a dict of tensors, ``max_seqlen`` an int) as it is; every token once.
 """
 
 from __future__ import annotations
@@ -36,6 +39,24 @@ from ray.train.torch import TorchTrainer
 import torch_dataloader_utils as tdu
 
 ROWS = 2_000
+DOCUMENTS, SEQ_LEN, PAD = 240, 16, -1  # --packed: documents of 0-29 tokens
+
+
+def write_data(data: Path, packed: bool) -> None:
+    """Four Parquet files: ``ROWS`` ids, or (``packed``) ``DOCUMENTS`` documents of token ids
+    that are unique (so reads can be checked)."""
+    data.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    token = 0
+    for i, ids in enumerate(np.array_split(np.arange(DOCUMENTS if packed else ROWS), 4)):
+        columns: dict[str, Any] = {"id": ids}
+        if packed:
+            documents = []
+            for n in rng.integers(0, 30, len(ids)).tolist():
+                documents.append(list(range(token, token + n)))
+                token += n
+            columns["tokens"] = pa.array(documents, pa.list_(pa.int64()))
+        pq.write_table(pa.table(columns), data / f"part-{i}.parquet", row_group_size=100)
 
 
 def train_loop(config: dict[str, Any]) -> None:
@@ -51,7 +72,9 @@ def train_loop(config: dict[str, Any]) -> None:
     step = 0
     for _ in range(config["epochs"]):
         for batch in loader:  # no set_epoch: each pass reads the next epoch
-            seen.append({"epoch": loader.dataset.epoch, "step": step, "ids": batch["id"].tolist()})
+            ids = batch["input_ids"] if "input_ids" in batch else batch["id"]  # (packed or not)
+            ids = ids[ids != PAD].tolist()
+            seen.append({"epoch": loader.dataset.epoch, "step": step, "ids": ids})
             step += 1
             if step == config["stop_at"]:
                 break
@@ -78,14 +101,18 @@ def run(loader: tdu.TabularDataLoader, out: Path, tag: str, **config: Any) -> Ch
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp()))
+    parser.add_argument("--packed", action="store_true", help="packed sequences of tokens")
     args = parser.parse_args()
     data = args.out / "data"
-    data.mkdir(parents=True, exist_ok=True)
-    for i, ids in enumerate(np.array_split(np.arange(ROWS), 4)):
-        pq.write_table(pa.table({"id": ids}), data / f"part-{i}.parquet", row_group_size=100)
+    write_data(data, args.packed)
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
-        loader = tdu.create_dataloader(str(data), batch_size=50, shuffle=True, num_workers=1)
+        if args.packed:
+            packing = tdu.Packing("tokens", seq_len=SEQ_LEN, pad_value=PAD)
+            options: dict[str, Any] = {"packing": packing, "batch_size": 3}
+        else:
+            options = {"batch_size": 50}
+        loader = tdu.create_dataloader(str(data), shuffle=True, num_workers=1, **options)
         checkpoint = run(loader, args.out, "first", epochs=2, stop_at=7)
         run(loader, args.out, "second", epochs=2, stop_at=0, checkpoint=checkpoint)
     finally:

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 PAD = -1
@@ -116,3 +117,10 @@ def tokens_of(batch: dict[str, Any], where: Where, *, seq_len: int, batch_size: 
 
 def flat_tokens(batches: Iterable[list[int]]) -> list[int]:
     return [t for batch in batches for t in batch]
+
+
+def tokens_in(root: Path, column: str = "tokens") -> int:
+    """Tokens of the Parquet files under ``root`` (an example's data, whose ids are 0 to
+    this less one)."""
+    lists = pq.read_table(root, columns=[column])[column]
+    return int(pc.sum(pc.list_value_length(lists)).as_py() or 0)

@@ -4,11 +4,13 @@ Lightning owns the epoch loop: it never calls ``loader.set_epoch``, only
 ``loader.sampler.set_epoch``; with ``ddp_spawn`` it pickles a loader built in the parent into
 the ranks; it saves the loader's state in its checkpoints and rebuilds the loader from its
 attributes for ``predict``. Every case reads every row once per epoch, a new order each epoch,
-equal batches per rank.
+equal batches per rank; fit, resume and predict also over packed sequences (``--packed``:
+every token once).
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -20,6 +22,23 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(400)]
 ROWS = 4_000  # the example's generated data
 BATCH = 64
 BATCHES = ROWS // 2 // BATCH + 1  # per rank and epoch: 2,000 rows, the last batch short
+
+
+@dataclass(frozen=True)
+class Data:
+    """What a run reads: ``rows`` ids (tokens when packed), ``missing`` of them left out by
+    "drop" each epoch, ``BATCHES`` batches per rank and epoch; ``options`` choose it."""
+
+    rows: int
+    missing: int
+    options: tuple[str, ...]
+
+
+ROWS_DATA = Data(ROWS, 0, ())
+# --packed: 3,017 tokens in documents of 0-29, sequences of 16, 3 a batch: each rank's 1,508
+# tokens are 31 whole batches and one of 20 tokens (the second sequence padded), 1 left out.
+PACKED = Data(3_017, 1, ("--packed", "--batch-size", "3"))
+DATA = pytest.mark.parametrize("data", [ROWS_DATA, PACKED], ids=["rows", "packed"])
 
 
 def _options(tmp_path: Path, *more: str) -> list[str]:
@@ -36,59 +55,78 @@ def _options(tmp_path: Path, *more: str) -> list[str]:
     ]
 
 
-def _assert_exactly_once_and_reshuffled(report: dict, epochs: int) -> None:
+def _assert_exactly_once_and_reshuffled(report: dict, epochs: int, data: Data = ROWS_DATA) -> None:
     assert sorted(report) == list(range(epochs))
     for epoch in report.values():
-        assert (epoch.seen, epoch.duplicated, epoch.missing) == (ROWS, 0, 0)
+        assert (epoch.seen, epoch.duplicated, epoch.missing) == (
+            data.rows - data.missing,
+            0,
+            data.missing,
+        )
         assert epoch.batches == (BATCHES, BATCHES)
     assert len({epoch.first for epoch in report.values()}) == epochs  # a new order each epoch
 
 
 @pytest.mark.parametrize(
-    ("options", "epochs"),
-    [([], 3), (["--set-epoch"], 2), (["--strategy", "ddp_spawn"], 2)],
-    ids=["ddp", "ddp-user-set-epoch", "ddp_spawn-loader-built-in-parent"],
+    ("options", "epochs", "data"),
+    [
+        ([], 3, ROWS_DATA),
+        (["--set-epoch"], 2, ROWS_DATA),
+        (["--strategy", "ddp_spawn"], 2, ROWS_DATA),
+        ([], 2, PACKED),
+    ],
+    ids=["ddp", "ddp-user-set-epoch", "ddp_spawn-loader-built-in-parent", "ddp-packed"],
 )
 def test_fit_reads_every_row_once_per_epoch_in_a_new_order(
-    tmp_path: Path, options: list[str], epochs: int
+    tmp_path: Path, options: list[str], epochs: int, data: Data
 ) -> None:
-    run_example("train_lightning.py", *_options(tmp_path, "--epochs", str(epochs), *options))
-    report = epoch_report(read_ranks(tmp_path / "out", "run"), ROWS)
-    _assert_exactly_once_and_reshuffled(report, epochs)
+    more = ["--epochs", str(epochs), *options, *data.options]
+    run_example("train_lightning.py", *_options(tmp_path, *more))
+    report = epoch_report(read_ranks(tmp_path / "out", "run"), data.rows)
+    _assert_exactly_once_and_reshuffled(report, epochs, data)
 
 
+@DATA
 def test_fit_resumes_exactly_mid_epoch_and_from_the_last_step_of_an_epoch(
-    tmp_path: Path,
+    tmp_path: Path, data: Data
 ) -> None:
     # One run of epoch 0 saves every 4 steps: step 20 is mid-epoch, the last step ends it.
-    every = ["--save-every", "4"]
+    every = ["--save-every", "4", *data.options]
     run_example("train_lightning.py", *_options(tmp_path, "--epochs", "1", *every, "--tag", "a"))
     first = read_ranks(tmp_path / "out", "a")
     middle, end = (tmp_path / "ckpt" / f"step={step}.ckpt" for step in (20, BATCHES))
     assert middle.is_file() and end.is_file()
 
     # From step 20: the rest of epoch 0, then epoch 1, as if steps 20 on had never been read.
-    run_example("train_lightning.py", *_options(tmp_path, "--resume", str(middle), "--tag", "b"))
+    resume = [*data.options, "--resume"]
+    run_example("train_lightning.py", *_options(tmp_path, *resume, str(middle), "--tag", "b"))
     before = {  # what the checkpoint covered: steps 0-19 of epoch 0
         rank: [r for r in records if r["step"] < 20] for rank, records in first.items()
     }
     assert all(len(records) == 20 for records in before.values())
     second = read_ranks(tmp_path / "out", "b")
     assert all(r["step"] >= 20 for records in second.values() for r in records)
-    _assert_exactly_once_and_reshuffled(epoch_report(merge(before, second), ROWS), 2)
+    report = epoch_report(merge(before, second), data.rows)
+    _assert_exactly_once_and_reshuffled(report, 2, data)
 
     # From the epoch's last step: the checkpoint holds a complete epoch, so epoch 1 is read.
-    run_example("train_lightning.py", *_options(tmp_path, "--resume", str(end), "--tag", "c"))
+    run_example("train_lightning.py", *_options(tmp_path, *resume, str(end), "--tag", "c"))
     third = read_ranks(tmp_path / "out", "c")
     assert {r["epoch"] for records in third.values() for r in records} == {1}
-    _assert_exactly_once_and_reshuffled(epoch_report(merge(first, third), ROWS), 2)
+    _assert_exactly_once_and_reshuffled(epoch_report(merge(first, third), data.rows), 2, data)
 
 
-def test_predict_rebuilds_the_loader_and_reads_every_row_once(tmp_path: Path) -> None:
-    run_example("train_lightning.py", *_options(tmp_path, "--predict", "--tag", "predict"))
-    report = epoch_report(read_ranks(tmp_path / "out", "predict"), ROWS)
+@DATA
+def test_predict_rebuilds_the_loader_and_reads_every_row_once(tmp_path: Path, data: Data) -> None:
+    predict = ["--predict", "--tag", "predict", *data.options]
+    run_example("train_lightning.py", *_options(tmp_path, *predict))
+    report = epoch_report(read_ranks(tmp_path / "out", "predict"), data.rows)
     epoch = report[0]
-    assert (epoch.seen, epoch.duplicated, epoch.missing) == (ROWS, 0, 0)
+    assert (epoch.seen, epoch.duplicated, epoch.missing) == (
+        data.rows - data.missing,
+        0,
+        data.missing,
+    )
     assert epoch.batches == (BATCHES, BATCHES)
 
 

@@ -1,12 +1,14 @@
 """Ray Train's default wrapper (``prepare_data_loader(loader)``, ``move_to_device=True``) holds
 one batch ahead of its user: a state taken through it, or through the loader it wraps, counts
-only the batches the user received, at every stop of an epoch (the whole Ray run is in
-``test_ray.py``; here the wrapper class Ray returns, without starting Ray)."""
+only the batches the user received, at every stop of an epoch, and packed batches (dicts whose
+``cu_seqlens`` differ in length, ``max_seqlen`` an int) pass its move whole (the whole Ray run
+is in ``test_ray.py``; here the wrapper class Ray returns, without starting Ray)."""
 
 from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -16,8 +18,10 @@ import torch
 from ray.train.torch.train_loop_utils import _WrappedDataLoader
 
 import torch_dataloader_utils as tdu
+from tests.packed_data import Where, tokens_of, write_documents
 
 ROWS, BATCH = 240, 10
+SEQ_LEN = 16
 
 pytestmark = pytest.mark.timeout(300)
 
@@ -29,13 +33,23 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return root
 
 
-def wrapped(data: Path, workers: int) -> tuple[tdu.TabularDataLoader, _WrappedDataLoader]:
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Where]:
+    """Token documents (ids unique) for packed sequences: about 4,000 tokens."""
+    root = tmp_path_factory.mktemp("ray-wrapper-packed")
+    return root, write_documents(root, 2, 140)
+
+
+def wrapped(
+    data: Path, workers: int, **options: Any
+) -> tuple[tdu.TabularDataLoader, _WrappedDataLoader]:
+    options.setdefault("batch_size", BATCH)
     loader = tdu.create_dataloader(
         str(data),
-        batch_size=BATCH,
         shuffle=True,
         num_workers=workers,
         multiprocessing_context="fork" if workers else None,
+        **options,
     )
     return loader, _WrappedDataLoader(loader, torch.device("cpu"), False)
 
@@ -68,3 +82,29 @@ def test_set_epoch_through_the_wrapper_reaches_the_loader(data: Path) -> None:
     wrapper.set_epoch(3)
     assert loader.dataset.epoch == 3
     assert sorted(i for b in wrapper for i in b["id"].tolist()) == list(range(ROWS))
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+@pytest.mark.parametrize("stop", [0, 1, 7, -1, None])  # (-1: the last but one; None: all)
+def test_packed_batches_pass_the_wrapper_whole_and_a_state_under_it_resumes_exactly(
+    documents: tuple[Path, Where], workers: int, stop: int | None
+) -> None:
+    root, where = documents
+    packing = tdu.Packing("tokens", seq_len=SEQ_LEN, pad_value=-1)
+    options = {"packing": packing, "batch_size": 3}
+    loader, wrapper = wrapped(root, workers, **options)
+    total = len(loader)
+    stop = total if stop is None else stop % total
+    seen: Counter[int] = Counter()
+    batches = iter(wrapper)
+    for _ in range(stop):
+        batch = next(batches)
+        assert isinstance(batch["max_seqlen"], int)  # left as it is by Ray's move
+        seen.update(tokens_of(batch, where, seq_len=SEQ_LEN, batch_size=3))
+    state = wrapper.state_dict()
+    assert state["batches"] == stop and state["complete"] == (stop == total)
+    _, rewrapped = wrapped(root, workers, **options)
+    rewrapped.load_state_dict(state)
+    for batch in rewrapped if stop < total else []:
+        seen.update(tokens_of(batch, where, seq_len=SEQ_LEN, batch_size=3))
+    assert seen == Counter(set(where))  # every token of epoch 0 exactly once
