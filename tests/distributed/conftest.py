@@ -27,6 +27,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from tests.conftest import make_table, write_parquet
+from tests.packed_data import write_documents
 
 REPO = Path(__file__).resolve().parents[2]
 SCRIPTS = Path(__file__).resolve().parent / "scripts"
@@ -232,6 +233,30 @@ def corrupt_dataset_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     data[column.data_page_offset + column.total_compressed_size - 8] ^= 0x10
     bad.write_bytes(bytes(data))
     return root
+
+
+# Packed sequences (`packed_dataset`): 16 tokens a sequence, 2 sequences a batch, pads -1.
+PACKING = {"column": "tokens", "seq_len": 16, "pad_value": -1}
+PACKED_BATCH = 2
+
+
+@dataclass(frozen=True)
+class PackedData:
+    """Token documents in Parquet: ``tokens`` ids ``0..tokens-1``, each in one document."""
+
+    root: Path
+    tokens: int
+
+
+@pytest.fixture(scope="session")
+def packed_dataset(tmp_path_factory: pytest.TempPathFactory) -> PackedData:
+    """Four files of 50 documents of 0-29 tokens (row groups of 13 documents): 3,007 tokens,
+    which neither 2 nor 3 ranks divide; per rank 47 batches of 32 tokens on 2 ranks, 32 on 3,
+    the last one short."""
+    root = tmp_path_factory.mktemp("distributed") / "packed"
+    where = write_documents(root, 4, 50, seed=4, row_group_size=13)
+    assert len(where) == max(where) + 1 == 3_007, len(where)
+    return PackedData(root, len(where))
 
 
 @pytest.fixture(scope="module")

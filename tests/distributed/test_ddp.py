@@ -2,7 +2,8 @@
 
 One launch per world size reads every configuration (``scripts/read_epochs.py``); the tests
 below check its result. Ranks learn their rank from the initialised process group, and every
-rank builds the loader, as in a DDP job.
+rank builds the loader, as in a DDP job. The ``packed`` cases read packed sequences of token
+documents (ids are tokens, each once in the data; rank 0 alone counts them at planning).
 """
 
 from __future__ import annotations
@@ -18,18 +19,22 @@ import torch_dataloader_utils as tdu
 from tests.distributed.conftest import (
     BATCH,
     CORRUPT_IDS,
+    PACKED_BATCH,
+    PACKING,
     ROWS,
+    PackedData,
     assert_exactly_once,
     ids_of,
     run_script,
 )
-from tests.distributed.scripts.ranks import FILTERS
+from tests.distributed.scripts.ranks import FILTERS, ids, packing_of
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 
 EPOCHS = 2
 SEED = 3  # the shuffle seed scripts/read_epochs.py uses
 READS = ("workers0", "workers2", "workers2-persistent")
+PACKED = ("packed-workers0", "packed-workers2")
 CASES: list[dict[str, Any]] = [
     {"name": "workers0", "num_workers": 0, "epochs": EPOCHS},
     {"name": "workers2", "num_workers": 2, "epochs": EPOCHS},
@@ -45,6 +50,16 @@ Ranks = list[dict[str, Any]]  # one case's result: one entry per rank
 class DdpRun:
     world_size: int
     cases: dict[str, Ranks]
+    tokens: int  # the packed cases' data
+
+    def rows(self, case: str) -> int:
+        """Ids of ``case``'s data: rows, or tokens."""
+        return self.tokens if case in PACKED else ROWS
+
+
+def _batch_rows(case: str) -> int:
+    """Ids of a whole batch of ``case``."""
+    return PACKED_BATCH * PACKING["seq_len"] if case in PACKED else BATCH
 
 
 @pytest.fixture(scope="module", params=[2, 3], ids=lambda n: f"{n}ranks")
@@ -53,6 +68,7 @@ def ddp_run(
     dataset_dir: Path,
     csv_dataset_dir: Path,
     corrupt_dataset_dir: Path,
+    packed_dataset: PackedData,
     work_dir: Path,
 ) -> DdpRun:
     world_size = request.param
@@ -64,10 +80,13 @@ def ddp_run(
     cases.append({"batch_size": BATCH, "name": "csv", "num_workers": 2, **csv})
     skip = {"data": str(corrupt_dataset_dir), "on_error": "skip", "epochs": EPOCHS}
     cases.append({"batch_size": BATCH, "name": "skip", "num_workers": 2, **skip})
+    packed = {"data": str(packed_dataset.root), "packing": PACKING, "epochs": EPOCHS}
+    for name, workers in zip(PACKED, (0, 2), strict=True):
+        cases.append({"batch_size": PACKED_BATCH, "name": name, "num_workers": workers, **packed})
     result, _ = run_script(
         "read_epochs.py", world_size, {"data": str(dataset_dir), "out": str(out), "cases": cases}
     )
-    return DdpRun(world_size, result)
+    return DdpRun(world_size, result, packed_dataset.tokens)
 
 
 def _epoch(ranks: Ranks, epoch: int) -> list[list[list[int]]]:
@@ -79,28 +98,29 @@ def _flat(batches: list[list[int]]) -> list[int]:
     return [i for batch in batches for i in batch]
 
 
-@pytest.mark.parametrize("case", READS)
+@pytest.mark.parametrize("case", READS + PACKED)
 def test_every_id_exactly_once_per_epoch(ddp_run: DdpRun, case: str) -> None:
-    world_size = ddp_run.world_size
+    world_size, rows = ddp_run.world_size, ddp_run.rows(case)
     for epoch in range(EPOCHS):
         per_rank = _epoch(ddp_run.cases[case], epoch)
         every = ids_of(batch for batches in per_rank for batch in batches)
-        # "drop": the last ROWS % world_size rows of the epoch's order are not read.
-        assert_exactly_once(every, range(ROWS), missing=ROWS % world_size)
-        assert [len(_flat(b)) for b in per_rank] == [ROWS // world_size] * world_size
+        # "drop": the last rows % world_size rows (tokens) of the epoch's order are not read.
+        assert_exactly_once(every, range(rows), missing=rows % world_size)
+        assert [len(_flat(b)) for b in per_rank] == [rows // world_size] * world_size
 
 
-@pytest.mark.parametrize("case", READS)
+@pytest.mark.parametrize("case", READS + PACKED)
 def test_equal_batches_on_every_rank(ddp_run: DdpRun, case: str) -> None:
     ranks = ddp_run.cases[case]
+    share = ddp_run.rows(case) // ddp_run.world_size
     for epoch in range(EPOCHS):
         sizes = [[len(b) for b in batches] for batches in _epoch(ranks, epoch)]
         assert all(s == sizes[0] for s in sizes), sizes  # same count, and same sizes, per rank
-        assert len(sizes[0]) == ranks[0]["len"] == -(-(ROWS // ddp_run.world_size) // BATCH)
+        assert len(sizes[0]) == ranks[0]["len"] == -(-share // _batch_rows(case))
         assert all(rank["len"] == ranks[0]["len"] for rank in ranks)
 
 
-@pytest.mark.parametrize("case", READS)
+@pytest.mark.parametrize("case", READS + PACKED)
 def test_epochs_differ_in_order(ddp_run: DdpRun, case: str) -> None:
     ranks = ddp_run.cases[case]
     first, second = ([_flat(b) for b in _epoch(ranks, e)] for e in range(2))
@@ -131,22 +151,29 @@ def test_a_skipped_chunk_keeps_batches_equal_on_every_rank_and_is_counted(
     assert sum(skipped) <= EPOCHS * len(lost)
 
 
-def test_a_ranks_share_does_not_depend_on_its_workers(ddp_run: DdpRun) -> None:
+@pytest.mark.parametrize("cases", [READS, PACKED], ids=["rows", "packed"])
+def test_a_ranks_share_does_not_depend_on_its_workers(
+    ddp_run: DdpRun, cases: tuple[str, ...]
+) -> None:
     for epoch in range(EPOCHS):
-        shares = {
-            case: [sorted(_flat(b)) for b in _epoch(ddp_run.cases[case], epoch)] for case in READS
-        }
-        assert shares["workers0"] == shares["workers2"] == shares["workers2-persistent"]
+        shares = [[sorted(_flat(b)) for b in _epoch(ddp_run.cases[c], epoch)] for c in cases]
+        assert all(share == shares[0] for share in shares)
 
 
-def test_ranks_read_what_an_explicit_rank_reads(ddp_run: DdpRun, dataset_dir: Path) -> None:
-    """The broadcast plan reads as a plan made locally with rank= and world_size= does."""
+@pytest.mark.parametrize("case", ["workers0", "packed-workers0"])
+def test_ranks_read_what_an_explicit_rank_reads(
+    ddp_run: DdpRun, dataset_dir: Path, packed_dataset: PackedData, case: str
+) -> None:
+    """The broadcast plan (a packed one with its token counts) reads as a plan made locally
+    with rank= and world_size= does."""
     world_size = ddp_run.world_size
-    ranks = ddp_run.cases["workers0"]
+    ranks = ddp_run.cases[case]
+    packed = case in PACKED
     for rank in range(world_size):
         loader = tdu.create_dataloader(
-            str(dataset_dir),
-            batch_size=BATCH,
+            str(packed_dataset.root if packed else dataset_dir),
+            batch_size=PACKED_BATCH if packed else BATCH,
+            packing=packing_of(PACKING if packed else None),
             shuffle=True,
             shuffle_seed=SEED,
             num_workers=0,
@@ -155,7 +182,7 @@ def test_ranks_read_what_an_explicit_rank_reads(ddp_run: DdpRun, dataset_dir: Pa
         )
         for epoch in range(EPOCHS):
             loader.set_epoch(epoch)
-            assert [b["id"].tolist() for b in loader] == ranks[rank]["epochs"][epoch]
+            assert ids(loader) == ranks[rank]["epochs"][epoch]
 
 
 def test_filtered_rows_exactly_once_with_equal_batches(ddp_run: DdpRun, dataset_dir: Path) -> None:
@@ -193,10 +220,12 @@ def test_csv_types_inferred_on_rank_0_read_on_every_rank(ddp_run: DdpRun) -> Non
     assert [len(_flat(b)) for b in per_rank] == [ROWS // world_size] * world_size
 
 
-@pytest.mark.parametrize("case", [*(c["name"] for c in CASES), "csv"])
+@pytest.mark.parametrize("case", [*(c["name"] for c in CASES), "csv", *PACKED])
 def test_plan_is_made_once_on_rank_0(ddp_run: DdpRun, case: str) -> None:
     ranks = ddp_run.cases[case]
     assert [rank["list_files"] for rank in ranks] == [1] + [0] * (ddp_run.world_size - 1)
     filtered = 1 if case == "filter" else 0  # counting the filtered rows reads the data
     assert [rank["count_rows"] for rank in ranks] == [filtered] + [0] * (len(ranks) - 1)
+    tokens = 1 if case in PACKED else 0  # and so does counting a packed dataset's tokens
+    assert [rank["count_tokens"] for rank in ranks] == [tokens] + [0] * (len(ranks) - 1)
     assert len({rank["fingerprint"] for rank in ranks}) == 1

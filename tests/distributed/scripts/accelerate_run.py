@@ -1,6 +1,7 @@
 """Train with HF Accelerate (CPU, gloo, under torchrun) on a loader passed through prepare().
 
-Spec: ``data``, ``out``, ``checkpoint`` (a folder), ``batch_size``, ``k``, ``mode``:
+Spec: ``data``, ``out``, ``checkpoint`` (a folder), ``batch_size``, ``k``, ``packing`` (a
+``tdu.Packing``'s keywords, or none: rows), ``mode``:
 
 - ``"save"``: the default ``DataLoaderConfiguration()``. Epochs 0 and 1 whole; in epoch 2,
   ``accelerator.save_state(checkpoint)`` after ``k`` batches, then the rest of the epoch.
@@ -20,14 +21,19 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
 import torch_dataloader_utils as tdu
-from tests.distributed.scripts.ranks import gather, leave, spec, write
+from tests.distributed.scripts.ranks import batch_ids, gather, leave, packing_of, spec, write
 
 ACCUMULATE = 3
 
 
 def step(accelerator: Accelerator, model: nn.Module, optimizer: Any, batch: Any) -> None:
-    prediction = model(batch["x"][:, None])
-    loss = nn.functional.mse_loss(prediction[:, 0], batch["label"].float())
+    if "input_ids" in batch:  # packed sequences: each token's value mod 7 is its feature
+        x = (batch["input_ids"].clamp(min=0) % 7).float().reshape(-1)
+        target = torch.zeros_like(x)
+    else:
+        x, target = batch["x"], batch["label"].float()
+    prediction = model(x[:, None])
+    loss = nn.functional.mse_loss(prediction[:, 0], target)
     accelerator.backward(loss)
     optimizer.step()
     optimizer.zero_grad()
@@ -55,6 +61,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         multiprocessing_context="fork",
         timeout=60,
         accelerator=accelerator,
+        packing=packing_of(job.get("packing")),
     )
     model, optimizer, loader = accelerator.prepare(model, optimizer, built)
     result: dict[str, Any] = {
@@ -70,7 +77,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         loader.set_epoch(epoch)
         ids, sync = [], []
         for batch in loader:
-            ids.append(batch["id"].tolist())
+            ids.append(batch_ids(batch))
             if saving:
                 step(accelerator, model, optimizer, batch)
             else:
@@ -83,7 +90,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     if saving:
         before, rest = [], []
         for batch in loader:
-            (before if len(before) < job["k"] else rest).append(batch["id"].tolist())
+            (before if len(before) < job["k"] else rest).append(batch_ids(batch))
             step(accelerator, model, optimizer, batch)
             if len(before) == job["k"] and not rest:
                 accelerator.save_state(job["checkpoint"])
@@ -91,7 +98,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
     else:
         accelerator.load_state(job["checkpoint"])
         loader.set_epoch(2)  # as a training loop does; the loaded state is kept
-        result["rest"] = [batch["id"].tolist() for batch in loader]
+        result["rest"] = [batch_ids(batch) for batch in loader]
     return result
 
 

@@ -1,15 +1,18 @@
 """Kill a job in the middle of an epoch, then resume it in a new job (maybe another topology).
 
 Spec ``mode: "kill"``: ``data``, ``out``, ``states`` (a folder), ``epoch``, ``cases``: a list of
-``{name, num_workers, k}``. Each case reads ``k`` batches per rank of ``epoch`` and rank 0
-saves its ``state_dict()`` to ``states/NAME.pt`` with ``torch.save``. After the LAST case,
-rank 0 writes the result and dies with ``os._exit(3)`` while its DataLoader workers are busy and
-the other ranks are in a collective, as a crashed node would: the launch exits non-zero.
+``{name, num_workers, k}``, and, for packed sequences, ``packed`` (the data of the cases
+named ``*p``, read with ``packing``'s keywords and ``packed_batch``). Each case reads ``k``
+batches per rank of ``epoch`` and rank 0 saves its ``state_dict()`` to ``states/NAME.pt`` with
+``torch.save``. After the LAST case, rank 0 writes the result and dies with ``os._exit(3)``
+while its DataLoader workers are busy and the other ranks are in a collective, as a crashed
+node would: the launch exits non-zero.
 
-Spec ``mode: "resume"``: ``data``, ``out``, ``cases``: a list of ``{name, state, num_workers}``.
-Each case builds a fresh loader, loads the state on every rank and reads the rest of the epoch
-(``after``), then the next epoch (``next``). A second fresh loader that never saw a state reads
-both epochs whole (``reference``, ``reference_next``): an uninterrupted run on this topology.
+Spec ``mode: "resume"``: ``data``, ``out``, ``cases``: a list of ``{name, state, num_workers}``
+(``packed`` and the rest as for ``kill``). Each case builds a fresh loader, loads the state on
+every rank and reads the rest of the epoch (``after``), then the next epoch (``next``). A second
+fresh loader that never saw a state reads both epochs whole (``reference``,
+``reference_next``): an uninterrupted run on this topology.
 """
 
 from __future__ import annotations
@@ -23,20 +26,34 @@ import torch
 import torch.distributed as dist
 
 import torch_dataloader_utils as tdu
-from tests.distributed.scripts.ranks import gather, ids, join, leave, spec, watchdog, write
+from tests.distributed.scripts.ranks import (
+    gather,
+    ids,
+    join,
+    leave,
+    packing_of,
+    spec,
+    watchdog,
+    write,
+)
 
 
-def build(data: str, batch_size: int, num_workers: int) -> tdu.TabularDataLoader:
+def build(job: dict[str, Any], case: dict[str, Any], num_workers: int) -> tdu.TabularDataLoader:
+    """The loader of ``case`` (a packed one when its name ends in ``p``)."""
     extra: dict[str, Any] = {
         "multiprocessing_context": "fork",
         "timeout": 60,
         "worker_init_fn": watchdog,
     }
+    data, options = job["data"], {"batch_size": job["batch_size"]}
+    if case["name"].split("->")[0].endswith("p"):
+        data = job["packed"]
+        options = {"batch_size": job["packed_batch"], "packing": packing_of(job["packing"])}
     return tdu.create_dataloader(
         data,
-        batch_size=batch_size,
         shuffle=True,
         num_workers=num_workers,
+        **options,
         **(extra if num_workers else {}),
     )
 
@@ -46,7 +63,7 @@ def kill(job: dict[str, Any]) -> None:
     results: dict[str, Any] = {}
     cases = job["cases"]
     for position, case in enumerate(cases):
-        loader = build(job["data"], job["batch_size"], case["num_workers"])
+        loader = build(job, case, case["num_workers"])
         loader.set_epoch(job["epoch"])
         batches = iter(loader)
         before = ids(islice(batches, case["k"]))
@@ -75,13 +92,13 @@ def resume(job: dict[str, Any]) -> None:
     for case in job["cases"]:
         state = torch.load(case["state"], weights_only=True)
         epoch = state["epoch"]
-        loader = build(job["data"], job["batch_size"], case["num_workers"])
+        loader = build(job, case, case["num_workers"])
         loader.load_state_dict(state)
         loader.set_epoch(epoch)  # as a training loop does; the loaded state is kept
         after = ids(loader)
         loader.set_epoch(epoch + 1)
         following = ids(loader)
-        fresh = build(job["data"], job["batch_size"], case["num_workers"])
+        fresh = build(job, case, case["num_workers"])
         fresh.set_epoch(epoch)
         reference = ids(fresh)
         fresh.set_epoch(epoch + 1)

@@ -18,6 +18,8 @@ from typing import Any
 import pyarrow.compute as pc
 import torch.distributed as dist
 
+import torch_dataloader_utils as tdu
+
 # Row filters by name (a spec is JSON): rows with label (= id % 7) below 3, from id 100 on. The
 # id bound prunes row groups at plan time; the label test removes rows inside the others.
 FILTERS = {"label<3,id>=100": (pc.field("label") < 3) & (pc.field("id") >= 100)}
@@ -77,5 +79,18 @@ def watchdog(worker_id: int) -> None:
 
 
 def ids(batches: Iterable[dict[str, Any]]) -> list[list[int]]:
-    """The ids of each batch."""
-    return [batch["id"].tolist() for batch in batches]
+    """The ids of each batch (of a packed batch: its tokens, pads left out)."""
+    return [batch_ids(batch) for batch in batches]
+
+
+def batch_ids(batch: dict[str, Any]) -> list[int]:
+    """The ids of a batch; a packed batch's tokens (non-negative ids), pads left out."""
+    if "input_ids" in batch:
+        tokens = batch["input_ids"]
+        return [int(t) for t in tokens[tokens >= 0].tolist()]
+    return [int(i) for i in batch["id"].tolist()]
+
+
+def packing_of(spec: dict[str, Any] | None) -> tdu.Packing | None:
+    """The `tdu.Packing` of a spec's ``packing`` (its keywords), or ``None``."""
+    return tdu.Packing(**spec) if spec else None

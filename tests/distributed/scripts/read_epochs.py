@@ -1,10 +1,11 @@
 """Read whole epochs on every rank, for several loader configurations in one launch.
 
 Spec: ``data``, ``out``, ``cases``: a list of ``{name, num_workers, epochs, remainder, filter,
-persistent, data, format, format_options, on_error}`` (a case's ``data`` overrides the spec's).
-For each case and rank the result holds the ids of every batch of every epoch, the rows each
-skipped read replaced, ``len(loader)``, the plan fingerprint, and how often this rank listed
-files and counted filtered rows while building the loader: planning is meant to happen on rank
+persistent, data, format, format_options, on_error, packing}`` (a case's ``data`` overrides the
+spec's; ``packing``: a ``tdu.Packing``'s keywords, the ids of a batch its tokens). For each
+case and rank the result holds the ids of every batch of every epoch, the rows each skipped read
+replaced, ``len(loader)``, the plan fingerprint, and how often this rank listed files, counted
+filtered rows and counted tokens while building the loader: planning is meant to happen on rank
 0 alone.
 """
 
@@ -17,7 +18,16 @@ from typing import Any
 
 import torch_dataloader_utils as tdu
 import torch_dataloader_utils.sources.files as planner_module
-from tests.distributed.scripts.ranks import FILTERS, gather, ids, join, leave, spec, write
+from tests.distributed.scripts.ranks import (
+    FILTERS,
+    gather,
+    ids,
+    join,
+    leave,
+    packing_of,
+    spec,
+    write,
+)
 
 # Count the planning calls of this process. They are the library's own functions, wrapped
 # where the dataset module looks them up: storage is still listed and read for real.
@@ -35,6 +45,10 @@ def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
 
 planner_module.list_files = counted("list_files", planner_module.list_files)  # type: ignore[assignment]
 planner_module.count_rows = counted("count_rows", planner_module.count_rows)  # type: ignore[assignment]
+planner_module.count_tokens = counted("count_tokens", planner_module.count_tokens)  # type: ignore[assignment]
+
+
+PLANNING = ("list_files", "count_rows", "count_tokens")
 
 
 def read_case(data: str, case: dict[str, Any]) -> dict[str, Any]:
@@ -58,9 +72,10 @@ def read_case(data: str, case: dict[str, Any]) -> dict[str, Any]:
         remainder=case.get("remainder", "drop"),
         filters=FILTERS[case["filter"]] if case.get("filter") else None,
         on_error=case.get("on_error", "raise"),
+        packing=packing_of(case.get("packing")),
         **options,
     )
-    planning = {name: CALLS[name] - before[name] for name in ("list_files", "count_rows")}
+    planning = {name: CALLS[name] - before[name] for name in PLANNING}
     epochs = []
     for epoch in range(case.get("epochs", 1)):
         loader.set_epoch(epoch)
