@@ -152,6 +152,26 @@ def test_a_resumed_packed_table_reads_every_remaining_token_once(catalog: Catalo
     assert sum(seen.values()) - len(where) < 2 * BATCH * SEQ_LEN
 
 
+def test_create_dataloader_packs_a_table_given_as_a_source(catalog: Catalog) -> None:
+    """``tdu.create_dataloader(tdu.Source(table=...), packing=...)``: the table planned by the
+    mixture's path, counted as IcebergDataset counts it."""
+    where = _table(catalog)
+    loader = tdu.create_dataloader(
+        tdu.Source(table=f"{NAMESPACE}.docs", catalog_config=catalog.config),
+        packing=tdu.Packing("tokens", seq_len=SEQ_LEN, pad_value=-1),
+        batch_size=BATCH,
+        shuffle=True,
+        null_policy="fill",
+        num_workers=0,
+    )
+    seen = Counter(t for b in loader for t in _tokens(b, where))
+    # A mixture's quota of a source is its tokens in whole sequences: the rest opens its next
+    # epoch.
+    assert list(loader.dataset.quotas) == [len(where) // SEQ_LEN * SEQ_LEN]
+    assert max(seen.values()) == 1 and set(seen) <= set(where)
+    assert sum(seen.values()) == loader.dataset.quotas[0]
+
+
 def test_a_column_that_is_not_token_lists_is_refused_naming_the_table(catalog: Catalog) -> None:
     _table(catalog)
     with pytest.raises(tdu.UnsupportedTypeError, match=r"db\.docs.*'label' holds int64"):
