@@ -178,6 +178,7 @@ class Options:
     cache_limit: int | str | None = None
     output: Output = field(default_factory=Output)
     packing: Packing | None = None
+    batching: TokenBudget | None = None
 
     def __post_init__(self) -> None:
         _check_positive(batch_size=self.batch_size, shuffle_block_bytes=self.shuffle_block_bytes)
@@ -207,6 +208,19 @@ class Options:
                     'packed sequences are torch tensors or numpy arrays: output_format="torch" '
                     'or "numpy"'
                 )
+        if self.batching is not None:
+            if not isinstance(self.batching, TokenBudget):
+                raise InvalidArgumentError(
+                    f"batching must be a tdu.TokenBudget, got {type(self.batching).__name__}"
+                )
+            if self.packing is not None:
+                raise InvalidArgumentError(
+                    "packing= and batching= both make the batches: pass one of them"
+                )
+            if self.split_strategy != "equal":
+                raise InvalidArgumentError(
+                    'token-budget batches are cut from equal streams: split_strategy="equal"'
+                )
 
     @classmethod
     def split(cls, keywords: Mapping[str, Any]) -> tuple[Options, dict[str, Any]]:
@@ -230,18 +244,20 @@ class Options:
         ``batch_size`` sequences' tokens (its order is one of tokens)."""
         return self.batch_size * max(1, self.unit)
 
-    def layout(self, *, row_bytes: float, chunk_rows: float) -> Layout:
+    def layout(self, *, row_bytes: float, chunk_rows: float, group: int | None = None) -> Layout:
         """Every option that decides which rows each stream reads and in what order, with block
-        sizes for rows of ``row_bytes`` decoded bytes in chunks of ``chunk_rows`` rows."""
+        sizes for rows of ``row_bytes`` decoded bytes in chunks of ``chunk_rows`` rows
+        (``group``: a token budget's rows a planner's batch, `planning.budget`)."""
+        batch_rows = self.batch_rows if group is None else group
         block_rows, first_block_rows = block_sizes(
-            batch_size=self.batch_rows,
+            batch_size=batch_rows,
             block_size=self.shuffle_block_size,
             block_bytes=self.shuffle_block_bytes,
             row_bytes=row_bytes,
             chunk_rows=chunk_rows,
         )
         return Layout(
-            batch_size=self.batch_rows,
+            batch_size=batch_rows,
             shuffle=self.shuffle,
             seed=self.shuffle_seed,
             drop_last=self.drop_last,

@@ -11,18 +11,20 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
 from ..convert import Converter, Decoding, Output
-from ..errors import InvalidArgumentError, UnsupportedTypeError
+from ..errors import DataError, InvalidArgumentError, UnsupportedTypeError
 from ..errors.on_error import FailureLog, OnError
 from ..formats import Format
 from ..fs import FileSystemSpec, RetryPolicy
-from ..options import Options, Packing, Source
+from ..options import Options, Packing, Source, TokenBudget
 from ..planning import Iteration, Layout, Piece, Plan, Ranks, Topology, strategy_of
-from ..planning.streams import OneSource, Stream, Streams
+from ..planning.budget import Lengths, group_rows
+from ..planning.streams import Budgeted, OneSource, Stream, Streams
 from ..sources.files import Planned
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
@@ -100,12 +102,19 @@ class PlannedDataset(IterableDataset[Any]):
             self.sources if packing is None else tuple(_in_tokens(s, packing) for s in self.sources)
         )
         self.plan: Plan = combined.plan
+        budget = options.batching
+        lengths = None if budget is None else _length_index(self.sources, self.plan, budget)
         self.layout = options.layout(
             row_bytes=combined.row_bytes,
             chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
+            group=None if lengths is None else group_rows(lengths),
         )
         strategy_of(self.layout.strategy).check(self.layout, self._ranks)
-        self.streams = combined.streams(self.layout)
+        self.streams: Streams = combined.streams(self.layout)
+        if budget is not None and lengths is not None:
+            assert isinstance(self.streams, OneSource), "token budgets batch one source"
+            truncate = budget.overflow == "truncate"
+            self.streams = Budgeted(self.streams, lengths, budget.column, truncate)
         # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
         # too) and with the loader: see `Passes`.
         self.passes = Passes(self.plan, self.streams, self._ranks)
@@ -384,7 +393,8 @@ class PlannedDataset(IterableDataset[Any]):
                 (``split_strategy="round_robin"``).
         """
         rank, world_size = self.resolved_rank()
-        return self.streams.rank_batches(Topology(rank, world_size))
+        topology = Topology(rank, world_size, 0, self.passes.num_workers)
+        return self.streams.rank_batches(topology, self.passes.epoch)
 
     @property
     def epoch_rows(self) -> int:
@@ -413,6 +423,32 @@ def _in_tokens(source: PlannedSource, packing: Packing) -> PlannedSource:
         files=source.plan.files,
     )
     return dataclasses.replace(source, plan=plan, row_bytes=plan.row_bytes)
+
+
+def _length_index(sources: Sequence[PlannedSource], plan: Plan, budget: TokenBudget) -> Lengths:
+    """A token budget's length index (`planning.budget.Lengths`) of the only source.
+
+    Raises:
+        InvalidArgumentError: a mixture (not built yet).
+        DataError: a row longer than the budget under ``overflow="error"``, named by its file.
+    """
+    if len(sources) != 1:
+        raise InvalidArgumentError("token-budget batches of a mixture are not built yet")
+    (only,) = sources
+    assert only.row_lengths is not None, "a token budget's planning keeps every row's length"
+    values = only.row_lengths
+    longest = int(values.max(initial=0))
+    if longest > budget.max_tokens:
+        if budget.overflow == "error":
+            at = int(np.argmax(values > budget.max_tokens))
+            chunk = int(np.searchsorted(np.cumsum(plan.chunk_rows), at, side="right"))
+            raise DataError(
+                f"{plan.chunks[chunk].path}: a row of {longest} values in {budget.column!r} is "
+                f"longer than TokenBudget(max_tokens={budget.max_tokens}); raise max_tokens, or "
+                'pass overflow="truncate" to cut such rows to it'
+            )
+        values = np.minimum(values, budget.max_tokens)
+    return Lengths(budget.max_tokens, values, np.asarray(plan.chunk_rows, dtype=np.int64))
 
 
 def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:

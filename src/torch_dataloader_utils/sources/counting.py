@@ -7,7 +7,9 @@ import pickle
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -17,7 +19,9 @@ from ..fs import FileSystemSpec
 from ..fs.threads import COUNT_THREADS
 from ..planning import Chunk
 
-__all__ = ["count_rows", "count_tokens"]
+__all__ = ["count_lengths", "count_rows", "count_tokens"]
+
+_T = TypeVar("_T")
 
 
 def count_rows(
@@ -53,29 +57,48 @@ def count_tokens(
     return _each_chunk(chunks, fmt, fs, options, tokens)
 
 
+def count_lengths(
+    chunks: Sequence[Chunk], fmt: Format, fs: FileSystemSpec, options: ReadOptions, column: str
+) -> list[np.ndarray]:
+    """The length of each list of ``column`` (a null list: 0) in the rows of each chunk that
+    pass ``options.filter`` (int32; a token budget's length index)."""
+
+    def lengths(batch: pa.RecordBatch) -> np.ndarray:
+        counted = pc.fill_null(pc.list_value_length(batch.column(column)), 0)
+        return np.asarray(counted.to_numpy(zero_copy_only=False), dtype=np.int32)
+
+    def joined(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+
+    return _each_chunk(chunks, fmt, fs, options, lengths, combine=joined)
+
+
 def _each_chunk(
     chunks: Sequence[Chunk],
     fmt: Format,
     fs: FileSystemSpec,
     options: ReadOptions,
-    measure: Callable[[pa.RecordBatch], int],
-) -> list[int]:
-    """``measure`` summed over the filtered batches of each chunk, chunks read in threads."""
+    measure: Callable[[pa.RecordBatch], _T],
+    *,
+    combine: Callable[[list[_T]], _T] = sum,  # type: ignore[assignment]
+) -> list[_T]:
+    """``measure`` of the filtered batches of each chunk (``combine``d: summed), chunks read in
+    threads."""
     expr = options.filter
     local = threading.local()
     blob = pickle.dumps(fmt)  # each thread its own copy: formats cache one open file
     copies: list[Format] = []
 
-    def count(chunk: Chunk) -> int:
+    def count(chunk: Chunk) -> _T:
         own = getattr(local, "fmt", None)
         if own is None:
             own = local.fmt = pickle.loads(blob)
             copies.append(own)  # list.append is atomic
-        total = 0
+        parts = []
         for read in own.read(chunk, 0, chunk.num_rows, fs, options):
             batch = with_partition(read, chunk.partition, options)
-            total += measure(batch.filter(expr) if expr is not None else batch)
-        return total
+            parts.append(measure(batch.filter(expr) if expr is not None else batch))
+        return combine(parts)
 
     try:
         if len(chunks) <= 1:

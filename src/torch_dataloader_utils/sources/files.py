@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import (
@@ -24,7 +25,7 @@ from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec, Paths, SourceFile, hive_partitions, list_files
 from ..planning import Chunk, Chunks, Plan
-from .counting import count_rows, count_tokens
+from .counting import count_lengths, count_rows, count_tokens
 from .filters import filter_columns
 
 __all__ = ["Planned", "decoded_row_bytes", "plan_source"]
@@ -59,6 +60,7 @@ class Planned:
             storage options over these, and its own backend and retries
             (`FileSystemSpec.under`). ``None``: the dataset's own filesystem.
         chunk_tokens: a packed dataset's: the tokens of each chunk's rows (after the filter).
+        row_lengths: a token budget's: each row's length (after the filter), in plan order.
     """
 
     read_options: ReadOptions
@@ -67,6 +69,7 @@ class Planned:
     decoded_row_bytes: float
     fs: FileSystemSpec | None = None
     chunk_tokens: tuple[int, ...] | None = None
+    row_lengths: np.ndarray | None = None
 
 
 def plan_source(
@@ -82,11 +85,13 @@ def plan_source(
     cached: Callable[..., FileSystemSpec] | None = None,
     tokens: str | None = None,
     eos: bool = False,
+    lengths: str | None = None,
 ) -> Planned:
     """List, read footers, count filtered rows, measure rows: everything planning reads.
 
     ``tokens``: a list column whose values in each chunk's rows are counted (a packed
     dataset's), with one more for each document that is not null when ``eos``.
+    ``lengths``: a list column whose every row's length is kept (a token budget's index).
     ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local cache, so a
     second plan of the same files reads their footers, indexes and scans from it.
 
@@ -115,8 +120,9 @@ def plan_source(
             'of the file; read without partitioning="hive" or rename one of them'
         )
     available = pa.schema(list(file_schema) + list(partition_schema))
-    if tokens is not None:
-        _check_tokens(available, tokens, str(path))
+    for name, what in ((tokens, "Packing"), (lengths, "TokenBudget")):
+        if name is not None:
+            _check_tokens(available, name, str(path), what)
     # Requested columns are checked against every file by the format's plan (missing
     # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
     needed = _filter_columns(
@@ -128,8 +134,9 @@ def plan_source(
         partition_schema=partition_schema,
     )
     wanted = list(columns) if columns is not None else list(available.names)
-    if tokens is not None and tokens not in wanted:  # a packed dataset reads its tokens
-        wanted.append(tokens)
+    for name in (tokens, lengths):  # packing and budgets read their column
+        if name is not None and name not in wanted:
+            wanted.append(name)
     read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
     read_options = ReadOptions(
         columns=tuple(read) if columns is not None or needed else None,
@@ -160,6 +167,15 @@ def plan_source(
             columns=tuple(c for c in (tokens, *needed) if c not in partition_schema.names),
         )
         chunk_tokens = tuple(count_tokens(planned.chunks, fmt, fs, counting, tokens, eos=eos))
+    row_lengths = None
+    if lengths is not None:
+        # A token budget's batches are made from every row's length, before any stream.
+        counting = dataclasses.replace(
+            read_options,
+            columns=tuple(c for c in (lengths, *needed) if c not in partition_schema.names),
+        )
+        parts = count_lengths(planned.chunks, fmt, fs, counting, lengths)
+        row_lengths = np.concatenate(parts) if parts else np.zeros(0, np.int32)
     schema = pa.schema(list(planned.schema) + list(partition_schema))
     check_readable(schema, str(path))
     plan = Plan(
@@ -176,6 +192,7 @@ def plan_source(
         output_columns=tuple(wanted) if needed or columns is not None else None,
         decoded_row_bytes=decoded_row_bytes(plan.chunks, plan.row_bytes, read_options, fmt, fs),
         chunk_tokens=chunk_tokens,
+        row_lengths=row_lengths,
     )
 
 
@@ -235,8 +252,9 @@ def _filter_columns(
         raise ColumnNotFoundError(f"{fs.url(files[0].path)}: {exc}") from exc
 
 
-def _check_tokens(schema: pa.Schema, column: str, where: str) -> None:
-    """Refuse a packed dataset's token column that is missing or not lists of integers.
+def _check_tokens(schema: pa.Schema, column: str, where: str, what: str) -> None:
+    """Refuse ``what``'s (a packing's, a token budget's) column that is missing or not lists of
+    integers.
 
     Raises:
         ColumnNotFoundError: the column is not in the data.
@@ -244,7 +262,7 @@ def _check_tokens(schema: pa.Schema, column: str, where: str) -> None:
     """
     if column not in schema.names:
         raise ColumnNotFoundError(
-            f"{where}: Packing's column {column!r} is not a column of the data "
+            f"{where}: {what}'s column {column!r} is not a column of the data "
             f"(columns: {schema.names})"
         )
     kind = schema.field(column).type
@@ -253,5 +271,5 @@ def _check_tokens(schema: pa.Schema, column: str, where: str) -> None:
         and pa.types.is_integer(kind.value_type)
     ):
         raise UnsupportedTypeError(
-            f"{where}: Packing's column {column!r} holds {kind}, not lists of integers (token ids)"
+            f"{where}: {what}'s column {column!r} holds {kind}, not lists of integers (token ids)"
         )
