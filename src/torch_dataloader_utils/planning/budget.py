@@ -169,11 +169,16 @@ def group_table(
     epoch: int,
     leg: int,
     max_tokens: int,
+    workers: Sequence[int] | None = None,
 ) -> list[np.ndarray]:
     """Budget batches of each group of each worker's stream of a leg reading ``items``: the
-    most that group of any rank's stream of that worker needs (every rank then has them)."""
+    most that group of any rank's stream of that worker needs (every rank then has them).
+    ``workers``: only these workers' (the others' entries empty)."""
     out = []
     for worker in range(num_workers):
+        if workers is not None and worker not in workers:
+            out.append(np.zeros(0, np.int64))
+            continue
         counts = []
         for rank in range(world_size):
             topology = Topology(rank, world_size, worker, num_workers)

@@ -274,15 +274,18 @@ class Budgeted:
             self.streams.chunk_rows, iteration.epoch, iteration.legs, self.layout, self.lengths
         )
 
-    def _table(self, iteration: Iteration, rank: Topology) -> list[np.ndarray]:
-        key = (iteration.epoch, iteration.legs, rank.world_size, rank.num_workers)
+    def _table(
+        self, iteration: Iteration, rank: Topology, worker: int | None = None
+    ) -> list[np.ndarray]:
+        """Each worker's groups' batch counts (``worker``: only its own; the others empty)."""
+        key = (iteration.epoch, iteration.legs, rank.world_size, rank.num_workers, worker)
         table = self._tables.get(key)
         if table is None:
             self._tables.clear()
-            table = self._tables[key] = self._count(iteration, rank)
+            table = self._tables[key] = self._count(iteration, rank, worker)
         return table
 
-    def _count(self, iteration: Iteration, rank: Topology) -> list[np.ndarray]:
+    def _count(self, iteration: Iteration, rank: Topology, worker: int | None) -> list[np.ndarray]:
         epoch = self._rows(iteration)
         return group_table(
             epoch.sequence,
@@ -293,6 +296,7 @@ class Budgeted:
             epoch=iteration.epoch,
             leg=len(iteration.legs),
             max_tokens=self.lengths.max_tokens,
+            workers=None if worker is None else [worker],
         )
 
     def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
@@ -302,10 +306,14 @@ class Budgeted:
     def resolve(
         self, iteration: Iteration, topology: Topology, *, done: int | None = None
     ) -> Stream:
-        table = self._table(iteration, topology)
+        if done is None and not iteration.batches:
+            done = 0  # a fresh pass: this worker's own counts are all it needs
+        own = done is not None
+        table = self._table(iteration, topology, topology.worker if own else None)
         counts = [int(t.sum()) for t in table]
         mine = table[topology.worker]
-        done = consumed(counts, iteration.batches)[topology.worker] if done is None else done
+        if done is None:
+            done = consumed(counts, iteration.batches)[topology.worker]
         groups, skip = split_done(mine, done)
         epoch = self._rows(iteration)
         strategy = strategy_of(self.layout.strategy)
