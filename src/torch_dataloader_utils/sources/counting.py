@@ -44,17 +44,35 @@ def count_tokens(
     column: str,
     *,
     eos: bool = False,
+    told: Sequence[tuple[int, int | None] | None] | None = None,
 ) -> list[int]:
     """Values of the list column ``column`` in the rows of each chunk that pass
     ``options.filter`` (a null list holds none), and with ``eos`` one more for each list that is
-    not null; reading ``options.columns`` (``column`` and the filter's columns)."""
+    not null; reading ``options.columns`` (``column`` and the filter's columns).
+
+    ``told``: what the format's metadata told of each chunk (`FormatPlan.token_counts`, the same
+    counts, without a filter): the chunks it tells are not read.
+    """
 
     def tokens(batch: pa.RecordBatch) -> int:
         lists = batch.column(column)
         values = int(pc.sum(pc.list_value_length(lists)).as_py() or 0)
         return values + (len(lists) - lists.null_count if eos else 0)
 
-    return _each_chunk(chunks, fmt, fs, options, tokens)
+    counts = [-1] * len(chunks)  # -1: to count by reading
+    if told is not None and options.filter is None:
+        for i, one in enumerate(told):
+            if one is not None:
+                values, lists = one
+                if not eos:
+                    counts[i] = values
+                elif lists is not None:
+                    counts[i] = values + lists
+    unread = [i for i, n in enumerate(counts) if n < 0]
+    read = _each_chunk([chunks[i] for i in unread], fmt, fs, options, tokens)
+    for i, n in zip(unread, read, strict=True):
+        counts[i] = n
+    return counts
 
 
 def count_lengths(

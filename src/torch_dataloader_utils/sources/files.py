@@ -144,9 +144,11 @@ def plan_source(
         split_bytes=split_bytes,
         split_rows=split_rows,
         partition_schema=partition_schema,
+        tokens=tokens,  # (a format may count them from its metadata: planning only)
     )
     planned = fmt.plan(files, partitions, fs, read_options)
-    read_options = planned.read_options or read_options  # with what the plan learned
+    # With what the plan learned; the token column is planning's, not the reads'.
+    read_options = dataclasses.replace(planned.read_options or read_options, tokens=None)
     if columns is None:
         # All columns: the plan's, which may be more than the first file's (WebDataset shards
         # with other extensions).
@@ -166,7 +168,11 @@ def plan_source(
             read_options,
             columns=tuple(c for c in (tokens, *needed) if c not in partition_schema.names),
         )
-        chunk_tokens = tuple(count_tokens(planned.chunks, fmt, fs, counting, tokens, eos=eos))
+        chunk_tokens = tuple(
+            count_tokens(
+                planned.chunks, fmt, fs, counting, tokens, eos=eos, told=planned.token_counts
+            )
+        )
     row_lengths = None
     if lengths is not None:
         # A token budget's batches are made from every row's length, before any stream.

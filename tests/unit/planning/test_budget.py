@@ -3,6 +3,8 @@ split to a count, every group's count from the length index."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -19,7 +21,7 @@ def test_a_group_is_cut_greedily_within_its_budget(lengths: list[int], budget: i
     order, bounds = group_batches(values, budget)
     assert sorted(order.tolist()) == list(range(len(lengths)))  # every row once
     assert bounds[0] == 0 and bounds[-1] == len(lengths)
-    for a, b in zip(bounds, bounds[1:], strict=False):
+    for a, b in itertools.pairwise(bounds):
         rows = values[order[a:b]]
         longest = max(int(rows.max()), 1)
         assert b - a == 1 or (b - a) * longest <= budget  # (a row over it: alone)
@@ -40,7 +42,7 @@ def test_splitting_reaches_the_count_and_keeps_every_batch_within_budget(
     split = equalised(bounds, count)
     assert len(split) - 1 == min(count, len(lengths)) or not lengths
     assert set(bounds) <= set(split) and split == sorted(set(split))
-    for a, b in zip(split, split[1:], strict=False):
+    for a, b in itertools.pairwise(split):
         rows = values[order[a:b]]
         assert b - a >= 1
         assert b - a == 1 or (b - a) * max(int(rows.max()), 1) <= budget
