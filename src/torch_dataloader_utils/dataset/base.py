@@ -5,25 +5,23 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import numpy as np
 import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
 from ..convert import Converter, Decoding, Output
-from ..errors import DataError, InvalidArgumentError, UnsupportedTypeError
+from ..errors import InvalidArgumentError, UnsupportedTypeError
 from ..errors.on_error import FailureLog, OnError
 from ..formats import Format
 from ..fs import FileSystemSpec, RetryPolicy
-from ..options import Options, Packing, Source, TokenBudget
+from ..options import Options, Source
 from ..planning import Iteration, Layout, Piece, Plan, Ranks, Topology, strategy_of
-from ..planning.budget import Lengths, group_rows
+from ..planning.budget import group_rows
 from ..planning.streams import Budgeted, OneSource, Stream, Streams
 from ..sources.files import Planned
 from ..sources.planned import PlannedSource, plan_sources, planned_source
@@ -34,6 +32,7 @@ from ..stream.pipeline import stream_segments
 from ..stream.read import Reader, Reads
 from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
+from .tokens import in_tokens, length_index
 
 __all__ = ["Combined", "PlannedDataset"]
 
@@ -99,11 +98,11 @@ class PlannedDataset(IterableDataset[Any]):
         # A packed dataset's order is one of tokens: its sources combine as token plans (they
         # are read by their own plans of rows).
         combined = self._combine(
-            self.sources if packing is None else tuple(_in_tokens(s, packing) for s in self.sources)
+            self.sources if packing is None else tuple(in_tokens(s, packing) for s in self.sources)
         )
         self.plan: Plan = combined.plan
         budget = options.batching
-        lengths = None if budget is None else _length_index(self.sources, self.plan, budget)
+        lengths = None if budget is None else length_index(self.sources, self.plan, budget)
         self.layout = options.layout(
             row_bytes=combined.row_bytes,
             chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
@@ -400,55 +399,6 @@ class PlannedDataset(IterableDataset[Any]):
     def epoch_rows(self) -> int:
         """Rows an epoch reads across all ranks, before the remainder policy."""
         return self.streams.epoch_rows
-
-
-def _in_tokens(source: PlannedSource, packing: Packing) -> PlannedSource:
-    """``source`` with the plan of a packed dataset's order: its chunks' tokens as rows
-    (docs/adr/0022), counted at planning; a token is a row of ``input_ids`` (a worker holds
-    them as `stream.fragments.Fragments`)."""
-    kind = source.plan.schema.field(packing.column).type  # (checked by planning)
-    assert source.chunk_tokens is not None, "a packed dataset's planning counts tokens"
-    identity = {
-        "column": packing.column,
-        "seq_len": packing.seq_len,
-        "method": packing.method,
-        "eos_token": packing.eos_token,
-    }
-    plan = Plan(
-        chunks=source.plan.chunks,
-        schema=pa.schema([pa.field("input_ids", kind.value_type, nullable=False)]),
-        row_bytes=kind.value_type.bit_width / 8,  # (a block holds the token values)
-        details=(*source.plan.details, *Plan.details_of(packing=json.dumps(identity))),
-        filtered_rows=source.chunk_tokens,
-        files=source.plan.files,
-    )
-    return dataclasses.replace(source, plan=plan, row_bytes=plan.row_bytes)
-
-
-def _length_index(sources: Sequence[PlannedSource], plan: Plan, budget: TokenBudget) -> Lengths:
-    """A token budget's length index (`planning.budget.Lengths`) of the only source.
-
-    Raises:
-        InvalidArgumentError: a mixture (not built yet).
-        DataError: a row longer than the budget under ``overflow="error"``, named by its file.
-    """
-    if len(sources) != 1:
-        raise InvalidArgumentError("token-budget batches of a mixture are not built yet")
-    (only,) = sources
-    assert only.row_lengths is not None, "a token budget's planning keeps every row's length"
-    values = only.row_lengths
-    longest = int(values.max(initial=0))
-    if longest > budget.max_tokens:
-        if budget.overflow == "error":
-            at = int(np.argmax(values > budget.max_tokens))
-            chunk = int(np.searchsorted(np.cumsum(plan.chunk_rows), at, side="right"))
-            raise DataError(
-                f"{plan.chunks[chunk].path}: a row of {longest} values in {budget.column!r} is "
-                f"longer than TokenBudget(max_tokens={budget.max_tokens}); raise max_tokens, or "
-                'pass overflow="truncate" to cut such rows to it'
-            )
-        values = np.minimum(values, budget.max_tokens)
-    return Lengths(budget.max_tokens, values, np.asarray(plan.chunk_rows, dtype=np.int64))
 
 
 def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:
