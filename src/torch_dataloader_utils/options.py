@@ -9,10 +9,12 @@ before anything is listed or read. Nothing here reads storage.
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from fractions import Fraction
 from typing import Any, TypeVar
 
 import torch
@@ -200,8 +202,8 @@ class Options:
                 raise InvalidArgumentError(
                     f"packing must be a tdu.Packing, got {type(self.packing).__name__}"
                 )
-            if self.packing.method != "concat":
-                raise InvalidArgumentError('Packing(method="best_fit") is not built yet')
+            if self.packing.batch_tokens(self.batch_size) < 1:
+                raise InvalidArgumentError("Packing's fill leaves a batch no token")
             if self.output.format not in ("torch", "numpy"):
                 raise InvalidArgumentError(
                     'packed sequences are torch tensors or numpy arrays: output_format="torch" '
@@ -225,7 +227,7 @@ class Options:
         ``batch_size`` sequences of ``seq_len`` tokens (its order is one of tokens)."""
         if self.packing is None:
             return self.batch_size
-        return self.batch_size * self.packing.seq_len
+        return self.packing.batch_tokens(self.batch_size)
 
     def layout(self, *, row_bytes: float, chunk_rows: float) -> Layout:
         """Every option that decides which rows each stream reads and in what order, with block
@@ -317,8 +319,11 @@ class Packing:
         seq_len: tokens per sequence.
         pad_value: the token that pads a stream's last sequence.
         method: ``"concat"`` (documents concatenated and cut at ``seq_len``) or ``"best_fit"``
-            (whole documents placed into sequences; longer ones split).
+            (each batch's documents placed whole into its sequences where they fit; longer
+            ones split).
         eos_token: a token appended after every document (``None``: none).
+        fill: best fit: the share of a batch's ``batch_size * seq_len`` slots its tokens take
+            (``0 < fill <= 1``); the rest is the room that keeps documents whole.
 
     Raises:
         InvalidArgumentError: an option is out of range.
@@ -329,6 +334,7 @@ class Packing:
     pad_value: int = 0
     method: str = "concat"
     eos_token: int | None = None
+    fill: float = 0.95
 
     def __post_init__(self) -> None:
         if not isinstance(self.column, str) or not self.column:
@@ -342,6 +348,20 @@ class Packing:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise InvalidArgumentError(f"Packing's {name} must be an int, got {value!r}")
+        fill: object = self.fill  # (checked: a caller's value may be of any type)
+        if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
+            raise InvalidArgumentError(f"Packing's fill must be a number, got {fill!r}")
+        if not 0 < float(fill) <= 1:  # (NaN too)
+            raise InvalidArgumentError(f"Packing's fill must be in (0, 1], got {fill!r}")
+        object.__setattr__(self, "fill", float(fill))  # (a numpy float enters the plan's JSON)
+
+    def batch_tokens(self, batch_size: int) -> int:
+        """Tokens of the order a batch of ``batch_size`` sequences takes: all their slots, or
+        for best fit ``floor(slots * fill)``."""
+        slots = batch_size * self.seq_len
+        if self.method == "concat":
+            return slots
+        return math.floor(Fraction(str(self.fill)) * slots)  # (0.29 * 100 is 28.99... in floats)
 
 
 PACKING_METHODS = ("concat", "best_fit")

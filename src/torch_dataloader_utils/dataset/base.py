@@ -154,7 +154,14 @@ class PlannedDataset(IterableDataset[Any]):
         )
         packing = self.options.packing
         if packing is not None:  # a batch of tokens becomes sequences; nothing to decode
-            self.converter = PackedConverter(packing.seq_len, packing.pad_value, output.format)
+            self.converter = PackedConverter(
+                packing.seq_len,
+                packing.pad_value,
+                output.format,
+                method=packing.method,
+                batch_size=self.options.batch_size,
+                batch_tokens=self.options.batch_rows,
+            )
             self._collate = self.collate_fn
 
     def _format(self, source: Source) -> Format:
@@ -185,6 +192,7 @@ class PlannedDataset(IterableDataset[Any]):
             "seq_len": packing.seq_len,
             "method": packing.method,
             "eos_token": packing.eos_token,
+            "fill": packing.fill,
         }
         plan = Plan(
             chunks=only.plan.chunks,
