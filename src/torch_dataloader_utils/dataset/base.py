@@ -166,7 +166,13 @@ class PlannedDataset(IterableDataset[Any]):
         packing = self.options.packing
         if packing is not None:  # a batch of tokens becomes sequences; nothing to decode
             self.converter = PackedConverter(
-                packing.seq_len, packing.pad_value, output.format, source_key=self._source_key
+                packing.seq_len,
+                packing.pad_value,
+                output.format,
+                method=packing.method,
+                batch_size=self.options.batch_size,
+                batch_tokens=self.options.batch_rows,
+                source_key=self._source_key,
             )
             self._collate = self.collate_fn
 

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..batching import Packing, TokenBudget
 from ..convert import ListFormat, NullPolicy, Output, OutputFormat
 from ..errors import InvalidArgumentError
 from ..errors.keywords import check_init_keywords
@@ -13,15 +14,7 @@ from ..errors.on_error import OnError
 from ..formats import Format, ReadOptions, get_format
 from ..fs import FileSystemSpec, Paths, RetryPolicy, StorageBackend, StorageOptions
 from ..loader import TabularDataLoader
-from ..options import (
-    LOADER_KEYWORDS,
-    LoaderOptions,
-    Options,
-    Packing,
-    Source,
-    TokenBudget,
-    ranks_of,
-)
+from ..options import LOADER_KEYWORDS, LoaderOptions, Options, Source, ranks_of
 from ..planning import Remainder, SplitStrategy
 from ..sources.files import Planned, plan_source
 from ..sources.planned import PlannedSource

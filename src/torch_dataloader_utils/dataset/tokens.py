@@ -11,8 +11,8 @@ from collections.abc import Sequence
 import numpy as np
 import pyarrow as pa
 
+from ..batching import Packing, TokenBudget
 from ..errors import DataError, InvalidArgumentError
-from ..options import Packing, TokenBudget
 from ..planning import Plan
 from ..planning.budget import Lengths
 from ..sources.planned import PlannedSource
@@ -32,6 +32,8 @@ def in_tokens(source: PlannedSource, packing: Packing) -> PlannedSource:
         "method": packing.method,
         "eos_token": packing.eos_token,
     }
+    if packing.method == "best_fit":  # (concat takes every slot whatever the fill)
+        identity["fill"] = packing.fill
     plan = Plan(
         chunks=source.plan.chunks,
         schema=pa.schema([pa.field("input_ids", kind.value_type, nullable=False)]),

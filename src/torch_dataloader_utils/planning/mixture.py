@@ -41,6 +41,7 @@ __all__ = [
     "MixEpoch",
     "Mixture",
     "SourceEpoch",
+    "mixture_spans",
     "quotas",
     "source_layouts",
 ]
@@ -159,6 +160,23 @@ def source_layouts(layout: Layout, counts: Sequence[int]) -> list[Layout]:
     return out
 
 
+def mixture_spans(
+    total: int, *, rank: int, world_size: int, num_workers: int, layout: Layout
+) -> list[tuple[int, int]]:
+    """`stream_spans` of a mixture's sequence: a packed mixture's cut at whole sequences
+    (``layout.unit`` positions), which are each one source's."""
+    unit = max(1, layout.unit)
+    if unit == 1:
+        return stream_spans(
+            total, rank=rank, world_size=world_size, num_workers=num_workers, layout=layout
+        )
+    units = dataclasses.replace(layout, batch_size=layout.batch_size // unit)
+    spans = stream_spans(
+        total // unit, rank=rank, world_size=world_size, num_workers=num_workers, layout=units
+    )
+    return [(a * unit, b * unit) for a, b in spans]
+
+
 @dataclass(frozen=True, eq=False)
 class MixEpoch:
     """The rows a pass over a mixture's epoch reads: each source's epoch, and after elastic
@@ -252,7 +270,7 @@ class MixEpoch:
         layouts = source_layouts(layout, interleave.counts)
         left: list[list[Item]] = [[] for _ in items]
         for rank in range(leg.world_size):
-            spans = stream_spans(
+            spans = mixture_spans(
                 interleave.total,
                 rank=rank,
                 world_size=leg.world_size,
@@ -311,7 +329,7 @@ class Mixture:
     def spans(self, mix: MixEpoch, rank: Topology) -> list[tuple[int, int]]:
         """Positions ``[a, b)`` of the current leg's sequence each worker of ``rank`` reads:
         the streams of one source's epoch (`EqualStreams`), cut from the mixture's sequence."""
-        return stream_spans(
+        return mixture_spans(
             mix.total,
             rank=rank.rank,
             world_size=rank.world_size,

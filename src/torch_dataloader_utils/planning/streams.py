@@ -15,6 +15,7 @@ says which source each position holds. `stream.pipeline` reads each source's row
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -239,7 +240,9 @@ class Mixed:
         )
 
     def rank_batches(self, rank: Topology, epoch: int = 0) -> int:
-        return strategy_of("equal").rank_batches(self.epoch_rows, rank, self.layout)
+        unit = max(1, self.layout.unit)  # (a packed mixture's spans are whole sequences)
+        layout = dataclasses.replace(self.layout, batch_size=self.layout.batch_size // unit)
+        return strategy_of("equal").rank_batches(self.epoch_rows // unit, rank, layout)
 
 
 @dataclass(frozen=True, eq=False)

@@ -20,7 +20,7 @@ from ..errors import (
     SchemaMismatchError,
     UnsupportedTypeError,
 )
-from ..formats import Format, ReadOptions
+from ..formats import Format, FormatPlan, ReadOptions
 from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec, Paths, SourceFile, hive_partitions, list_files
@@ -153,35 +153,17 @@ def plan_source(
         # All columns: the plan's, which may be more than the first file's (WebDataset shards
         # with other extensions).
         wanted = [*planned.schema.names, *partition_schema.names]
-    filtered_rows = None
-    if filters is not None:
-        # Count the rows that pass, reading only the filter's columns: equal batch counts
-        # per rank and resuming at a batch need them (docs/concepts/model.md).
-        counting = dataclasses.replace(
-            read_options, columns=tuple(c for c in needed if c not in partition_schema.names)
-        )
-        filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, counting))
-    chunk_tokens = None
-    if tokens is not None:
-        # A packed dataset's order is one of tokens: each chunk's, exact, before any stream.
-        counting = dataclasses.replace(
-            read_options,
-            columns=tuple(c for c in (tokens, *needed) if c not in partition_schema.names),
-        )
-        chunk_tokens = tuple(
-            count_tokens(
-                planned.chunks, fmt, fs, counting, tokens, eos=eos, told=planned.token_counts
-            )
-        )
-    row_lengths = None
-    if lengths is not None:
-        # A token budget's batches are made from every row's length, before any stream.
-        counting = dataclasses.replace(
-            read_options,
-            columns=tuple(c for c in (lengths, *needed) if c not in partition_schema.names),
-        )
-        parts = count_lengths(planned.chunks, fmt, fs, counting, lengths)
-        row_lengths = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    filtered_rows, chunk_tokens, row_lengths = _counted(
+        planned,
+        fmt,
+        fs,
+        read_options,
+        needed=[c for c in needed if c not in partition_schema.names],
+        filtered=filters is not None,
+        tokens=tokens,
+        eos=eos,
+        lengths=lengths,
+    )
     schema = pa.schema(list(planned.schema) + list(partition_schema))
     check_readable(schema, str(path))
     plan = Plan(
@@ -200,6 +182,45 @@ def plan_source(
         chunk_tokens=chunk_tokens,
         row_lengths=row_lengths,
     )
+
+
+def _counted(
+    planned: FormatPlan,
+    fmt: Format,
+    fs: FileSystemSpec,
+    read_options: ReadOptions,
+    *,
+    needed: Sequence[str],
+    filtered: bool,
+    tokens: str | None,
+    eos: bool,
+    lengths: str | None,
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, np.ndarray | None]:
+    """What planning counts by reading (``needed``: the filter's file columns): each chunk's
+    rows that pass the filter, its tokens (a packed dataset's), every row's length (a token
+    budget's), each ``None`` where not asked."""
+
+    def reading(*column: str) -> ReadOptions:
+        return dataclasses.replace(read_options, columns=tuple(dict.fromkeys([*column, *needed])))
+
+    filtered_rows = None
+    if filtered:
+        # Count the rows that pass, reading only the filter's columns: equal batch counts
+        # per rank and resuming at a batch need them (docs/concepts/model.md).
+        filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, reading()))
+    chunk_tokens = None
+    if tokens is not None:
+        # A packed dataset's order is one of tokens: each chunk's, exact, before any stream.
+        counted = count_tokens(
+            planned.chunks, fmt, fs, reading(tokens), tokens, eos=eos, told=planned.token_counts
+        )
+        chunk_tokens = tuple(counted)
+    row_lengths = None
+    if lengths is not None:
+        # A token budget's batches are made from every row's length, before any stream.
+        parts = count_lengths(planned.chunks, fmt, fs, reading(lengths), lengths)
+        row_lengths = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    return filtered_rows, chunk_tokens, row_lengths
 
 
 def decoded_row_bytes(
