@@ -7,6 +7,10 @@ read of the same column (``batch_size`` rows holding about as many tokens as a p
 ``num_workers`` 0 and 2. Tokens/s counts real tokens (padding excluded); each configuration is
 run ``--repeat`` times in this process (the second epoch timed), the best kept.
 
+Token-budget batches (``batching=TokenBudget(max_tokens=batch_size * seq_len)``) of the same
+column are timed beside them, and an untimed epoch says how much of their padded slots are real
+tokens and how full of the budget the batches are.
+
 Best fit (``method="best_fit"``, in-process, ``--fills``) is timed the same way, and an untimed
 epoch says how it arranges: fill (real tokens over the batches' slots), the documents split
 across sequences inside a batch and those cut at a batch's ends (per document, concat's beside
@@ -141,6 +145,33 @@ def padded(root: Path, rows: int, workers: int) -> int:
     return _epochs(loader, lambda b: int(b["tokens_lengths"].sum()))
 
 
+def budgeted(root: Path, max_tokens: int, workers: int) -> int:
+    """Token-budget batches (``batching=TokenBudget``) of the same column: real tokens."""
+    loader = tdu.create_dataloader(
+        str(root),
+        batching=tdu.TokenBudget("tokens", max_tokens=max_tokens),
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
+    return _epochs(loader, lambda b: int(b["tokens_lengths"].sum()))
+
+
+def budget_shares(root: Path, max_tokens: int) -> dict[str, float]:
+    """One epoch of token-budget batches: real tokens over the padded slots (rows x longest),
+    and the padded slots over the budgets (how full each batch is)."""
+    loader = tdu.create_dataloader(
+        str(root), batching=tdu.TokenBudget("tokens", max_tokens=max_tokens), shuffle=True
+    )
+    real = slots = batches = 0
+    for batch in loader:
+        rows, width = batch["tokens"].shape
+        real += int(batch["tokens_lengths"].sum())
+        slots += rows * width
+        batches += 1
+    return {"real/slots": real / slots, "slots/budget": slots / (batches * max_tokens)}
+
+
 def _epochs(loader: tdu.TabularDataLoader, count: object) -> int:
     tokens = 0
     for epoch in range(2):  # the first warms the workers and the page cache
@@ -175,16 +206,21 @@ def main() -> None:
     # The limit reads one epoch; ours two (the second timed): halve ours.
     base, _ = timed(lambda: limit(root, args.seq_len, args.batch_size), args.repeat)
     rate = total / base
-    print(f"{'config':<26}{'tokens/s':>14}{'x limit':>10}")
+    budget = args.seq_len * args.batch_size
+    print(f"{'config':<26}{'tokens/s':>14}{'x limit':>10}{'x padded':>10}")
     print(f"{'limit (concat+split)':<26}{rate:>14,.0f}{1.0:>10.2f}")
     for workers in (0, 2):
+        speeds = {}
         for name, run in (
-            ("packed", lambda w=workers: packed(root, args.seq_len, args.batch_size, w)),
             ("padded", lambda w=workers: padded(root, rows, w)),
+            ("packed", lambda w=workers: packed(root, args.seq_len, args.batch_size, w)),
+            (f"budget {budget}", lambda w=workers: budgeted(root, budget, w)),
         ):
             seconds, tokens = timed(run, args.repeat)
-            ours = 2 * tokens / seconds
-            print(f"{f'{name}, {workers} workers':<26}{ours:>14,.0f}{ours / rate:>10.2f}")
+            ours = speeds[name] = 2 * tokens / seconds
+            ratio = ours / speeds["padded"]
+            label = f"{name}, {workers} workers"
+            print(f"{label:<26}{ours:>14,.0f}{ours / rate:>10.2f}{ratio:>10.2f}")
     where = (root, args.seq_len, args.batch_size)
     for fill in args.fills:
         seconds, tokens = timed(lambda f=fill: packed(*where, 0, method="best_fit", fill=f), 2)
@@ -199,6 +235,11 @@ def main() -> None:
             f"{label:<26}{shares['fill']:>8.1%}{shares['split']:>8.2%}{shares['cut']:>8.1%}"
             f"{us:>10.0f}"
         )
+    shares = budget_shares(root, budget)
+    print(
+        f"\ntoken budget {budget}: real tokens {shares['real/slots']:.1%} of the padded "
+        f"slots, padded slots {shares['slots/budget']:.1%} of the budget"
+    )
 
 
 if __name__ == "__main__":
