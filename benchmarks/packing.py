@@ -7,6 +7,16 @@ read of the same column (``batch_size`` rows holding about as many tokens as a p
 ``num_workers`` 0 and 2. Tokens/s counts real tokens (padding excluded); each configuration is
 run ``--repeat`` times in this process (the second epoch timed), the best kept.
 
+Token-budget batches (``batching=TokenBudget(max_tokens=batch_size * seq_len)``) of the same
+column are timed beside them, and an untimed epoch says how much of their padded slots are real
+tokens and how full of the budget the batches are.
+
+Best fit (``method="best_fit"``, in-process, ``--fills``) is timed the same way, and an untimed
+epoch says how it arranges: fill (real tokens over the batches' slots), the documents split
+across sequences inside a batch and those cut at a batch's ends (per document, concat's beside
+it), and the microseconds the arrangement alone takes a batch (``pack_best_fit`` against
+``pack`` on the same shuffled fragments).
+
 Usage::
 
     python benchmarks/packing.py                  # 20,000 documents of 32-992 tokens
@@ -25,6 +35,9 @@ import pyarrow.parquet as pq
 import torch
 
 import torch_dataloader_utils as tdu
+from torch_dataloader_utils.planning.shuffle import document_permutation
+from torch_dataloader_utils.stream.fragments import Fragments
+from torch_dataloader_utils.stream.packing import pack, pack_best_fit
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
@@ -61,16 +74,63 @@ def limit(root: Path, seq_len: int, batch: int) -> int:
     return tokens
 
 
-def packed(root: Path, seq_len: int, batch: int, workers: int) -> int:
-    loader = tdu.create_dataloader(
+def packed_loader(
+    root: Path, seq_len: int, batch: int, workers: int, method: str = "concat", fill: float = 0.95
+) -> tdu.TabularDataLoader:
+    return tdu.create_dataloader(
         str(root),
-        packing=tdu.Packing("tokens", seq_len=seq_len, pad_value=-1),
+        packing=tdu.Packing("tokens", seq_len, pad_value=-1, method=method, fill=fill),
         batch_size=batch,
         shuffle=True,
         num_workers=workers,
         persistent_workers=workers > 0,
     )
-    return _epochs(loader, lambda b: int((b["input_ids"] >= 0).sum()))
+
+
+def packed(root: Path, seq_len: int, batch: int, workers: int, **method: object) -> int:
+    loader = packed_loader(root, seq_len, batch, workers, **method)  # type: ignore[arg-type]
+    return _epochs(loader, lambda b: int((b["document_ids"] >= 0).sum()))
+
+
+def arrangement(root: Path, seq_len: int, batch: int, **method: object) -> dict[str, float]:
+    """One epoch's fill, and the documents split inside a batch (a document in more than one of
+    its sequences) and cut at its ends (going on from the batch before), per document."""
+    real = slots = split = cut = 0
+    for b in packed_loader(root, seq_len, batch, 0, **method):  # type: ignore[arg-type]
+        ids = b["document_ids"].numpy()
+        positions = b["position_ids"].numpy()[ids >= 0]
+        real, slots = real + int((ids >= 0).sum()), slots + ids.size
+        documents = ids[ids >= 0]
+        pairs = np.unique(np.stack([np.nonzero(ids >= 0)[0], documents]), axis=1)
+        split += int((np.bincount(pairs[1]) > 1).sum())
+        first = np.full(int(documents.max()) + 1, np.iinfo(np.int32).max)
+        np.minimum.at(first, documents, positions)
+        cut += int((first[first < np.iinfo(np.int32).max] > 0).sum())
+    count = len(pq.read_table(root, columns=["tokens"]))
+    return {"fill": real / slots, "split": split / count, "cut": cut / count}
+
+
+def arrange_us(root: Path, seq_len: int, batch: int, fill: float) -> tuple[float, float]:
+    """Microseconds a batch takes to arrange: concat's ``pack``, then ``pack_best_fit``."""
+    column = pq.read_table(root, columns=["tokens"]).column("tokens")
+    fragments = Fragments.from_lists(column, 0)
+    order = document_permutation(len(fragments.begin), seed=0, epoch=0, stream=0, block=0)
+    fragments = fragments.permuted(order)
+    budget = tdu.Packing("tokens", seq_len, method="best_fit", fill=fill).batch_tokens(batch)
+    out = []
+    for tokens, run in (
+        (batch * seq_len, lambda f: pack(f, seq_len)),
+        (budget, lambda f: pack_best_fit(f, seq_len, batch, budget=budget)),
+    ):
+        batches = [fragments.slice(at, tokens) for at in range(0, fragments.num_rows, tokens)]
+        best = float("inf")
+        for _ in range(3):  # (the best of three: a shared machine's noise is all upward)
+            start = time.perf_counter()
+            for part in batches:
+                run(part)
+            best = min(best, time.perf_counter() - start)
+        out.append(best / len(batches) * 1e6)
+    return out[0], out[1]
 
 
 def padded(root: Path, rows: int, workers: int) -> int:
@@ -83,6 +143,33 @@ def padded(root: Path, rows: int, workers: int) -> int:
         persistent_workers=workers > 0,
     )
     return _epochs(loader, lambda b: int(b["tokens_lengths"].sum()))
+
+
+def budgeted(root: Path, max_tokens: int, workers: int) -> int:
+    """Token-budget batches (``batching=TokenBudget``) of the same column: real tokens."""
+    loader = tdu.create_dataloader(
+        str(root),
+        batching=tdu.TokenBudget("tokens", max_tokens=max_tokens),
+        shuffle=True,
+        num_workers=workers,
+        persistent_workers=workers > 0,
+    )
+    return _epochs(loader, lambda b: int(b["tokens_lengths"].sum()))
+
+
+def budget_shares(root: Path, max_tokens: int) -> dict[str, float]:
+    """One epoch of token-budget batches: real tokens over the padded slots (rows x longest),
+    and the padded slots over the budgets (how full each batch is)."""
+    loader = tdu.create_dataloader(
+        str(root), batching=tdu.TokenBudget("tokens", max_tokens=max_tokens), shuffle=True
+    )
+    real = slots = batches = 0
+    for batch in loader:
+        rows, width = batch["tokens"].shape
+        real += int(batch["tokens_lengths"].sum())
+        slots += rows * width
+        batches += 1
+    return {"real/slots": real / slots, "slots/budget": slots / (batches * max_tokens)}
 
 
 def _epochs(loader: tdu.TabularDataLoader, count: object) -> int:
@@ -108,6 +195,7 @@ def main() -> None:
     parser.add_argument("--seq-len", type=int, default=2048)
     parser.add_argument("--batch-size", type=int, default=8)
     parser.add_argument("--repeat", type=int, default=2)
+    parser.add_argument("--fills", type=float, nargs="*", default=[0.9, 0.95, 0.98])
     args = parser.parse_args()
     root, total = make(args.documents)
     rows = max(1, args.seq_len * args.batch_size // 512)  # about as many tokens a batch
@@ -118,16 +206,40 @@ def main() -> None:
     # The limit reads one epoch; ours two (the second timed): halve ours.
     base, _ = timed(lambda: limit(root, args.seq_len, args.batch_size), args.repeat)
     rate = total / base
-    print(f"{'config':<22}{'tokens/s':>14}{'x limit':>10}")
-    print(f"{'limit (concat+split)':<22}{rate:>14,.0f}{1.0:>10.2f}")
+    budget = args.seq_len * args.batch_size
+    print(f"{'config':<26}{'tokens/s':>14}{'x limit':>10}{'x padded':>10}")
+    print(f"{'limit (concat+split)':<26}{rate:>14,.0f}{1.0:>10.2f}")
     for workers in (0, 2):
+        speeds = {}
         for name, run in (
-            ("packed", lambda w=workers: packed(root, args.seq_len, args.batch_size, w)),
             ("padded", lambda w=workers: padded(root, rows, w)),
+            ("packed", lambda w=workers: packed(root, args.seq_len, args.batch_size, w)),
+            (f"budget {budget}", lambda w=workers: budgeted(root, budget, w)),
         ):
             seconds, tokens = timed(run, args.repeat)
-            ours = 2 * tokens / seconds
-            print(f"{f'{name}, {workers} workers':<22}{ours:>14,.0f}{ours / rate:>10.2f}")
+            ours = speeds[name] = 2 * tokens / seconds
+            ratio = ours / speeds["padded"]
+            label = f"{name}, {workers} workers"
+            print(f"{label:<26}{ours:>14,.0f}{ours / rate:>10.2f}{ratio:>10.2f}")
+    where = (root, args.seq_len, args.batch_size)
+    for fill in args.fills:
+        seconds, tokens = timed(lambda f=fill: packed(*where, 0, method="best_fit", fill=f), 2)
+        ours = 2 * tokens / seconds
+        print(f"{f'best_fit {fill}, 0 workers':<26}{ours:>14,.0f}{ours / rate:>10.2f}")
+    print(f"\n{'arrangement':<26}{'fill':>8}{'split':>8}{'cut':>8}{'us/batch':>10}")
+    for method, fill in (("concat", 1.0), *(("best_fit", f) for f in args.fills)):
+        shares = arrangement(*where, method=method, fill=fill)
+        us = arrange_us(*where, fill)[method == "best_fit"]
+        label = method if method == "concat" else f"best_fit {fill}"
+        print(
+            f"{label:<26}{shares['fill']:>8.1%}{shares['split']:>8.2%}{shares['cut']:>8.1%}"
+            f"{us:>10.0f}"
+        )
+    shares = budget_shares(root, budget)
+    print(
+        f"\ntoken budget {budget}: real tokens {shares['real/slots']:.1%} of the padded "
+        f"slots, padded slots {shares['slots/budget']:.1%} of the budget"
+    )
 
 
 if __name__ == "__main__":

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from .batching import Packing, TokenBudget
 from .cache import CacheStats
 from .convert import Converter
 from .create import create_dataloader
@@ -61,7 +62,7 @@ from .fs import RetryPolicy
 from .iceberg import IcebergDataset
 from .loader import TabularDataLoader
 from .mixture import MixtureDataset
-from .options import Packing, Source, TokenBudget
+from .options import Source
 from .planning import Chunk, Piece, Plan, Topology
 from .webdataset import ShardWriter
 from .webdataset.format import WebDatasetFormat

@@ -64,7 +64,10 @@ def create_dataloader(
         dataset_class: the dataset class to build.
         **dataset_options: everything `StructuredDataset` accepts (``batch_size``,
             ``columns``, ``filters``, ``shuffle``, ``shuffle_seed``, ``drop_last``,
-            ``output_format``, ``storage_options``, ``partitioning``, ...).
+            ``output_format``, ``storage_options``, ``partitioning``, ...), and
+            ``packing=tdu.Packing(...)`` (a token-list column packed into sequences) or
+            ``batching=tdu.TokenBudget(...)`` (batches of whole rows under a token budget,
+            instead of ``batch_size``): see docs/concepts/packing.md.
 
     Returns:
         The loader; ``loader.dataset`` is the dataset. Call ``loader.set_epoch(epoch)`` before

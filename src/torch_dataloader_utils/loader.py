@@ -142,6 +142,8 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         # Trainers that own the epoch loop call loader.sampler.set_epoch (Lightning does);
         # DataLoader refuses sampler= for iterable datasets and its assignment after __init__.
         object.__setattr__(self, "sampler", EpochSampler(dataset))
+        # (Token-budget batches count per worker: the dataset's len() counts with these.)
+        dataset.passes.num_workers = max(1, num_workers)
         # Wrappers that copy a loader's attributes (Ray Train's prepare_data_loader) keep these
         # working through the wrapper: `wrapped.state_dict()` is this loader's.
         self.__dict__.update(Forwarded.methods(self, "set_epoch", "state_dict", "load_state_dict"))

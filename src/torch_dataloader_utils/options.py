@@ -9,7 +9,6 @@ before anything is listed or read. Nothing here reads storage.
 from __future__ import annotations
 
 import dataclasses
-import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -17,9 +16,10 @@ from typing import Any, TypeVar
 
 import torch
 
+from .batching import Packing, TokenBudget
 from .convert import Output
 from .errors import InvalidArgumentError
-from .errors.keywords import check_flags
+from .errors.keywords import check_flags, check_positive
 from .errors.on_error import ON_ERROR, OnError
 from .formats import Format
 from .fs import Paths, RetryPolicy, StorageBackend, StorageOptions
@@ -35,10 +35,7 @@ __all__ = [
     "LOADER_KEYWORDS",
     "LoaderOptions",
     "Options",
-    "PACKING_METHODS",
-    "Packing",
     "Source",
-    "TokenBudget",
     "ranks_of",
     "with_defaults",
 ]
@@ -102,7 +99,7 @@ class Source:
             raise InvalidArgumentError("a Source reads either path= (files) or table= (Iceberg)")
         if self.weight is not None and not (self.weight >= 0):
             raise InvalidArgumentError(f"a Source's weight must be >= 0, got {self.weight}")
-        _check_positive(split_bytes=self.split_bytes, split_rows=self.split_rows)
+        check_positive(split_bytes=self.split_bytes, split_rows=self.split_rows)
         if self.partitioning not in (None, "hive"):
             raise InvalidArgumentError(
                 f'partitioning must be None or "hive", got {self.partitioning!r}'
@@ -178,10 +175,11 @@ class Options:
     cache_limit: int | str | None = None
     output: Output = field(default_factory=Output)
     packing: Packing | None = None
+    batching: TokenBudget | None = None
 
     def __post_init__(self) -> None:
-        _check_positive(batch_size=self.batch_size, shuffle_block_bytes=self.shuffle_block_bytes)
-        _check_positive(shuffle_block_size=self.shuffle_block_size)
+        check_positive(batch_size=self.batch_size, shuffle_block_bytes=self.shuffle_block_bytes)
+        check_positive(shuffle_block_size=self.shuffle_block_size)
         if self.shuffle_seed < 0:
             raise InvalidArgumentError(f"shuffle_seed must be >= 0, got {self.shuffle_seed}")
         if self.remainder not in REMAINDER_POLICIES:
@@ -200,12 +198,25 @@ class Options:
                 raise InvalidArgumentError(
                     f"packing must be a tdu.Packing, got {type(self.packing).__name__}"
                 )
-            if self.packing.method != "concat":
-                raise InvalidArgumentError('Packing(method="best_fit") is not built yet')
+            if self.packing.batch_tokens(self.batch_size) < 1:
+                raise InvalidArgumentError("Packing's fill leaves a batch no token")
             if self.output.format not in ("torch", "numpy"):
                 raise InvalidArgumentError(
                     'packed sequences are torch tensors or numpy arrays: output_format="torch" '
                     'or "numpy"'
+                )
+        if self.batching is not None:
+            if not isinstance(self.batching, TokenBudget):
+                raise InvalidArgumentError(
+                    f"batching must be a tdu.TokenBudget, got {type(self.batching).__name__}"
+                )
+            if self.packing is not None:
+                raise InvalidArgumentError(
+                    "packing= and batching= both make the batches: pass one of them"
+                )
+            if self.split_strategy != "equal":
+                raise InvalidArgumentError(
+                    'token-budget batches are cut from equal streams: split_strategy="equal"'
                 )
 
     @classmethod
@@ -222,7 +233,7 @@ class Options:
     @property
     def unit(self) -> int:
         """A packed dataset's tokens of its order per sequence (0: not packed)."""
-        return 0 if self.packing is None else self.packing.seq_len
+        return 0 if self.packing is None else self.packing.unit
 
     @property
     def batch_rows(self) -> int:
@@ -230,18 +241,20 @@ class Options:
         ``batch_size`` sequences' tokens (its order is one of tokens)."""
         return self.batch_size * max(1, self.unit)
 
-    def layout(self, *, row_bytes: float, chunk_rows: float) -> Layout:
+    def layout(self, *, row_bytes: float, chunk_rows: float, group: int | None = None) -> Layout:
         """Every option that decides which rows each stream reads and in what order, with block
-        sizes for rows of ``row_bytes`` decoded bytes in chunks of ``chunk_rows`` rows."""
+        sizes for rows of ``row_bytes`` decoded bytes in chunks of ``chunk_rows`` rows
+        (``group``: a token budget's rows a planner's batch, `planning.budget`)."""
+        batch_rows = self.batch_rows if group is None else group
         block_rows, first_block_rows = block_sizes(
-            batch_size=self.batch_rows,
+            batch_size=batch_rows,
             block_size=self.shuffle_block_size,
             block_bytes=self.shuffle_block_bytes,
             row_bytes=row_bytes,
             chunk_rows=chunk_rows,
         )
         return Layout(
-            batch_size=self.batch_rows,
+            batch_size=batch_rows,
             shuffle=self.shuffle,
             seed=self.shuffle_seed,
             drop_last=self.drop_last,
@@ -311,74 +324,6 @@ class LoaderOptions:
 LOADER_KEYWORDS = tuple(f.name for f in dataclasses.fields(LoaderOptions))
 
 
-@dataclass(frozen=True)
-class Packing:
-    """Pack a token-list column into sequences of ``seq_len`` tokens (docs/adr/0022).
-
-    Args:
-        column: the list-of-integers column holding each document's tokens.
-        seq_len: tokens per sequence.
-        pad_value: the token that pads a stream's last sequence.
-        method: ``"concat"`` (documents concatenated and cut at ``seq_len``) or ``"best_fit"``
-            (whole documents placed into sequences; longer ones split).
-        eos_token: a token appended after every document (``None``: none).
-
-    Raises:
-        InvalidArgumentError: an option is out of range.
-    """
-
-    column: str
-    seq_len: int
-    pad_value: int = 0
-    method: str = "concat"
-    eos_token: int | None = None
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.column, str) or not self.column:
-            raise InvalidArgumentError(f"Packing's column must be a name, got {self.column!r}")
-        _check_positive(seq_len=self.seq_len)
-        if self.method not in PACKING_METHODS:
-            raise InvalidArgumentError(
-                f"Packing's method must be one of {PACKING_METHODS}, got {self.method!r}"
-            )
-        for name in ("pad_value", "eos_token"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
-                raise InvalidArgumentError(f"Packing's {name} must be an int, got {value!r}")
-
-
-PACKING_METHODS = ("concat", "best_fit")
-
-
-@dataclass(frozen=True)
-class TokenBudget:
-    """Batches of whole rows whose padded size (rows x longest row) is at most ``max_tokens``,
-    instead of ``batch_size`` rows (docs/adr/0022).
-
-    Args:
-        column: the list column whose lengths count.
-        max_tokens: the budget of a batch.
-        overflow: a row longer than ``max_tokens``: ``"error"`` (default) or ``"truncate"``
-            (cut to the budget; what was cut is counted).
-
-    Raises:
-        InvalidArgumentError: an option is out of range.
-    """
-
-    column: str
-    max_tokens: int
-    overflow: str = "error"
-
-    def __post_init__(self) -> None:
-        if not isinstance(self.column, str) or not self.column:
-            raise InvalidArgumentError(f"TokenBudget's column must be a name, got {self.column!r}")
-        _check_positive(max_tokens=self.max_tokens)
-        if self.overflow not in ("error", "truncate"):
-            raise InvalidArgumentError(
-                f'TokenBudget\'s overflow must be "error" or "truncate", got {self.overflow!r}'
-            )
-
-
 # `Output`'s fields under their public names (``output_format``, ``list_format``, ...).
 _OUTPUT = (("output_", "format"), ("", "list_format"), ("", "null_policy"), ("", "pad_value"))
 
@@ -411,11 +356,3 @@ def _check_columns(columns: Sequence[str] | None) -> None:
     bad = [c for c in names if not isinstance(c, str)]
     if bad:
         raise InvalidArgumentError(f"columns must be names (str), got {bad[0]!r}")
-
-
-def _check_positive(**values: object) -> None:
-    for name, value in values.items():
-        if value is not None and (
-            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0
-        ):
-            raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")

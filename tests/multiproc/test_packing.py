@@ -17,7 +17,7 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from tests.packed_data import tokens_of as checked_tokens
-from torch_dataloader_utils.options import Packing
+from torch_dataloader_utils.batching import Packing
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -25,6 +25,8 @@ pytestmark = [
 ]
 
 SEQ_LEN, BATCH, PAD = 8, 3, -1
+FILL = 0.8  # best fit: a batch is 18 tokens of the 24 slots (3 sequences' floor(8 * 0.8))
+BEST_FIT_TOKENS = BATCH * int(SEQ_LEN * FILL)
 
 
 @pytest.fixture(scope="module")
@@ -58,12 +60,14 @@ def make(
     world_size: int = 1,
     workers: int = 0,
     eos: int | None = None,
+    method: str = "concat",
     **options: Any,
 ) -> Any:
     options = {"shuffle": True, "null_policy": "fill", **options}
+    packing = Packing("tokens", SEQ_LEN, pad_value=PAD, eos_token=eos, method=method, fill=FILL)
     return tdu.create_dataloader(
         str(root),
-        packing=Packing("tokens", seq_len=SEQ_LEN, pad_value=PAD, eos_token=eos),
+        packing=packing,
         batch_size=BATCH,
         num_workers=workers,
         rank=rank,
@@ -77,11 +81,19 @@ def tokens_of(batch: dict[str, Any], where: dict[int, tuple[int, int]]) -> list[
     return checked_tokens(batch, where, seq_len=SEQ_LEN, batch_size=BATCH)
 
 
-@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
-@pytest.mark.parametrize("workers", [0, 2])
-@pytest.mark.parametrize("shuffle", [False, True])
+TOPOLOGIES = [
+    *itertools.product([1, 2, 3, 4], [0, 2], [False, True], ["concat"]),
+    *itertools.product([1, 2, 3], [0, 2], [True], ["best_fit"]),
+]
+
+
+@pytest.mark.parametrize(("world_size", "workers", "shuffle", "method"), TOPOLOGIES)
 def test_every_token_once_on_every_topology_with_equal_batches(
-    data: tuple[Path, dict[int, tuple[int, int]]], world_size: int, workers: int, shuffle: bool
+    data: tuple[Path, dict[int, tuple[int, int]]],
+    world_size: int,
+    workers: int,
+    shuffle: bool,
+    method: str,
 ) -> None:
     root, where = data
     orders = []
@@ -90,15 +102,25 @@ def test_every_token_once_on_every_topology_with_equal_batches(
         batches = []
         order: list[int] = []
         for rank in range(world_size):
-            loader = make(root, rank=rank, world_size=world_size, workers=workers, shuffle=shuffle)
+            loader = make(
+                root,
+                rank=rank,
+                world_size=world_size,
+                workers=workers,
+                shuffle=shuffle,
+                method=method,
+            )
             loader.set_epoch(epoch)
-            n = 0
+            n = short = 0
             for batch in loader:
                 got = tokens_of(batch, where)
                 seen.update(got)
                 order += got
                 n += 1
-            assert n == len(loader)
+                if method == "best_fit":  # the fill of the slots; only a rank's last one less
+                    assert len(got) <= BEST_FIT_TOKENS
+                    short += len(got) < BEST_FIT_TOKENS or len(batch["input_ids"]) < BATCH
+            assert n == len(loader) and short <= 1
             batches.append(n)
         assert len(set(batches)) == 1  # equal batches on every rank
         assert max(seen.values()) == 1  # no token twice
@@ -117,20 +139,30 @@ def test_spawned_workers_read_every_token_once(
 
 
 @pytest.mark.parametrize(
-    ("before", "after"),
-    [((1, 0), (1, 0)), ((2, 2), (2, 2)), ((1, 0), (2, 2)), ((2, 2), (3, 0)), ((4, 1), (1, 3))],
+    ("before", "after", "method"),
+    [
+        ((1, 0), (1, 0), "concat"),
+        ((2, 2), (2, 2), "concat"),
+        ((1, 0), (2, 2), "concat"),
+        ((2, 2), (3, 0), "concat"),
+        ((4, 1), (1, 3), "concat"),
+        ((2, 2), (2, 2), "best_fit"),
+        ((2, 2), (3, 0), "best_fit"),
+    ],
 )
 def test_a_resumed_epoch_reads_every_remaining_token_once(
     data: tuple[Path, dict[int, tuple[int, int]]],
     before: tuple[int, int],
     after: tuple[int, int],
+    method: str,
 ) -> None:
     root, where = data
     (ranks, workers), (new_ranks, new_workers) = before, after
     seen: Counter[int] = Counter()
     state = None
+    kept = {"remainder": "pad", "method": method}
     for rank in range(ranks):
-        loader = make(root, rank=rank, world_size=ranks, workers=workers, remainder="pad")
+        loader = make(root, rank=rank, world_size=ranks, workers=workers, **kept)
         loader.set_epoch(1)
         for batch in itertools.islice(loader, 5):
             seen.update(tokens_of(batch, where))
@@ -138,13 +170,27 @@ def test_a_resumed_epoch_reads_every_remaining_token_once(
             state = loader.state_dict()
     assert state is not None
     for rank in range(new_ranks):
-        loader = make(root, rank=rank, world_size=new_ranks, workers=new_workers, remainder="pad")
+        loader = make(root, rank=rank, world_size=new_ranks, workers=new_workers, **kept)
         loader.load_state_dict(state)
         for batch in loader:
             seen.update(tokens_of(batch, where))
     assert set(seen) == set(where)  # every token
     # "pad" wraps to the start: only a few tokens twice, fewer than a batch per rank
     assert sum(seen.values()) - len(where) < (ranks + new_ranks) * BATCH * SEQ_LEN
+
+
+def test_a_best_fit_batch_resumed_is_the_batch_read_through(
+    data: tuple[Path, dict[int, tuple[int, int]]],
+) -> None:
+    root, _ = data
+    whole = [b["input_ids"].tolist() for b in make(root, workers=2, method="best_fit")]
+    loader = make(root, workers=2, method="best_fit")
+    for _ in itertools.islice(loader, 5):
+        pass
+    state = loader.state_dict()
+    loader = make(root, workers=2, method="best_fit")
+    loader.load_state_dict(state)
+    assert [b["input_ids"].tolist() for b in loader] == whole[5:]
 
 
 def test_a_column_that_is_not_token_lists_is_refused_naming_the_source(tmp_path: Path) -> None:

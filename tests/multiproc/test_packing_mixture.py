@@ -50,19 +50,19 @@ def data(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[Path], Where]:
     return roots, where
 
 
-def make(roots: list[Path], **options: Any) -> Any:
+def make(roots: list[Path], method: str = "concat", **options: Any) -> Any:
     weights = options.pop("weights", (None, None))
     options = {"shuffle": True, "batch_size": BATCH, "source_column": "source", **options}
     return tdu.create_dataloader(
         [tdu.Source(str(r), weight=w) for r, w in zip(roots, weights, strict=True)],
-        packing=tdu.Packing("tokens", seq_len=SEQ_LEN, pad_value=PAD),
+        packing=tdu.Packing("tokens", seq_len=SEQ_LEN, pad_value=PAD, method=method, fill=0.8),
         **options,
     )
 
 
-def tokens_of(batch: dict[str, Any], where: Where) -> list[int]:
-    """The batch's tokens, after checking that each sequence holds one source's tokens, and
-    each fragment one document's, at their positions."""
+def tokens_of(batch: dict[str, Any], where: Where, *, whole: bool = True) -> list[int]:
+    """The batch's tokens, after checking that each fragment holds one document's, at their
+    positions, and (``whole``: concatenated) that each sequence holds one source's."""
     flat = batch["input_ids"].reshape(-1).tolist()
     positions = batch["position_ids"].reshape(-1).tolist()
     sources = batch["source"].reshape(-1).tolist()
@@ -70,7 +70,7 @@ def tokens_of(batch: dict[str, Any], where: Where) -> list[int]:
     assert cu[0] == 0 and cu[-1] == len(flat) and cu == sorted(set(cu))
     for s in range(0, len(flat), SEQ_LEN):
         real = [t for t in flat[s : s + SEQ_LEN] if t != PAD]
-        assert len({where[t][0] for t in real}) <= 1  # a sequence is one source's
+        assert not whole or len({where[t][0] for t in real}) <= 1  # one source's sequence
     for a, b in itertools.pairwise(cu):
         fragment = [(t, i) for i, t in enumerate(flat[a:b], start=a) if t != PAD]
         if fragment:
@@ -82,24 +82,36 @@ def tokens_of(batch: dict[str, Any], where: Where) -> list[int]:
 
 # (4 and 5 ranks do not divide the data's 162 sequences: a rank once began inside one)
 @pytest.mark.parametrize(
-    ("world_size", "workers"), [(1, 0), (1, 2), (2, 0), (3, 2), (4, 2), (5, 0)]
+    ("world_size", "workers", "mixing", "method"),
+    [
+        *itertools.product([1, 2], [0, 2], ["random", "stratified"], ["concat"]),
+        (3, 2, "random", "concat"),
+        (2, 2, "stratified", "best_fit"),
+        (4, 2, "random", "concat"),
+        (5, 0, "stratified", "concat"),
+    ],
 )
-@pytest.mark.parametrize("mixing", ["random", "stratified"])
 def test_every_source_delivers_its_quota_of_tokens_once_with_equal_batches(
-    data: tuple[list[Path], Where], world_size: int, workers: int, mixing: str
+    data: tuple[list[Path], Where], world_size: int, workers: int, mixing: str, method: str
 ) -> None:
     roots, where = data
+    unit = SEQ_LEN if method == "concat" else int(SEQ_LEN * 0.8)
     tokens = [sum(1 for s, _, _ in where.values() if s == i) for i in (0, 1)]
     for epoch in (0, 1):
         seen: Counter[int] = Counter()
         batches = []
         for rank in range(world_size):
             loader = make(
-                roots, rank=rank, world_size=world_size, num_workers=workers, mixing=mixing
+                roots,
+                method,
+                rank=rank,
+                world_size=world_size,
+                num_workers=workers,
+                mixing=mixing,
             )
             quotas = loader.dataset.quotas
             loader.set_epoch(epoch)
-            got = [tokens_of(b, where) for b in loader]
+            got = [tokens_of(b, where, whole=method == "concat") for b in loader]
             assert len(got) == len(loader)
             batches.append(len(got))
             seen.update(t for b in got for t in b)
@@ -109,9 +121,9 @@ def test_every_source_delivers_its_quota_of_tokens_once_with_equal_batches(
         # than a sequence's tokens of each source may meet again there).
         twice = sum(c - 1 for c in seen.values())
         assert twice == 0 if epoch == 0 else twice < 2 * SEQ_LEN
-        assert list(quotas) == [t // SEQ_LEN * SEQ_LEN for t in tokens]
+        assert list(quotas) == [t // unit * unit for t in tokens]
         per_source = Counter(where[t][0] for t in seen)
-        short = world_size * BATCH * SEQ_LEN  # "drop": less than a batch per rank
+        short = world_size * BATCH * unit  # "drop": less than a batch per rank
         for i in (0, 1):
             assert quotas[i] - short < per_source[i] <= quotas[i]
 

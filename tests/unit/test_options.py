@@ -113,6 +113,15 @@ def test_a_mixtures_pieces_are_numbered_as_its_plan_and_read_every_row_once(
         (lambda: Packing("", seq_len=8), "column must be a name"),
         (lambda: Packing("tokens", seq_len=8, method="greedy"), "method must be one of"),
         (lambda: Packing("tokens", seq_len=8, pad_value=0.5), "pad_value must be an int"),  # type: ignore[arg-type]
+        (lambda: Packing("tokens", seq_len=8, fill=0), r"fill must be in \(0, 1\]"),
+        (lambda: Packing("tokens", seq_len=8, fill=1.01), r"fill must be in \(0, 1\]"),
+        (lambda: Packing("tokens", seq_len=8, fill=float("nan")), r"fill must be in"),
+        (lambda: Packing("tokens", seq_len=8, fill=True), "fill must be a number"),
+        (lambda: Packing("tokens", seq_len=8, fill="0.9"), "fill must be a number"),  # type: ignore[arg-type]
+        (
+            lambda: Options(batch_size=1, packing=Packing("t", 4, method="best_fit", fill=0.1)),
+            "fill leaves a batch no token",
+        ),
         (lambda: TokenBudget("tokens", max_tokens=0), "max_tokens must be a positive integer"),
         (lambda: TokenBudget("tokens", 64, overflow="drop"), 'overflow must be "error"'),
     ],
@@ -120,3 +129,14 @@ def test_a_mixtures_pieces_are_numbered_as_its_plan_and_read_every_row_once(
 def test_packing_and_token_budgets_refuse_what_is_out_of_range(make: Any, message: str) -> None:
     with pytest.raises(tdu.InvalidArgumentError, match=message):
         make()
+
+
+def test_a_best_fit_batch_takes_its_fill_of_the_slots_in_tokens() -> None:
+    def rows(**packing: Any) -> int:
+        return Options(batch_size=8, packing=Packing("t", seq_len=2048, **packing)).batch_rows
+
+    assert rows() == rows(fill=0.5) == 8 * 2048  # concat: every slot
+    # Whole sequences' shares (a packed mixture gives a source that many tokens at a time).
+    assert rows(method="best_fit") == 8 * 1945  # 8 * floor(2,048 * 0.95)
+    assert rows(method="best_fit", fill=1) == 8 * 2048
+    assert Packing("t", seq_len=100, method="best_fit", fill=0.29).batch_tokens(1) == 29

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import dataclasses
 import functools
-import json
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -20,9 +19,10 @@ from ..errors import InvalidArgumentError, UnsupportedTypeError
 from ..errors.on_error import FailureLog, OnError
 from ..formats import Format
 from ..fs import FileSystemSpec, RetryPolicy
-from ..options import Options, Packing, Source
+from ..options import Options, Source
 from ..planning import Iteration, Layout, Piece, Plan, Ranks, Topology, strategy_of
-from ..planning.streams import OneSource, Stream, Streams
+from ..planning.budget import group_rows
+from ..planning.streams import Budgeted, OneSource, Stream, Streams
 from ..sources.files import Planned
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
@@ -32,6 +32,7 @@ from ..stream.pipeline import stream_segments
 from ..stream.read import Reader, Reads
 from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
+from .tokens import in_tokens, length_index
 
 __all__ = ["Combined", "PlannedDataset"]
 
@@ -97,15 +98,22 @@ class PlannedDataset(IterableDataset[Any]):
         # A packed dataset's order is one of tokens: its sources combine as token plans (they
         # are read by their own plans of rows).
         combined = self._combine(
-            self.sources if packing is None else tuple(_in_tokens(s, packing) for s in self.sources)
+            self.sources if packing is None else tuple(in_tokens(s, packing) for s in self.sources)
         )
         self.plan: Plan = combined.plan
+        budget = options.batching
+        lengths = None if budget is None else length_index(self.sources, self.plan, budget)
         self.layout = options.layout(
             row_bytes=combined.row_bytes,
             chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
+            group=None if lengths is None else group_rows(lengths),
         )
         strategy_of(self.layout.strategy).check(self.layout, self._ranks)
-        self.streams = combined.streams(self.layout)
+        self.streams: Streams = combined.streams(self.layout)
+        if budget is not None and lengths is not None:
+            assert isinstance(self.streams, OneSource), "token budgets batch one source"
+            truncate = budget.overflow == "truncate"
+            self.streams = Budgeted(self.streams, lengths, budget.column, truncate)
         # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
         # too) and with the loader: see `Passes`.
         self.passes = Passes(self.plan, self.streams, self._ranks)
@@ -158,7 +166,13 @@ class PlannedDataset(IterableDataset[Any]):
         packing = self.options.packing
         if packing is not None:  # a batch of tokens becomes sequences; nothing to decode
             self.converter = PackedConverter(
-                packing.seq_len, packing.pad_value, output.format, source_key=self._source_key
+                packing.seq_len,
+                packing.pad_value,
+                output.format,
+                method=packing.method,
+                batch_size=self.options.batch_size,
+                batch_tokens=self.options.batch_rows,
+                source_key=self._source_key,
             )
             self._collate = self.collate_fn
 
@@ -384,35 +398,13 @@ class PlannedDataset(IterableDataset[Any]):
                 (``split_strategy="round_robin"``).
         """
         rank, world_size = self.resolved_rank()
-        return self.streams.rank_batches(Topology(rank, world_size))
+        topology = Topology(rank, world_size, 0, self.passes.num_workers)
+        return self.streams.rank_batches(topology, self.passes.epoch)
 
     @property
     def epoch_rows(self) -> int:
         """Rows an epoch reads across all ranks, before the remainder policy."""
         return self.streams.epoch_rows
-
-
-def _in_tokens(source: PlannedSource, packing: Packing) -> PlannedSource:
-    """``source`` with the plan of a packed dataset's order: its chunks' tokens as rows
-    (docs/adr/0022), counted at planning; a token is a row of ``input_ids`` (a worker holds
-    them as `stream.fragments.Fragments`)."""
-    kind = source.plan.schema.field(packing.column).type  # (checked by planning)
-    assert source.chunk_tokens is not None, "a packed dataset's planning counts tokens"
-    identity = {
-        "column": packing.column,
-        "seq_len": packing.seq_len,
-        "method": packing.method,
-        "eos_token": packing.eos_token,
-    }
-    plan = Plan(
-        chunks=source.plan.chunks,
-        schema=pa.schema([pa.field("input_ids", kind.value_type, nullable=False)]),
-        row_bytes=kind.value_type.bit_width / 8,  # (a block holds the token values)
-        details=(*source.plan.details, *Plan.details_of(packing=json.dumps(identity))),
-        filtered_rows=source.chunk_tokens,
-        files=source.plan.files,
-    )
-    return dataclasses.replace(source, plan=plan, row_bytes=plan.row_bytes)
 
 
 def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:

@@ -6,6 +6,7 @@ import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from ..batching import Packing, TokenBudget
 from ..convert import ListFormat, NullPolicy, Output, OutputFormat
 from ..errors import InvalidArgumentError
 from ..errors.keywords import check_init_keywords
@@ -13,7 +14,7 @@ from ..errors.on_error import OnError
 from ..formats import Format, ReadOptions, get_format
 from ..fs import FileSystemSpec, Paths, RetryPolicy, StorageBackend, StorageOptions
 from ..loader import TabularDataLoader
-from ..options import LOADER_KEYWORDS, LoaderOptions, Options, Packing, Source, ranks_of
+from ..options import LOADER_KEYWORDS, LoaderOptions, Options, Source, ranks_of
 from ..planning import Remainder, SplitStrategy
 from ..sources.files import Planned, plan_source
 from ..sources.planned import PlannedSource
@@ -90,6 +91,9 @@ class StructuredDataset(PlannedDataset):
             sequences of ``seq_len`` tokens, every token once per epoch; batches of
             ``batch_size`` sequences hold ``input_ids``, ``position_ids``, ``document_ids``,
             ``cu_seqlens`` and ``max_seqlen`` (docs/adr/0022-packed-sequences.md).
+        batching: a `TokenBudget`: batches of whole rows whose padded size (rows x longest
+            row of its column) is at most ``max_tokens``, instead of ``batch_size`` rows; every
+            rank still gets the same number of batches (docs/adr/0022-packed-sequences.md).
 
     Raises:
         UnknownKeywordError: a keyword this class (and `create_dataloader`) does not take;
@@ -151,6 +155,7 @@ class StructuredDataset(PlannedDataset):
         cache_dir: str | os.PathLike[str] | None = None,
         cache_limit: int | str | None = None,
         packing: Packing | None = None,
+        batching: TokenBudget | None = None,
     ) -> None:
         # The public keywords become the two option values here, once.
         options = Options(
@@ -170,6 +175,7 @@ class StructuredDataset(PlannedDataset):
             cache_limit=cache_limit,
             output=Output(output_format, list_format, null_policy, pad_value),
             packing=packing,
+            batching=batching,
         )
         source = Source(
             path=path,
@@ -208,6 +214,7 @@ class StructuredDataset(PlannedDataset):
             split_bytes=source.split_bytes,
             split_rows=source.split_rows,
             cached=self._cached if self.cache is not None else None,
+            lengths=self.options.batching.column if self.options.batching is not None else None,
             **self._counting(),
         )
 

@@ -4,6 +4,7 @@ closest valid name), and flags that are not booleans."""
 from __future__ import annotations
 
 import difflib
+import numbers
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from inspect import Parameter, signature
 from typing import Any
@@ -88,3 +89,16 @@ def check_init_keywords(cls: type, kwargs: Mapping[str, Any], *, also: Sequence[
     check_keywords(
         kwargs, accepted, refusal=f"{named} got an unexpected keyword argument", also=also
     )
+
+
+def check_positive(**values: object) -> None:
+    """Refuse a value that is not a positive integer (``None``: not given).
+
+    Raises:
+        InvalidArgumentError: one is not, named.
+    """
+    for name, value in values.items():
+        if value is not None and (
+            isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0
+        ):
+            raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")

@@ -31,6 +31,9 @@ class ReadOptions:
         split_rows: target rows per chunk, likewise; with both, whichever is reached first
             closes the chunk; with neither, a chunk is one native unit.
         partition_schema: hive partition columns, which the filter may reference.
+        tokens: planning only (reads ignore it): a packed dataset's token column, whose
+            values in each chunk a format may count from its metadata
+            (`FormatPlan.token_counts`).
     """
 
     columns: tuple[str, ...] | None = None
@@ -38,6 +41,7 @@ class ReadOptions:
     split_bytes: int | None = None
     split_rows: int | None = None
     partition_schema: pa.Schema | None = None
+    tokens: str | None = None
 
     @classmethod
     def of(cls: type[_Options], options: ReadOptions, **facts: Any) -> _Options:
@@ -59,12 +63,18 @@ class FormatPlan:
         read_options: the options every ``read`` of this plan gets, carrying what planning
             learned that reading needs (a `ReadOptions` subclass of the format's own, built
             from the options ``plan`` was given); ``None``: those options, unchanged.
+        token_counts: with ``options.tokens`` and no filter, what the metadata tells of each
+            chunk exactly: the values of that list column in its rows (a null list holds
+            none) and its lists that are not null (``None`` where only the values are told),
+            or ``None`` for a chunk it does not tell (counted by reading). ``None``: nothing
+            told.
     """
 
     chunks: list[Chunk]
     schema: pa.Schema
     row_bytes: float
     read_options: ReadOptions | None = None
+    token_counts: Sequence[tuple[int, int | None] | None] | None = None
 
 
 class Format(ABC):

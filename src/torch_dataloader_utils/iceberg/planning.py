@@ -218,7 +218,7 @@ def _columns(
     needed = filter_columns(arrow_filter, available) if arrow_filter is not None else ()
     wanted = list(columns) if columns is not None else list(available.names)
     if tokens is not None:
-        check_tokens(available, tokens, f"Iceberg table {name}")
+        check_tokens(available, tokens, f"Iceberg table {name}", "Packing")
         if tokens not in wanted:  # a packed dataset reads its tokens
             wanted.append(tokens)
     try:

@@ -160,6 +160,23 @@ def source_layouts(layout: Layout, counts: Sequence[int]) -> list[Layout]:
     return out
 
 
+def mixture_spans(
+    total: int, *, rank: int, world_size: int, num_workers: int, layout: Layout
+) -> list[tuple[int, int]]:
+    """`stream_spans` of a mixture's sequence: a packed mixture's cut at whole sequences
+    (``layout.unit`` positions), which are each one source's."""
+    unit = max(1, layout.unit)
+    if unit == 1:
+        return stream_spans(
+            total, rank=rank, world_size=world_size, num_workers=num_workers, layout=layout
+        )
+    units = dataclasses.replace(layout, batch_size=layout.batch_size // unit)
+    spans = stream_spans(
+        total // unit, rank=rank, world_size=world_size, num_workers=num_workers, layout=units
+    )
+    return [(a * unit, b * unit) for a, b in spans]
+
+
 @dataclass(frozen=True, eq=False)
 class MixEpoch:
     """The rows a pass over a mixture's epoch reads: each source's epoch, and after elastic
@@ -319,39 +336,3 @@ class Mixture:
             num_workers=rank.num_workers,
             layout=mix.layout,
         )
-
-    def rank_batches(self, layout: Layout, rank: Topology) -> int:
-        """Batches ``rank`` yields in a fresh epoch under ``layout``, whatever its workers."""
-        ((a, b),) = mixture_spans(
-            sum(self.quotas),
-            rank=rank.rank,
-            world_size=rank.world_size,
-            num_workers=1,
-            layout=layout,
-        )
-        return layout.batches(b - a)
-
-
-def mixture_spans(
-    total: int, *, rank: int, world_size: int, num_workers: int, layout: Layout
-) -> list[tuple[int, int]]:
-    """`stream_spans` of a mixture's sequence of ``total`` positions: a packed mixture's
-    (``layout.unit`` tokens a sequence, each sequence one source's) cut at whole sequences, so
-    that no rank or worker starts inside a sequence; the "drop" remainder is then fewer than
-    ``world_size`` sequences."""
-    unit = max(1, layout.unit)
-    if unit == 1:
-        return stream_spans(
-            total, rank=rank, world_size=world_size, num_workers=num_workers, layout=layout
-        )
-    assert total % unit == 0 and layout.batch_size % unit == 0, "whole sequences"
-    # (The layout's batch size and the remainder policy, counted in sequences.)
-    in_sequences = dataclasses.replace(layout, batch_size=layout.batch_size // unit, unit=0)
-    spans = stream_spans(
-        total // unit,
-        rank=rank,
-        world_size=world_size,
-        num_workers=num_workers,
-        layout=in_sequences,
-    )
-    return [(a * unit, b * unit) for a, b in spans]

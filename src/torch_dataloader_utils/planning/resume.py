@@ -150,16 +150,31 @@ def block_start(length: int, position: int, layout: Layout) -> tuple[int, int]:
 
 
 def block_rest(
-    items: Sequence[Item], span: tuple[int, int], read: int, layout: Layout, key: dict[str, int]
+    items: Sequence[Item],
+    span: tuple[int, int],
+    read: int,
+    layout: Layout,
+    key: dict[str, int],
+    *,
+    also: np.ndarray | None = None,
 ) -> tuple[list[Item], int]:
-    """The unread rows of the block a stream stopped in, and where its untouched rows start."""
+    """The unread rows of the block a stream stopped in, and where its untouched rows start.
+
+    ``also``: rows after the first ``read`` that were delivered too (offsets from ``read`` in
+    the order the stream delivers its rows: a token budget's part of a group).
+    """
     length = span[1] - span[0]
-    if not layout.shuffle or read >= length:
+    if read >= length or (not layout.shuffle and also is None):
         return [], read
+    if not layout.shuffle:  # the rows after `read` in order, less those delivered
+        stop = read + int(also.max()) + 1 if also is not None and len(also) else read
+        offsets = np.setdiff1d(np.arange(stop - read), also if also is not None else [])
+        kept: list[Item] = list(_rest_runs(items, span[0] + read, span[0] + stop, offsets))
+        return kept, stop
     index, first, stop = block_of(
         read, length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
     )
-    if read == first:
+    if read == first and (also is None or not len(also)):
         return [], read
     if layout.documents:  # which rows are left depends on the documents' lengths
         runs = cut(items, span[0] + first, span[0] + stop)
@@ -169,21 +184,29 @@ def block_rest(
         key_items = tuple(sorted({**key, "block": index}.items()))
         left = DocumentRest(key_items, read - first, 0, stop - read, ranges)
         return [Run(ranges[0][0], ranges[-1][1], rest=left)], stop
+    skipped = 0 if also is None else len(also)
 
     def rest() -> list[Run]:
         perm = block_permutation(block=index, n=stop - first, **key)
-        offsets = np.sort(perm[read - first :])
-        runs: list[Run] = []
-        base = 0
-        for run in cut(items, span[0] + first, span[0] + stop):
-            mine = offsets[(offsets >= base) & (offsets < base + run.num_rows)] - base
-            if len(mine):
-                positions = run.positions(mine)
-                runs.append(Run(int(positions[0]), int(positions[-1]) + 1, positions))
-            base += run.num_rows
-        return runs
+        unread = perm[read - first :]
+        if also is not None:
+            unread = np.delete(unread, also)
+        return _rest_runs(items, span[0] + first, span[0] + stop, np.sort(unread))
 
-    return [Deferred(stop - read, rest)], stop
+    return [Deferred(stop - read - skipped, rest)], stop
+
+
+def _rest_runs(items: Sequence[Item], start: int, stop: int, offsets: np.ndarray) -> list[Run]:
+    """The rows at ``offsets`` (sorted, from ``start``) of positions ``[start, stop)``."""
+    runs: list[Run] = []
+    base = 0
+    for run in cut(items, start, stop):
+        mine = offsets[(offsets >= base) & (offsets < base + run.num_rows)] - base
+        if len(mine):
+            positions = run.positions(mine)
+            runs.append(Run(int(positions[0]), int(positions[-1]) + 1, positions))
+        base += run.num_rows
+    return runs
 
 
 def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> list[Item]:

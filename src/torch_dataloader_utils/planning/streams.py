@@ -15,13 +15,15 @@ says which source each position holds. `stream.pipeline` reads each source's row
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Protocol
+from dataclasses import dataclass, field
+from typing import Any, Protocol
 
 import numpy as np
 
 from .assign import Piece
+from .budget import BudgetPass, BudgetRows, Lengths, group_table, split_done
 from .interleave import Interleave
 from .layout import Layout
 from .mixture import MixEpoch, Mixture
@@ -31,7 +33,7 @@ from .sequence import Run, sequence_length
 from .strategy import EpochRows, strategy_of
 from .topology import Topology
 
-__all__ = ["Mixed", "OneSource", "SourceRows", "Stream", "Streams"]
+__all__ = ["Budgeted", "Mixed", "OneSource", "SourceRows", "Stream", "Streams"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +75,8 @@ class Stream:
         interleave: a mixture's: which source each position of the leg's sequence holds;
             the stream is its positions ``[first, first + length)``.
         first: the stream's first position in the interleave's sequence.
+        budget: token-budget batches' (`Budgeted`): each group's batch count; ``batches`` and
+            ``done`` then count those batches.
     """
 
     topology: Topology
@@ -84,11 +88,13 @@ class Stream:
     done: int
     interleave: Interleave | None = None
     first: int = 0
+    budget: BudgetPass | None = None
 
     @property
     def start(self) -> int:
         """The stream row the pass starts at."""
-        return min(self.done * self.layout.batch_size, self.length)
+        done = self.done if self.budget is None else self.budget.groups_done
+        return min(done * self.layout.batch_size, self.length)
 
 
 class Streams(Protocol):
@@ -116,8 +122,9 @@ class Streams(Protocol):
         DataLoader order).
         """
 
-    def rank_batches(self, rank: Topology) -> int:
-        """Batches ``rank`` yields in a fresh epoch, whatever its workers.
+    def rank_batches(self, rank: Topology, epoch: int) -> int:
+        """Batches ``rank`` yields in a fresh pass over ``epoch`` (with ``rank.num_workers``
+        workers where that matters).
 
         Raises:
             TypeError: the count depends on the number of workers.
@@ -178,7 +185,7 @@ class OneSource:
             done=done,
         )
 
-    def rank_batches(self, rank: Topology) -> int:
+    def rank_batches(self, rank: Topology, epoch: int = 0) -> int:
         strategy = strategy_of(self.layout.strategy)
         return strategy.rank_batches(self.epoch_rows, rank, self.layout)
 
@@ -232,5 +239,109 @@ class Mixed:
             first=lo,
         )
 
-    def rank_batches(self, rank: Topology) -> int:
-        return self.mixture.rank_batches(self.layout, rank)
+    def rank_batches(self, rank: Topology, epoch: int = 0) -> int:
+        unit = max(1, self.layout.unit)  # (a packed mixture's spans are whole sequences)
+        layout = dataclasses.replace(self.layout, batch_size=self.layout.batch_size // unit)
+        return strategy_of("equal").rank_batches(self.epoch_rows // unit, rank, layout)
+
+
+@dataclass(frozen=True, eq=False)
+class Budgeted:
+    """The streams of ``streams`` read in token-budget batches (`planning.budget`).
+
+    The inner streams are cut in groups of ``layout.batch_size`` rows; each group makes the
+    batches its rows' lengths need under ``lengths.max_tokens``, as many for group ``m`` of
+    every rank's stream of a worker as the most any of them needs, so that every rank yields
+    the same batches. Counts come from the length index, for every stream, in every process.
+    """
+
+    streams: OneSource
+    lengths: Lengths
+    column: str
+    truncate: bool = False
+    # The last pass's counts (~0.25 s a million rows): a pass asks for them several times.
+    _tables: dict[tuple[Any, ...], list[np.ndarray]] = field(
+        default_factory=dict, repr=False, compare=False
+    )
+
+    @property
+    def layout(self) -> Layout:
+        return self.streams.layout
+
+    @property
+    def epoch_rows(self) -> int:
+        return self.streams.epoch_rows
+
+    def _rows(self, iteration: Iteration) -> BudgetRows:
+        return BudgetRows(
+            self.streams.chunk_rows, iteration.epoch, iteration.legs, self.layout, self.lengths
+        )
+
+    def _table(
+        self, iteration: Iteration, rank: Topology, worker: int | None = None
+    ) -> list[np.ndarray]:
+        """Each worker's groups' batch counts (``worker``: only its own; the others empty)."""
+        key = (iteration.epoch, iteration.legs, rank.world_size, rank.num_workers, worker)
+        table = self._tables.get(key)
+        if table is None:
+            self._tables.clear()
+            table = self._tables[key] = self._count(iteration, rank, worker)
+        return table
+
+    def _count(self, iteration: Iteration, rank: Topology, worker: int | None) -> list[np.ndarray]:
+        epoch = self._rows(iteration)
+        return group_table(
+            epoch.sequence,
+            self.lengths.in_order(epoch.order),
+            self.layout,
+            world_size=rank.world_size,
+            num_workers=rank.num_workers,
+            epoch=iteration.epoch,
+            leg=len(iteration.legs),
+            max_tokens=self.lengths.max_tokens,
+            workers=None if worker is None else [worker],
+        )
+
+    def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
+        counts = [int(t.sum()) for t in self._table(iteration, rank)]
+        return counts, consumed(counts, iteration.batches)
+
+    def resolve(
+        self, iteration: Iteration, topology: Topology, *, done: int | None = None
+    ) -> Stream:
+        if done is None and not iteration.batches:
+            done = 0  # a fresh pass: this worker's own counts are all it needs
+        own = done is not None
+        table = self._table(iteration, topology, topology.worker if own else None)
+        counts = [int(t.sum()) for t in table]
+        mine = table[topology.worker]
+        if done is None:
+            done = consumed(counts, iteration.batches)[topology.worker]
+        groups, skip = split_done(mine, done)
+        epoch = self._rows(iteration)
+        strategy = strategy_of(self.layout.strategy)
+        runs = strategy.runs(epoch, topology)
+        length = sequence_length(runs)
+        start = min(groups * self.layout.batch_size, length)
+        budget = BudgetPass(
+            tuple(int(c) for c in mine[groups:]),
+            skip,
+            groups,
+            self.lengths.max_tokens,
+            self.column,
+            self.truncate,
+        )
+        return Stream(
+            topology=topology,
+            iteration=iteration,
+            layout=self.layout,
+            sources=(SourceRows(None, epoch, runs, length, start),),
+            length=length,
+            batches=counts[topology.worker],
+            done=done,
+            budget=budget,
+        )
+
+    def rank_batches(self, rank: Topology, epoch: int = 0) -> int:
+        table = self._table(Iteration(epoch), rank)
+        return int(sum(t.sum() for t in table))

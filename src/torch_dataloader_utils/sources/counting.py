@@ -7,7 +7,9 @@ import pickle
 import threading
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
+from typing import TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -17,7 +19,9 @@ from ..fs import FileSystemSpec
 from ..fs.threads import COUNT_THREADS
 from ..planning import Chunk
 
-__all__ = ["count_rows", "count_tokens"]
+__all__ = ["count_lengths", "count_rows", "count_tokens"]
+
+_T = TypeVar("_T")
 
 
 def count_rows(
@@ -40,17 +44,51 @@ def count_tokens(
     column: str,
     *,
     eos: bool = False,
+    told: Sequence[tuple[int, int | None] | None] | None = None,
 ) -> list[int]:
     """Values of the list column ``column`` in the rows of each chunk that pass
     ``options.filter`` (a null list holds none), and with ``eos`` one more for each list that is
-    not null; reading ``options.columns`` (``column`` and the filter's columns)."""
+    not null; reading ``options.columns`` (``column`` and the filter's columns).
+
+    ``told``: what the format's metadata told of each chunk (`FormatPlan.token_counts`, the same
+    counts, without a filter): the chunks it tells are not read.
+    """
 
     def tokens(batch: pa.RecordBatch) -> int:
         lists = batch.column(column)
         values = int(pc.sum(pc.list_value_length(lists)).as_py() or 0)
         return values + (len(lists) - lists.null_count if eos else 0)
 
-    return _each_chunk(chunks, fmt, fs, options, tokens)
+    counts = [-1] * len(chunks)  # -1: to count by reading
+    if told is not None and options.filter is None:
+        for i, one in enumerate(told):
+            if one is not None:
+                values, lists = one
+                if not eos:
+                    counts[i] = values
+                elif lists is not None:
+                    counts[i] = values + lists
+    unread = [i for i, n in enumerate(counts) if n < 0]
+    read = _each_chunk([chunks[i] for i in unread], fmt, fs, options, tokens)
+    for i, n in zip(unread, read, strict=True):
+        counts[i] = n
+    return counts
+
+
+def count_lengths(
+    chunks: Sequence[Chunk], fmt: Format, fs: FileSystemSpec, options: ReadOptions, column: str
+) -> list[np.ndarray]:
+    """The length of each list of ``column`` (a null list: 0) in the rows of each chunk that
+    pass ``options.filter`` (int32; a token budget's length index)."""
+
+    def lengths(batch: pa.RecordBatch) -> np.ndarray:
+        counted = pc.fill_null(pc.list_value_length(batch.column(column)), 0)
+        return np.asarray(counted.to_numpy(zero_copy_only=False), dtype=np.int32)
+
+    def joined(parts: list[np.ndarray]) -> np.ndarray:
+        return np.concatenate(parts) if parts else np.zeros(0, np.int32)
+
+    return _each_chunk(chunks, fmt, fs, options, lengths, combine=joined)
 
 
 def _each_chunk(
@@ -58,24 +96,27 @@ def _each_chunk(
     fmt: Format,
     fs: FileSystemSpec,
     options: ReadOptions,
-    measure: Callable[[pa.RecordBatch], int],
-) -> list[int]:
-    """``measure`` summed over the filtered batches of each chunk, chunks read in threads."""
+    measure: Callable[[pa.RecordBatch], _T],
+    *,
+    combine: Callable[[list[_T]], _T] = sum,  # type: ignore[assignment]
+) -> list[_T]:
+    """``measure`` of the filtered batches of each chunk (``combine``d: summed), chunks read in
+    threads."""
     expr = options.filter
     local = threading.local()
     blob = pickle.dumps(fmt)  # each thread its own copy: formats cache one open file
     copies: list[Format] = []
 
-    def count(chunk: Chunk) -> int:
+    def count(chunk: Chunk) -> _T:
         own = getattr(local, "fmt", None)
         if own is None:
             own = local.fmt = pickle.loads(blob)
             copies.append(own)  # list.append is atomic
-        total = 0
+        parts = []
         for read in own.read(chunk, 0, chunk.num_rows, fs, options):
             batch = with_partition(read, chunk.partition, options)
-            total += measure(batch.filter(expr) if expr is not None else batch)
-        return total
+            parts.append(measure(batch.filter(expr) if expr is not None else batch))
+        return combine(parts)
 
     try:
         if len(chunks) <= 1:

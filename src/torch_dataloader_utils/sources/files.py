@@ -11,6 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 
 from ..errors import (
@@ -19,12 +20,12 @@ from ..errors import (
     SchemaMismatchError,
     UnsupportedTypeError,
 )
-from ..formats import Format, ReadOptions
+from ..formats import Format, FormatPlan, ReadOptions
 from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec, Paths, SourceFile, hive_partitions, list_files
 from ..planning import Chunk, Chunks, Plan
-from .counting import count_rows, count_tokens
+from .counting import count_lengths, count_rows, count_tokens
 from .filters import filter_columns
 
 __all__ = ["Planned", "check_tokens", "decoded_row_bytes", "plan_source"]
@@ -59,6 +60,7 @@ class Planned:
             storage options over these, and its own backend and retries
             (`FileSystemSpec.under`). ``None``: the dataset's own filesystem.
         chunk_tokens: a packed dataset's: the tokens of each chunk's rows (after the filter).
+        row_lengths: a token budget's: each row's length (after the filter), in plan order.
     """
 
     read_options: ReadOptions
@@ -67,6 +69,7 @@ class Planned:
     decoded_row_bytes: float
     fs: FileSystemSpec | None = None
     chunk_tokens: tuple[int, ...] | None = None
+    row_lengths: np.ndarray | None = None
 
 
 def plan_source(
@@ -82,11 +85,13 @@ def plan_source(
     cached: Callable[..., FileSystemSpec] | None = None,
     tokens: str | None = None,
     eos: bool = False,
+    lengths: str | None = None,
 ) -> Planned:
     """List, read footers, count filtered rows, measure rows: everything planning reads.
 
     ``tokens``: a list column whose values in each chunk's rows are counted (a packed
     dataset's), with one more for each document that is not null when ``eos``.
+    ``lengths``: a list column whose every row's length is kept (a token budget's index).
     ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local cache, so a
     second plan of the same files reads their footers, indexes and scans from it.
 
@@ -115,8 +120,9 @@ def plan_source(
             'of the file; read without partitioning="hive" or rename one of them'
         )
     available = pa.schema(list(file_schema) + list(partition_schema))
-    if tokens is not None:
-        check_tokens(available, tokens, str(path))
+    for name, what in ((tokens, "Packing"), (lengths, "TokenBudget")):
+        if name is not None:
+            check_tokens(available, name, str(path), what)
     # Requested columns are checked against every file by the format's plan (missing
     # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
     needed = _filter_columns(
@@ -128,8 +134,9 @@ def plan_source(
         partition_schema=partition_schema,
     )
     wanted = list(columns) if columns is not None else list(available.names)
-    if tokens is not None and tokens not in wanted:  # a packed dataset reads its tokens
-        wanted.append(tokens)
+    for name in (tokens, lengths):  # packing and budgets read their column
+        if name is not None and name not in wanted:
+            wanted.append(name)
     read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
     read_options = ReadOptions(
         columns=tuple(read) if columns is not None or needed else None,
@@ -137,29 +144,26 @@ def plan_source(
         split_bytes=split_bytes,
         split_rows=split_rows,
         partition_schema=partition_schema,
+        tokens=tokens,  # (a format may count them from its metadata: planning only)
     )
     planned = fmt.plan(files, partitions, fs, read_options)
-    read_options = planned.read_options or read_options  # with what the plan learned
+    # With what the plan learned; the token column is planning's, not the reads'.
+    read_options = dataclasses.replace(planned.read_options or read_options, tokens=None)
     if columns is None:
         # All columns: the plan's, which may be more than the first file's (WebDataset shards
         # with other extensions).
         wanted = [*planned.schema.names, *partition_schema.names]
-    filtered_rows = None
-    if filters is not None:
-        # Count the rows that pass, reading only the filter's columns: equal batch counts
-        # per rank and resuming at a batch need them (docs/concepts/model.md).
-        counting = dataclasses.replace(
-            read_options, columns=tuple(c for c in needed if c not in partition_schema.names)
-        )
-        filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, counting))
-    chunk_tokens = None
-    if tokens is not None:
-        # A packed dataset's order is one of tokens: each chunk's, exact, before any stream.
-        counting = dataclasses.replace(
-            read_options,
-            columns=tuple(c for c in (tokens, *needed) if c not in partition_schema.names),
-        )
-        chunk_tokens = tuple(count_tokens(planned.chunks, fmt, fs, counting, tokens, eos=eos))
+    filtered_rows, chunk_tokens, row_lengths = _counted(
+        planned,
+        fmt,
+        fs,
+        read_options,
+        needed=[c for c in needed if c not in partition_schema.names],
+        filtered=filters is not None,
+        tokens=tokens,
+        eos=eos,
+        lengths=lengths,
+    )
     schema = pa.schema(list(planned.schema) + list(partition_schema))
     check_readable(schema, str(path))
     plan = Plan(
@@ -176,7 +180,47 @@ def plan_source(
         output_columns=tuple(wanted) if needed or columns is not None else None,
         decoded_row_bytes=decoded_row_bytes(plan.chunks, plan.row_bytes, read_options, fmt, fs),
         chunk_tokens=chunk_tokens,
+        row_lengths=row_lengths,
     )
+
+
+def _counted(
+    planned: FormatPlan,
+    fmt: Format,
+    fs: FileSystemSpec,
+    read_options: ReadOptions,
+    *,
+    needed: Sequence[str],
+    filtered: bool,
+    tokens: str | None,
+    eos: bool,
+    lengths: str | None,
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, np.ndarray | None]:
+    """What planning counts by reading (``needed``: the filter's file columns): each chunk's
+    rows that pass the filter, its tokens (a packed dataset's), every row's length (a token
+    budget's), each ``None`` where not asked."""
+
+    def reading(*column: str) -> ReadOptions:
+        return dataclasses.replace(read_options, columns=tuple(dict.fromkeys([*column, *needed])))
+
+    filtered_rows = None
+    if filtered:
+        # Count the rows that pass, reading only the filter's columns: equal batch counts
+        # per rank and resuming at a batch need them (docs/concepts/model.md).
+        filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, reading()))
+    chunk_tokens = None
+    if tokens is not None:
+        # A packed dataset's order is one of tokens: each chunk's, exact, before any stream.
+        counted = count_tokens(
+            planned.chunks, fmt, fs, reading(tokens), tokens, eos=eos, told=planned.token_counts
+        )
+        chunk_tokens = tuple(counted)
+    row_lengths = None
+    if lengths is not None:
+        # A token budget's batches are made from every row's length, before any stream.
+        parts = count_lengths(planned.chunks, fmt, fs, reading(lengths), lengths)
+        row_lengths = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    return filtered_rows, chunk_tokens, row_lengths
 
 
 def decoded_row_bytes(
@@ -235,8 +279,9 @@ def _filter_columns(
         raise ColumnNotFoundError(f"{fs.url(files[0].path)}: {exc}") from exc
 
 
-def check_tokens(schema: pa.Schema, column: str, where: str) -> None:
-    """Refuse a packed dataset's token column that is missing or not lists of integers.
+def check_tokens(schema: pa.Schema, column: str, where: str, what: str) -> None:
+    """Refuse ``what``'s (a packing's, a token budget's) column that is missing or not lists of
+    integers.
 
     Raises:
         ColumnNotFoundError: the column is not in the data.
@@ -244,7 +289,7 @@ def check_tokens(schema: pa.Schema, column: str, where: str) -> None:
     """
     if column not in schema.names:
         raise ColumnNotFoundError(
-            f"{where}: Packing's column {column!r} is not a column of the data "
+            f"{where}: {what}'s column {column!r} is not a column of the data "
             f"(columns: {schema.names})"
         )
     kind = schema.field(column).type
@@ -253,5 +298,5 @@ def check_tokens(schema: pa.Schema, column: str, where: str) -> None:
         and pa.types.is_integer(kind.value_type)
     ):
         raise UnsupportedTypeError(
-            f"{where}: Packing's column {column!r} holds {kind}, not lists of integers (token ids)"
+            f"{where}: {what}'s column {column!r} holds {kind}, not lists of integers (token ids)"
         )

@@ -7,6 +7,8 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..formats import Format, ReadOptions
 from ..fs import FileSystemSpec
 from ..planning import Plan
@@ -34,6 +36,7 @@ class PlannedSource:
         immutable: its files are never rewritten under their names (an Iceberg table's), so
             a file's size alone identifies it for the cache.
         chunk_tokens: a packed dataset's: each chunk's tokens (`Planned.chunk_tokens`).
+        row_lengths: a token budget's: each row's length (`Planned.row_lengths`).
     """
 
     label: str
@@ -45,6 +48,7 @@ class PlannedSource:
     row_bytes: float
     immutable: bool = False
     chunk_tokens: tuple[int, ...] | None = None
+    row_lengths: np.ndarray | None = None
 
 
 def plan_sources(
@@ -90,4 +94,5 @@ def planned_source(
         row_bytes=max(planned.plan.row_bytes, planned.decoded_row_bytes),
         immutable=immutable,
         chunk_tokens=planned.chunk_tokens,
+        row_lengths=planned.row_lengths,
     )

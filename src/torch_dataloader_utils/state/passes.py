@@ -89,6 +89,7 @@ class Passes:
         self._begun: Iteration | None = None  # the pass the main process began last
         self._claimed = True  # ... and whether this process's own iteration took it
         self._stream_resume: dict[str, Any] | None = None  # a worker's loaded stream state
+        self.num_workers = 1  # the workers of the loader reading these passes (its len())
 
     @property
     def layout(self) -> Layout:

@@ -2,11 +2,12 @@
 
 The design (docs/adr/0022-packed-sequences.md): a packed dataset plans each chunk's token
 count, and the existing streams cut the epoch's token sequence exactly as they cut rows, with a
-batch of ``batch_size * seq_len`` tokens. A worker reads its chunks' documents as `Fragments`
-(`TokenReader`), a block moves by whole documents (`planning.shuffle.document_permutation`),
-and each batch of tokens becomes ``batch_size`` sequences of ``seq_len`` (`pack`,
-`PackedConverter`). Every token is read once because every row of the token order is, and every
-rank has the same batches because the streams are cut in tokens.
+batch of ``batch_size * seq_len`` tokens (best fit: ``fill`` of them). A worker reads its
+chunks' documents as `Fragments` (`TokenReader`), a block moves by whole documents
+(`planning.shuffle.document_permutation`), and each batch of tokens becomes ``batch_size``
+sequences of ``seq_len`` (`pack`, or `pack_best_fit`; `PackedConverter`). Every token is read
+once because every row of the token order is, and every rank has the same batches because the
+streams are cut in tokens.
 """
 
 from __future__ import annotations
@@ -21,10 +22,11 @@ from ..convert import Field, as_numpy, as_tensor
 from ..planning import Piece
 from ..planning.sequence import DocumentRest
 from ..planning.shuffle import document_permutation
+from .best_fit import place, sequences_for
 from .fragments import Fragments, goes_on
 from .read import Reader
 
-__all__ = ["PACKED_KEYS", "Packed", "PackedConverter", "TokenReader", "pack"]
+__all__ = ["PACKED_KEYS", "Packed", "PackedConverter", "TokenReader", "pack", "pack_best_fit"]
 
 # The keys of a packed batch.
 PACKED_KEYS = ("input_ids", "position_ids", "document_ids", "cu_seqlens", "max_seqlen")
@@ -35,10 +37,12 @@ class Packed:
     """A batch of packed sequences.
 
     Attributes:
-        input_ids: ``[batch, seq_len]`` tokens (the last sequence of a stream padded).
+        input_ids: ``[batch, seq_len]`` tokens (concat: the last sequence of a stream padded;
+            best fit: each sequence's end).
         position_ids: int32: each token's position in its document (continued across
             sequences).
-        document_ids: int32: each token's document, numbered from 0 in the batch (-1: padding).
+        document_ids: int32: each token's document (best fit: document piece), numbered from 0
+            in the batch (-1: padding).
         cu_seqlens: int32 ``[k + 1]``: where each document fragment starts in the flattened
             batch, a fragment also starting at every sequence start; then the total.
         max_seqlen: the longest fragment.
@@ -99,6 +103,100 @@ def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
         size - n,
         source_ids,
     )
+
+
+def pack_best_fit(
+    fragments: Fragments, seq_len: int, batch_size: int, *, budget: int, pad_value: int = 0
+) -> Packed:
+    """The tokens of ``fragments`` (a batch of at most ``budget`` tokens) as ``batch_size``
+    sequences of ``seq_len`` arranged by best fit (`best_fit.place`): each document piece whole
+    in one sequence where one has room, padding at each sequence's end (its own fragment in
+    ``cu_seqlens``). A short batch (a stream's last) takes the sequences it fills, at most
+    `best_fit.sequences_for`. ``document_ids`` number the pieces in batch order."""
+    n = fragments.num_rows
+    values, begin, lengths, position, source = _pieces(fragments)
+    rows = batch_size if n >= budget else sequences_for(n, batch_size, budget)
+    where = place(lengths.tolist(), seq_len, rows)
+    if n < budget:  # (the used sequences are the first ones)
+        rows = int(np.count_nonzero(where.filled))
+    size = rows * seq_len
+    src = begin[where.item] + where.offset
+    starts = position[where.item] + where.offset
+    ids = np.empty(size, _wide(values.dtype))
+    position_ids = np.empty(size, np.int32)
+    document_ids = np.empty(size, np.int32)
+    if len(src) * _TOKENS_PER_COPY <= n:  # long parts: a copy each, then each padding
+        count = np.arange(seq_len, dtype=np.int32)
+        for at, b, length, p, i in zip(
+            where.start.tolist(),
+            src.tolist(),
+            where.length.tolist(),
+            starts.tolist(),
+            where.item.tolist(),
+            strict=True,
+        ):
+            ids[at : at + length] = values[b : b + length]
+            position_ids[at : at + length] = count[:length]
+            if p:  # (most parts are whole documents; an add costs a microsecond)
+                position_ids[at : at + length] += p
+            document_ids[at : at + length] = i
+        for j, used in enumerate(where.filled[:rows].tolist()):
+            pad = slice(j * seq_len + used, (j + 1) * seq_len)
+            ids[pad], position_ids[pad], document_ids[pad] = pad_value, 0, -1
+    else:  # many short parts: gathers, and every sequence's head of real tokens at once
+        ids[:], position_ids[:], document_ids[:] = pad_value, 0, -1
+        real = (np.arange(seq_len) < where.filled[:rows, None]).reshape(-1)
+        stops = np.cumsum(where.length)
+        parts = Fragments(values, src, src + where.length, where.item, starts, stops)
+        ids[real] = parts.tokens(np.empty(n, values.dtype))
+        first = stops - where.length
+        position_ids[real] = np.repeat(starts - first, where.length) + np.arange(n)
+        document_ids[real] = np.repeat(where.item, where.length)
+    # Fragments start at each part, each sequence and each sequence's padding.
+    sequences = np.arange(rows, dtype=np.int64) * seq_len
+    cuts = np.concatenate([where.start, sequences, sequences + where.filled[:rows], [size]])
+    cuts.sort()
+    cu_seqlens = cuts[np.r_[True, cuts[1:] != cuts[:-1]]].astype(np.int32)
+    max_seqlen = int(np.diff(cu_seqlens).max()) if len(cu_seqlens) > 1 else 0
+    source_ids = None
+    if source is not None:  # a packed mixture's: each token's source, from its piece's
+        sources = np.full(size, -1, np.int32)
+        # The real slots are each sequence's head, filled by the parts in the order they start.
+        real = (np.arange(seq_len) < where.filled[:rows, None]).reshape(-1)
+        order = np.argsort(where.start, kind="stable")
+        sources[real] = np.repeat(source[where.item][order], where.length[order])
+        source_ids = sources.reshape(rows, seq_len)
+    return Packed(
+        ids.reshape(rows, seq_len),
+        position_ids.reshape(rows, seq_len),
+        document_ids.reshape(rows, seq_len),
+        cu_seqlens,
+        max_seqlen,
+        size - n,
+        source_ids,
+    )
+
+
+def _pieces(
+    fragments: Fragments,
+) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The batch's document pieces: values, begin, length, position and source (a mixture's)
+    of each, a document's fragments that go on one from the other joined (over the batch's
+    tokens then)."""
+    lengths = fragments.end - fragments.begin
+    joined = goes_on(fragments.document, fragments.position, lengths, fragments.source)
+    if not joined.any():
+        return fragments.values, fragments.begin, lengths, fragments.position, fragments.source
+    first = ~joined
+    begin = (fragments.stops - lengths)[first]
+    source = None if fragments.source is None else fragments.source[first]
+    lengths = np.diff(np.r_[begin, fragments.num_rows])
+    return fragments.tokens(), begin, lengths, fragments.position[first], source
+
+
+# Parts at least this long on average are copied one by one (a Python step each) rather than
+# gathered through an index of every token (as `Fragments.tokens` chooses).
+_TOKENS_PER_COPY = 64
 
 
 def _wide(dtype: np.dtype[Any]) -> np.dtype[Any]:
@@ -169,19 +267,32 @@ class TokenReader:
 @dataclass(frozen=True)
 class PackedConverter:
     """A packed dataset's conversion: a batch of tokens (`Fragments`) as ``batch_size``
-    sequences (`pack`), as torch tensors or numpy arrays; what `transport.worker_messages`
-    takes where other datasets have a `convert.Converter`."""
+    sequences (`pack`, or `pack_best_fit` for ``method="best_fit"``, whose batches are
+    ``batch_tokens`` tokens), as torch tensors or numpy arrays; what
+    `transport.worker_messages` takes where other datasets have a `convert.Converter`."""
 
     seq_len: int
     pad_value: int
     output_format: str = "torch"
     list_format: str = "padded"  # (nothing nested to finish in the main process)
     source_key: str | None = None  # a mixture's ``source_column``: each token's source
+    method: str = "concat"
+    batch_size: int = 1
+    batch_tokens: int = 1
 
     def fields(self, batch: Fragments, rows: None = None) -> list[Field]:
         """The packed batch's fields (``max_seqlen`` a Python int)."""
         assert rows is None, "a packed stream's batches are whole"
-        packed = pack(batch, self.seq_len, pad_value=self.pad_value)
+        if self.method == "best_fit":
+            packed = pack_best_fit(
+                batch,
+                self.seq_len,
+                self.batch_size,
+                budget=self.batch_tokens,
+                pad_value=self.pad_value,
+            )
+        else:
+            packed = pack(batch, self.seq_len, pad_value=self.pad_value)
         out = [
             Field("input_ids", packed.input_ids, packed.input_ids.shape),
             Field("position_ids", packed.position_ids, packed.position_ids.shape),

@@ -12,6 +12,7 @@ from ..planning import block_start, cut, strategy_of
 from ..planning.streams import SourceRows, Stream
 from .batches import cut_batches
 from .blocks import BLOCK_PARTS, BLOCK_PARTS_MIN_BATCH, Segment, shuffled_blocks
+from .budget import budget_batches
 from .mix import interleaved
 from .prefetch import Prefetcher
 from .read import Reads
@@ -52,7 +53,10 @@ def stream_segments(
             # Batch-aligned streams already left only whole batches under drop_last;
             # round-robin's streams of whole chunks drop their own last short batch.
             drop_short = layout.drop_last and not strategy_of(layout.strategy).batch_aligned
-            yield from cut_batches(ahead, layout.batch_size, drop_short=drop_short)
+            batches = cut_batches(ahead, layout.batch_size, drop_short=drop_short)
+            if stream.budget is not None:  # the batches are groups, cut under a token budget
+                batches = budget_batches(batches, stream.budget, where=_recent(readers[0]))
+            yield from batches
         else:
             assert schema is not None, "a mixture's batches have a schema"
             yield from interleaved(

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -19,6 +19,7 @@ from ..names import unique_schema
 from ..opening import open_input, parsing
 from .footer import MAGIC, Footer, footer_file, read_footer
 from .leafless import check_empty_structs, leaf_count, unreadable_columns
+from .tokens import TokenLeaf, Told, row_group_tokens, token_leaf
 
 if TYPE_CHECKING:
     import pyarrow.dataset as ds
@@ -31,12 +32,15 @@ class FileFacts:
     """What planning keeps of one file: its schema and the row groups it reads.
 
     ``schema`` has unique column names (`names`); ``renamed`` holds the file's own names when
-    they repeat or are empty (``None`` when the schema's are the file's).
+    they repeat or are empty (``None`` when the schema's are the file's). ``tokens``: with
+    ``ReadOptions.tokens`` and no filter, each kept row group's tokens and documents where the
+    footer tells them (`tokens.row_group_tokens`).
     """
 
     schema: pa.Schema
     row_groups: list[tuple[int, int, int, int]]  # (id, rows, compressed, uncompressed) kept
     renamed: tuple[str, ...] | None = None
+    tokens: tuple[Told | None, ...] | None = None
 
 
 def _partition_expression(partition: tuple[tuple[str, object], ...]) -> pc.Expression:
@@ -53,7 +57,8 @@ def read_facts(
     options: ReadOptions,
 ) -> FileFacts:
     """Read ``f``'s footer (checked), and keep the row groups the row filter may match, with
-    the compressed and uncompressed bytes of the columns read.
+    the compressed and uncompressed bytes of the columns read; and, without a filter, the
+    tokens of ``options.tokens`` in each where the footer tells them (`tokens`).
 
     The footer is read once and walked once (`footer`); pyarrow parses it only to turn
     a schema not seen before into an Arrow schema (`_arrow_schema`), and, with a row filter,
@@ -77,7 +82,7 @@ def read_facts(
             schema = _arrow_schema(checked, thrift)
             # pyarrow's dataset binds the filter to the file's names, which a renamed file
             # repeats: its row groups are not pruned (its rows are still filtered when read).
-            if not filtered or schema[3] is not None:
+            if not filtered or schema.renamed is not None:
                 return checked, schema, None
             # pyarrow parses the footer again for the statistics: remote, from the bytes
             # already read (no second request); local, from the file.
@@ -94,12 +99,14 @@ def read_facts(
             return checked, schema, fragment
 
     try:
-        checked, (schema, owners, unreadable, renamed), fragment = fs.request(footer, what=url)
+        checked, facts, fragment = fs.request(footer, what=url)
     except CorruptFileError as exc:  # say so when it is another format
         refuse_other_format(f, fs, "Parquet", exc)
         raise
-    if unreadable:
-        check_empty_structs(unreadable, schema, options.columns, url)
+    schema, owners, renamed = facts.schema, facts.owners, facts.renamed
+    if facts.unreadable:
+        check_empty_structs(facts.unreadable, schema, options.columns, url)
+    leaf = None if options.tokens is None or filtered else facts.token_leaf(options.tokens)
     kept: set[int] | None = None
     if fragment is not None:
         full = schema
@@ -120,6 +127,7 @@ def read_facts(
         wanted = set(options.columns)
         leaves = [j for j, owner in enumerate(owners) if owner in wanted]
     row_groups = []
+    told: list[Told | None] = []
     for i, (rows, chunks) in enumerate(checked.row_groups):
         if kept is not None and i not in kept:
             continue
@@ -134,13 +142,31 @@ def read_facts(
             compressed += c.compressed
             uncompressed += c.uncompressed
         row_groups.append((i, rows, compressed, uncompressed))
-    return FileFacts(schema, row_groups, renamed)
+        if leaf is not None:
+            told.append(row_group_tokens(leaf, rows, chunks[leaf.index], checked.thrift))
+    return FileFacts(schema, row_groups, renamed, None if leaf is None else tuple(told))
 
 
-# A file's Arrow schema under unique names (`names`), the top-level column of each of its leaf
-# columns, its columns pyarrow cannot read (`leafless.unreadable_columns`), all by those
-# names, and the file's own names when they differ (None when they do not).
-_Schema = tuple[pa.Schema, list[str], dict[str, str], tuple[str, ...] | None]
+class _Schema(NamedTuple):
+    """A file's Arrow schema under unique names (`names`), the top-level column of each of its
+    leaf columns, its columns pyarrow cannot read (`leafless.unreadable_columns`), all by those
+    names, the file's own names when they differ (None when they do not), its writer, and the
+    token leaves asked for so far (`token_leaf`)."""
+
+    schema: pa.Schema
+    owners: list[str]
+    unreadable: dict[str, str]
+    renamed: tuple[str, ...] | None
+    created_by: str | None
+    leaves: dict[str, TokenLeaf | None]
+
+    def token_leaf(self, column: str) -> TokenLeaf | None:
+        """`tokens.token_leaf` of ``column``, worked out once per schema."""
+        if column not in self.leaves:
+            self.leaves[column] = token_leaf(self.schema, self.owners, column, self.created_by)
+        return self.leaves[column]
+
+
 # Arrow schemas by the footer bytes they come from (`Footer.rest`): the files of a source
 # usually share one. Bounded: a source whose footers differ in their metadata (a writer that
 # stamps each file) parses each, as before this cache existed.
@@ -158,10 +184,12 @@ def _arrow_schema(footer: Footer, thrift: bytes) -> _Schema:
     # pyarrow reads a footer from a buffer holding only it (the row groups' offsets are not
     # followed).
     tail = pa.BufferReader(thrift + len(thrift).to_bytes(4, "little") + MAGIC)
-    stored = pq.read_metadata(tail).schema.to_arrow_schema()
+    metadata = pq.read_metadata(tail)
+    stored = metadata.schema.to_arrow_schema()
     schema = unique_schema(stored)
     renamed = None if schema is stored else tuple(stored.names)
-    found = (schema, leaf_owners(schema), unreadable_columns(schema), renamed)
+    owners = leaf_owners(schema)
+    found = _Schema(schema, owners, unreadable_columns(schema), renamed, metadata.created_by, {})
     if len(_SCHEMAS) >= _SCHEMAS_KEPT:
         _SCHEMAS.clear()
     _SCHEMAS[footer.rest] = found

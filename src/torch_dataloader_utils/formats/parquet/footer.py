@@ -11,8 +11,9 @@ before pyarrow is asked anything per column. Its cost: docs/adr/0019-format-meas
 
 Thrift structures (parquet.thrift): FileMetaData {3: num_rows, 4: row_groups}; RowGroup
 {1: columns, 3: num_rows}; ColumnChunk {3: meta_data, 8: crypto_metadata}; ColumnMetaData
-{4: codec, 6: total_uncompressed_size, 7: total_compressed_size, 9: data_page_offset,
-11: dictionary_page_offset}.
+{4: codec, 5: num_values, 6: total_uncompressed_size, 7: total_compressed_size,
+9: data_page_offset, 11: dictionary_page_offset, 12: statistics {3: null_count},
+16: size_statistics {3: definition_level_histogram}}.
 """
 
 from __future__ import annotations
@@ -51,11 +52,18 @@ _CODECS = range(8)
 
 @dataclass(frozen=True, slots=True)
 class ColumnFacts:
-    """One column chunk: its bytes in the file and its sizes."""
+    """One column chunk: its bytes in the file and its sizes; and, as the footer gives them
+    (unchecked, ``None`` where absent), what tells a list column's values (`tokens`):
+    ``values``, one per level (a leaf value, a null, a null or empty list), and where its
+    statistics and size statistics start in the footer's bytes (`Footer.thrift`), decoded only
+    for the column that needs them."""
 
     start: int  # first byte (the dictionary page's, when it comes first)
     compressed: int
     uncompressed: int
+    values: int | None = None
+    statistics: int | None = None
+    sizes: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,12 +72,13 @@ class Footer:
 
     ``rest`` is every byte of the footer but the values of its row count and row groups (the
     schema, key-value metadata, writer, column orders): files whose ``rest`` is equal have the
-    same Arrow schema, which is worked out once for them (`facts`).
+    same Arrow schema, which is worked out once for them (`facts`). ``thrift``: all its bytes.
     """
 
     num_rows: int
     row_groups: tuple[tuple[int, tuple[ColumnFacts, ...]], ...]  # (rows, columns)
     rest: tuple[bytes, ...] = ()
+    thrift: bytes = b""
 
 
 # The structures planning reads are walked by one function each (below), with the field
@@ -79,17 +88,19 @@ class Footer:
 # field is skipped (integers and strings inline).
 
 
-# ColumnMetaData's fields planning keeps, by id: codec, uncompressed and compressed sizes, data
-# and dictionary page offsets (`_Meta`'s order).
-_META_FIELDS = {4: 0, 6: 1, 7: 2, 9: 3, 11: 4}
-_Meta = list[int | None]
+# ColumnMetaData's integer fields planning keeps, by id: codec, uncompressed and compressed
+# sizes, data and dictionary page offsets, values (`_Meta`'s order; then where the statistics
+# and the size statistics start).
+_META_FIELDS = {4: 0, 6: 1, 7: 2, 9: 3, 11: 4, 5: 5}
+_Meta = list[Any]
 
 
 def _column_meta(data: bytes, pos: int, kind: int) -> tuple[_Meta, int]:
-    """ColumnMetaData (3 structs deep): codec (4), sizes (6, 7), page offsets (9, 11)."""
+    """ColumnMetaData (3 structs deep): codec (4), values (5), sizes (6, 7), page offsets (9,
+    11), where the statistics (12) and size statistics (16) start."""
     if kind != STRUCT:
         raise ThriftError("a struct field is not a struct")
-    found: _Meta = [None, None, None, None, None]
+    found: _Meta = [None, None, None, None, None, None, None, None]
     field = 0
     while True:
         head = data[pos]
@@ -115,6 +126,8 @@ def _column_meta(data: bytes, pos: int, kind: int) -> tuple[_Meta, int]:
             n, pos = varint(data, pos)
             pos += n
         elif kind > FALSE:
+            if kind == STRUCT and field in (12, 16):
+                found[6 if field == 12 else 7] = pos
             pos = skip(data, pos, kind, 4)
 
 
@@ -260,12 +273,14 @@ def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
         rest.append(thrift[cut:start])
         cut = stop
     rest.append(thrift[cut:end])
-    return Footer(num_rows, tuple(groups), tuple(rest))
+    return Footer(num_rows, tuple(groups), tuple(rest), thrift)
 
 
 def _column(meta: _Meta | None, url: str, i: int, j: int, *, size: int, rows: int) -> ColumnFacts:
     """Row group ``i``'s column chunk ``j``, checked against the file's ``size``."""
-    codec, uncompressed, compressed, data, dictionary = meta or (None, None, None, None, None)
+    codec, uncompressed, compressed, data, dictionary, values, statistics, sizes = (
+        meta or [None] * 8
+    )
     if codec is None or uncompressed is None or compressed is None or data is None:
         raise CorruptFileError(
             f"{url}: row group {i} column chunk {j}: the column chunk's metadata is missing"
@@ -289,7 +304,7 @@ def _column(meta: _Meta | None, url: str, i: int, j: int, *, size: int, rows: in
             f"{url}: row group {i} column chunk {j}: bytes [{start}:{start + compressed}) lie "
             f"outside the file's {size} bytes"
         )
-    return ColumnFacts(start, compressed, uncompressed)
+    return ColumnFacts(start, compressed, uncompressed, values, statistics, sizes)
 
 
 def read_tail(source: pa.NativeFile, size: int, url: str) -> tuple[bytes, int]:

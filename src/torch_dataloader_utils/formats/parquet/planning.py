@@ -17,6 +17,7 @@ from ..names import warn_renamed
 from ..schemas import FileSchema, check_schemas
 from .facts import FileFacts, read_facts
 from .leafless import read_options
+from .tokens import Told, chunk_tokens
 
 __all__ = ["plan_files"]
 
@@ -41,10 +42,19 @@ def plan_files(
             warn_renamed(fs.url(f.path), fact.renamed, stacklevel=4)
     schema = check_schemas(*_distinct_schemas(files, facts), fs, options)
     chunks: list[Chunk] = []
+    told: list[Told | None] | None = []
+    if options.tokens is None or options.filter is not None:
+        told = None  # (a filter changes which rows count: `FormatPlan.token_counts`)
     rows = uncompressed = 0
     for f, fact, partition in zip(files, facts, partitions, strict=True):
         units = [(rg, n, size) for rg, n, size, _ in fact.row_groups]
-        chunks.extend(group_units(f.path, units, partition, options))
+        made = group_units(f.path, units, partition, options)
+        chunks.extend(made)
+        if told is not None:
+            groups = {
+                r[0]: (r[1], t) for r, t in zip(fact.row_groups, fact.tokens or (), strict=False)
+            }
+            told.extend(chunk_tokens(c.start, c.stop, c.num_rows, groups) for c in made)
         for r in fact.row_groups:
             rows += r[1]
             uncompressed += r[3]
@@ -54,6 +64,7 @@ def plan_files(
         schema=schema,
         row_bytes=max(row_bytes, 1.0),
         read_options=read_options(options, schema),
+        token_counts=told,
     )
 
 

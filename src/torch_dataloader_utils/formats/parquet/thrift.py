@@ -13,6 +13,8 @@ __all__ = [
     "STRUCT",
     "ThriftError",
     "integer",
+    "integer_field",
+    "integers_field",
     "skip",
     "structs",
     "varint",
@@ -159,3 +161,55 @@ def structs(data: bytes, pos: int, kind: int) -> tuple[int, int]:
     if size > len(data):  # each struct takes at least a byte
         raise ThriftError(f"a list claims {size} elements")
     return size, pos
+
+
+def _field(data: bytes, pos: int, field: int) -> tuple[int, int, int]:
+    """The header of a struct's next field after field ``field``: its type (`STOP` ends the
+    struct), its id, and the position of its value."""
+    head = data[pos]
+    pos += 1
+    if head >> 4:
+        field += head >> 4
+    elif head & 0x0F:
+        field, pos = zigzag(data, pos)
+    return head & 0x0F, field, pos
+
+
+def integer_field(data: bytes, pos: int, wanted: int, depth: int) -> tuple[int | None, int]:
+    """The integer field ``wanted`` of the struct at ``pos``, ``depth`` deep (``None`` when it
+    has none, or holds another type), and the position after the struct."""
+    found = None
+    kind, field, pos = _field(data, pos, 0)
+    while kind != STOP:
+        if field == wanted and I16 <= kind <= I64:
+            found, pos = zigzag(data, pos)
+        else:
+            pos = skip(data, pos, kind, depth + 1)
+        kind, field, pos = _field(data, pos, field)
+    return found, pos
+
+
+def integers_field(
+    data: bytes, pos: int, wanted: int, depth: int
+) -> tuple[tuple[int, ...] | None, int]:
+    """The list-of-integers field ``wanted`` of the struct at ``pos``, ``depth`` deep (``None``
+    when it has none, or holds another type), and the position after the struct."""
+    found = None
+    kind, field, pos = _field(data, pos, 0)
+    while kind != STOP:
+        if field == wanted and kind == LIST and I16 <= data[pos] & 0x0F <= I64:
+            size = data[pos] >> 4
+            pos += 1
+            if size == 15:
+                size, pos = varint(data, pos)
+            if size > len(data) - pos:  # each element takes at least a byte
+                raise ThriftError(f"a list claims {size} elements")
+            values = []
+            for _ in range(size):
+                value, pos = zigzag(data, pos)
+                values.append(value)
+            found = tuple(values)
+        else:
+            pos = skip(data, pos, kind, depth + 1)
+        kind, field, pos = _field(data, pos, field)
+    return found, pos

@@ -1,0 +1,105 @@
+"""How rows become batches of tokens: `Packing` (a token-list column packed into sequences)
+and `TokenBudget` (batches of whole rows under a token budget); docs/concepts/packing.md and
+docs/adr/0022-packed-sequences.md."""
+
+from __future__ import annotations
+
+import math
+import numbers
+from dataclasses import dataclass
+from fractions import Fraction
+
+from .errors import InvalidArgumentError
+from .errors.keywords import check_positive
+
+__all__ = ["PACKING_METHODS", "Packing", "TokenBudget"]
+
+
+@dataclass(frozen=True)
+class Packing:
+    """Pack a token-list column into sequences of ``seq_len`` tokens (docs/adr/0022).
+
+    Args:
+        column: the list-of-integers column holding each document's tokens.
+        seq_len: tokens per sequence.
+        pad_value: the token that pads a stream's last sequence.
+        method: ``"concat"`` (documents concatenated and cut at ``seq_len``) or ``"best_fit"``
+            (each batch's documents placed whole into its sequences where they fit; longer
+            ones split).
+        eos_token: a token appended after every document (``None``: none).
+        fill: best fit: the share of a batch's ``batch_size * seq_len`` slots its tokens take
+            (``0 < fill <= 1``); the rest is the room that keeps documents whole.
+
+    Raises:
+        InvalidArgumentError: an option is out of range.
+    """
+
+    column: str
+    seq_len: int
+    pad_value: int = 0
+    method: str = "concat"
+    eos_token: int | None = None
+    fill: float = 0.95
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise InvalidArgumentError(f"Packing's column must be a name, got {self.column!r}")
+        check_positive(seq_len=self.seq_len)
+        if self.method not in PACKING_METHODS:
+            raise InvalidArgumentError(
+                f"Packing's method must be one of {PACKING_METHODS}, got {self.method!r}"
+            )
+        for name in ("pad_value", "eos_token"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
+                raise InvalidArgumentError(f"Packing's {name} must be an int, got {value!r}")
+        fill: object = self.fill  # (checked: a caller's value may be of any type)
+        if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
+            raise InvalidArgumentError(f"Packing's fill must be a number, got {fill!r}")
+        if not 0 < float(fill) <= 1:  # (NaN too)
+            raise InvalidArgumentError(f"Packing's fill must be in (0, 1], got {fill!r}")
+        object.__setattr__(self, "fill", float(fill))  # (a numpy float enters the plan's JSON)
+
+    @property
+    def unit(self) -> int:
+        """Tokens of the order a sequence takes: ``seq_len``, or for best fit
+        ``floor(seq_len * fill)`` (a packed mixture gives each source this many at a time)."""
+        if self.method == "concat":
+            return self.seq_len
+        return math.floor(Fraction(str(self.fill)) * self.seq_len)  # (0.29 * 100 is 28.99...)
+
+    def batch_tokens(self, batch_size: int) -> int:
+        """Tokens of the order a batch of ``batch_size`` sequences takes."""
+        return batch_size * self.unit
+
+
+PACKING_METHODS = ("concat", "best_fit")
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """Batches of whole rows whose padded size (rows x longest row) is at most ``max_tokens``,
+    instead of ``batch_size`` rows (docs/adr/0022).
+
+    Args:
+        column: the list column whose lengths count.
+        max_tokens: the budget of a batch.
+        overflow: a row longer than ``max_tokens``: ``"error"`` (default) or ``"truncate"``
+            (cut to the budget; what was cut is counted).
+
+    Raises:
+        InvalidArgumentError: an option is out of range.
+    """
+
+    column: str
+    max_tokens: int
+    overflow: str = "error"
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.column, str) or not self.column:
+            raise InvalidArgumentError(f"TokenBudget's column must be a name, got {self.column!r}")
+        check_positive(max_tokens=self.max_tokens)
+        if self.overflow not in ("error", "truncate"):
+            raise InvalidArgumentError(
+                f'TokenBudget\'s overflow must be "error" or "truncate", got {self.overflow!r}'
+            )
