@@ -1,7 +1,8 @@
 """Packed sequences from an Iceberg table read by name, and from a mixture of a table and a
 Parquet folder: planning counts each chunk's tokens in the live rows that pass the filter
 (position deletes and row filters applied), so every token is read once, ranks get equal
-batches, and a state resumes the token order. Token ids are unique in the data."""
+batches, and a state resumes the token order. Token ids are unique in the data. Token-budget
+batches of a table likewise plan every live row's length."""
 
 from __future__ import annotations
 
@@ -170,6 +171,48 @@ def test_create_dataloader_packs_a_table_given_as_a_source(catalog: Catalog) -> 
     assert list(loader.dataset.quotas) == [len(where) // SEQ_LEN * SEQ_LEN]
     assert max(seen.values()) == 1 and set(seen) <= set(where)
     assert sum(seen.values()) == loader.dataset.quotas[0]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_token_budget_batches_of_a_table_read_every_live_row_once(
+    catalog: Catalog, workers: int
+) -> None:
+    """``batching=tdu.TokenBudget(...)`` plans the length of every live row that passes the
+    filter, as for files: every such row once, each batch within its budget, equal ranks."""
+    where = _table(catalog)
+    table = catalog.load("docs")
+    first = next(f for f in data_files(table) if f.record_count == PARTS[0])
+    commit_position_deletes(table, {first.file_path: list(range(20, 40))})
+    lengths = Counter(d for d, _ in where.values())
+    expected = {d for d in range(sum(PARTS)) if not 20 <= d < 40 and d % 7 != 0}
+    seen: Counter[int] = Counter()
+    batches = []
+    for rank in range(2):
+        loader, _ = tdu.IcebergDataset.create_dataloader(
+            table=f"{NAMESPACE}.docs",
+            catalog_config=catalog.config,
+            batching=tdu.TokenBudget("tokens", max_tokens=90),
+            filters="label != 0",
+            shuffle=True,
+            null_policy="fill",
+            num_workers=workers,
+            multiprocessing_context="fork" if workers else None,
+            rank=rank,
+            world_size=2,
+        )
+        got = []
+        for batch in loader:
+            ids = batch["id"].tolist()
+            rows, width = batch["tokens"].shape
+            assert rows == len(ids) and rows * width <= 90
+            assert batch["tokens_lengths"].tolist() == [lengths[i] for i in ids]
+            got.append(ids)
+        assert len(got) == len(loader)
+        batches.append(len(got))
+        seen.update(i for ids in got for i in ids)
+    assert batches[0] == batches[1]
+    assert max(seen.values()) == 1 and set(seen) <= expected
+    assert len(expected) - len(seen) == len(expected) % 2  # "drop": the remainder of 2 ranks
 
 
 def test_a_column_that_is_not_token_lists_is_refused_naming_the_table(catalog: Catalog) -> None:

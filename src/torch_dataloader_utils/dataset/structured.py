@@ -214,18 +214,20 @@ class StructuredDataset(PlannedDataset):
             split_bytes=source.split_bytes,
             split_rows=source.split_rows,
             cached=self._cached if self.cache is not None else None,
-            lengths=self.options.batching.column if self.options.batching is not None else None,
             **self._counting(),
         )
 
     def _counting(self) -> dict[str, Any]:
         """What planning a source also counts, as keywords of `plan_source` and `plan_table`:
         a packed dataset's tokens (its order is one of tokens), with an EOS token's one per
-        document; nothing for another dataset."""
-        packing = self.options.packing
-        if packing is None:
-            return {}
-        return {"tokens": packing.column, "eos": packing.eos_token is not None}
+        document; a token budget's every row's length; nothing for another dataset."""
+        counting: dict[str, Any] = {}
+        packing, budget = self.options.packing, self.options.batching
+        if packing is not None:
+            counting.update(tokens=packing.column, eos=packing.eos_token is not None)
+        if budget is not None:
+            counting.update(lengths=budget.column)
+        return counting
 
     # --- what one source has (a mixture's sources each have their own) --------------------------
 

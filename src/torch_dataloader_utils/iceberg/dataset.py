@@ -34,12 +34,18 @@ def table_format() -> Format:
 
 
 def plan_table(
-    source: Source, fs: FileSystemSpec, *, tokens: str | None = None, eos: bool = False
+    source: Source,
+    fs: FileSystemSpec,
+    *,
+    tokens: str | None = None,
+    eos: bool = False,
+    lengths: str | None = None,
 ) -> Planned:
     """Load ``source``'s table, resolve and pin the snapshot, plan its files (`plan_table`
     of `iceberg.planning`); the plan's ``fs`` is the table's storage, which this rank's own
     storage options, backend and retries (``fs``) apply over. ``tokens``, ``eos``: a packed
-    dataset's token column, counted as `sources.files.plan_source` counts it."""
+    dataset's token column; ``lengths``: a token budget's; counted as
+    `sources.files.plan_source` counts them."""
     from .planning import plan_table as plan
 
     selector = SnapshotSelector.of(
@@ -59,6 +65,7 @@ def plan_table(
         user_fs=fs,
         tokens=tokens,
         eos=eos,
+        lengths=lengths,
     )
 
 

@@ -16,6 +16,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
@@ -24,7 +25,7 @@ from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec
 from ..fs.threads import PLAN_THREADS
 from ..planning import Chunk, Chunks, Plan
-from ..sources.counting import count_rows, count_tokens
+from ..sources.counting import count_lengths, count_rows, count_tokens
 from ..sources.files import Planned, check_tokens, decoded_row_bytes
 from ..sources.filters import filter_columns
 from .catalog import TableName, load_table, table_name
@@ -205,22 +206,25 @@ def _columns(
     columns: Sequence[str] | None,
     arrow_filter: pc.Expression | None,
     name: str,
+    *,
     tokens: str | None = None,
+    lengths: str | None = None,
 ) -> tuple[list[str], tuple[str, ...]]:
-    """The columns batches carry (a packed table's ``tokens`` among them), and those the row
-    filter reads.
+    """The columns batches carry (a packed table's ``tokens``, a token budget's ``lengths``
+    among them), and those the row filter reads.
 
     Raises:
         ColumnNotFoundError: a column is not in the table.
-        UnsupportedTypeError: ``tokens`` does not hold lists of integers.
+        UnsupportedTypeError: ``tokens`` or ``lengths`` does not hold lists of integers.
     """
     available = arrow_schema(schema_json, None)
     needed = filter_columns(arrow_filter, available) if arrow_filter is not None else ()
     wanted = list(columns) if columns is not None else list(available.names)
-    if tokens is not None:
-        check_tokens(available, tokens, f"Iceberg table {name}", "Packing")
-        if tokens not in wanted:  # a packed dataset reads its tokens
-            wanted.append(tokens)
+    for column, what in ((tokens, "Packing"), (lengths, "TokenBudget")):
+        if column is not None:
+            check_tokens(available, column, f"Iceberg table {name}", what)
+            if column not in wanted:  # packing and budgets read their column
+                wanted.append(column)
     try:
         projected_schema(schema_json, tuple(wanted))
     except ColumnNotFoundError as exc:
@@ -273,6 +277,7 @@ def plan_table(
     user_fs: FileSystemSpec,
     tokens: str | None = None,
     eos: bool = False,
+    lengths: str | None = None,
 ) -> Planned:
     """Plan a read of an Iceberg table: everything that reads the catalog and storage.
 
@@ -282,6 +287,8 @@ def plan_table(
         tokens, eos: a packed dataset's token-list column, whose values in each chunk's live
             rows that pass the filter are counted (with one more per list that is not null
             when ``eos``), as `sources.files.plan_source` counts them.
+        lengths: a token budget's list column, whose every live row's length (that passes the
+            filter) planning keeps (`Planned.row_lengths`).
 
     Returns:
         The plan, with `IcebergReadOptions`, and as its ``fs`` the table's storage (its
@@ -304,7 +311,9 @@ def plan_table(
     fs = storage.under(user_fs)
     schema_json = resolved.schema.model_dump_json()
     arrow_filter, iceberg_filter = normalize_filter(filters, resolved.schema)
-    wanted, needed = _columns(schema_json, columns, arrow_filter, name, tokens)
+    wanted, needed = _columns(
+        schema_json, columns, arrow_filter, name, tokens=tokens, lengths=lengths
+    )
     read = tuple(dict.fromkeys([*wanted, *needed]))
     field_ids = set(projected_schema(schema_json, read).field_ids)
 
@@ -328,6 +337,11 @@ def plan_table(
     filtered_rows, chunk_tokens = _counts(
         chunks, fmt, fs, options, needed=needed, tokens=tokens, eos=eos
     )
+    row_lengths = None
+    if lengths is not None:  # a token budget's length index, every live row's
+        counting = dataclasses.replace(options, columns=tuple(dict.fromkeys([lengths, *needed])))
+        parts = count_lengths(chunks, fmt, fs, counting, lengths)
+        row_lengths = np.concatenate(parts) if parts else np.zeros(0, np.int32)
     rows = sum(c.num_rows for c in chunks)
     plan = Plan(
         chunks=Chunks.of(chunks),
@@ -361,6 +375,7 @@ def plan_table(
         decoded_row_bytes=decoded_row_bytes(chunks, plan.row_bytes, options, fmt, fs),
         fs=storage,
         chunk_tokens=chunk_tokens,
+        row_lengths=row_lengths,
     )
 
 
