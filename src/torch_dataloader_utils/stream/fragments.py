@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-__all__ = ["Fragments", "goes_on"]
+__all__ = ["TOKENS_PER_COPY", "Fragments", "goes_on"]
 
 
 @dataclass(frozen=True, eq=False, slots=True)
@@ -172,7 +172,7 @@ class Fragments:
                 return self.values[int(self.begin[0]) : int(self.end[-1])]
             out = np.empty(n, self.values.dtype)
         count = len(self.begin)
-        if count * _TOKENS_PER_COPY < n:  # long fragments: one copy each
+        if count * TOKENS_PER_COPY < n:  # long fragments: one copy each
             at = 0
             for b, e in zip(self.begin.tolist(), self.end.tolist(), strict=True):
                 out[at : at + e - b] = self.values[b:e]
@@ -187,7 +187,7 @@ class Fragments:
 
 # Fragments at least this long on average are copied one by one rather than gathered through an
 # index (a Python step per fragment against an index of every token).
-_TOKENS_PER_COPY = 64
+TOKENS_PER_COPY = 64
 
 
 def goes_on(

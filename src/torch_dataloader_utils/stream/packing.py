@@ -23,13 +23,10 @@ from ..planning import Piece
 from ..planning.sequence import DocumentRest
 from ..planning.shuffle import document_permutation
 from .best_fit import place, sequences_for
-from .fragments import Fragments, goes_on
+from .fragments import TOKENS_PER_COPY, Fragments, goes_on
 from .read import Reader
 
-__all__ = ["PACKED_KEYS", "Packed", "PackedConverter", "TokenReader", "pack", "pack_best_fit"]
-
-# The keys of a packed batch.
-PACKED_KEYS = ("input_ids", "position_ids", "document_ids", "cu_seqlens", "max_seqlen")
+__all__ = ["Packed", "PackedConverter", "TokenReader", "pack", "pack_best_fit"]
 
 
 @dataclass(frozen=True)
@@ -125,7 +122,7 @@ def pack_best_fit(
     ids = np.empty(size, _wide(values.dtype))
     position_ids = np.empty(size, np.int32)
     document_ids = np.empty(size, np.int32)
-    if len(src) * _TOKENS_PER_COPY <= n:  # long parts: a copy each, then each padding
+    if len(src) * TOKENS_PER_COPY <= n:  # long parts: a copy each, then each padding
         count = np.arange(seq_len, dtype=np.int32)
         for at, b, length, p, i in zip(
             where.start.tolist(),
@@ -192,11 +189,6 @@ def _pieces(
     source = None if fragments.source is None else fragments.source[first]
     lengths = np.diff(np.r_[begin, fragments.num_rows])
     return fragments.tokens(), begin, lengths, fragments.position[first], source
-
-
-# Parts at least this long on average are copied one by one (a Python step each) rather than
-# gathered through an index of every token (as `Fragments.tokens` chooses).
-_TOKENS_PER_COPY = 64
 
 
 def _wide(dtype: np.dtype[Any]) -> np.dtype[Any]:
