@@ -173,10 +173,11 @@ class Fragments:
             out = np.empty(n, self.values.dtype)
         count = len(self.begin)
         if count * TOKENS_PER_COPY < n:  # long fragments: one copy each
-            at = 0
-            for b, e in zip(self.begin.tolist(), self.end.tolist(), strict=True):
-                out[at : at + e - b] = self.values[b:e]
-                at += e - b
+            values = self.values
+            pieces = [
+                values[b:e] for b, e in zip(self.begin.tolist(), self.end.tolist(), strict=True)
+            ]
+            np.concatenate(pieces, out=out)
         elif n:  # many short ones: one gather
             lengths = self.end - self.begin
             index = np.repeat(self.begin - (self.stops - lengths), lengths)

@@ -64,21 +64,24 @@ def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
     rows = -(-n // seq_len)
     size = rows * seq_len
     dtype = _wide(fragments.values.dtype)
-    ids = np.empty(size, dtype)
-    if dtype == fragments.values.dtype:
-        fragments.tokens(out=ids[:n])
+    tokens = fragments.tokens()  # (gathered; a view of the read values when in order)
+    if n == size and dtype == tokens.dtype and tokens.flags.writeable:
+        ids = tokens  # a whole batch, gathered: no copy (Arrow's memory is read-only)
     else:
-        ids[:n] = fragments.tokens()
-    ids[n:] = pad_value
+        ids = np.empty(size, dtype)
+        ids[:n] = tokens
+        ids[n:] = pad_value
     lengths = fragments.end - fragments.begin
     starts = fragments.stops - lengths
     # A document's pieces that meet are one fragment (a cut between blocks).
     new = ~goes_on(fragments.document, fragments.position, lengths, fragments.source)
-    position_ids = np.zeros(size, np.int32)
-    position_ids[:n] = np.repeat(fragments.position - starts, lengths)
-    position_ids[:n] += np.arange(n, dtype=np.int32)
-    document_ids = np.full(size, -1, np.int32)
+    position_ids = np.empty(size, np.int32)
+    position_ids[:n] = np.repeat((fragments.position - starts).astype(np.int32), lengths)
+    position_ids[:n] += _counting(n)
+    position_ids[n:] = 0
+    document_ids = np.empty(size, np.int32)
     document_ids[:n] = np.repeat(np.cumsum(new, dtype=np.int32) - 1, lengths)
+    document_ids[n:] = -1
     # Fragments start at each document and at each sequence; the padding is one more.
     first = np.zeros(size + 1, bool)
     first[starts[new]] = True
@@ -189,6 +192,17 @@ def _pieces(
     source = None if fragments.source is None else fragments.source[first]
     lengths = np.diff(np.r_[begin, fragments.num_rows])
     return fragments.tokens(), begin, lengths, fragments.position[first], source
+
+
+def _counting(n: int) -> np.ndarray:
+    """``0, 1, ..., n - 1`` as int32 (a view of one array kept for every batch)."""
+    global _COUNTING
+    if len(_COUNTING) < n:
+        _COUNTING = np.arange(max(n, 2 * len(_COUNTING)), dtype=np.int32)
+    return _COUNTING[:n]
+
+
+_COUNTING = np.arange(0, dtype=np.int32)
 
 
 def _wide(dtype: np.dtype[Any]) -> np.dtype[Any]:
