@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -37,13 +38,16 @@ def budget_batches(
     cut = 0
     counts = iter(budget.counts)
     skip = budget.skip
+    block: Any = None  # the block (or batch) whose rows' lengths are `every`
+    every = np.zeros(0, np.int64)
     for batch, rows in groups:
         count = next(counts, None)
         if count is None:
             raise DataError(f"{where()}: the stream holds more rows than planning counted")
         assert not isinstance(batch, Fragments), "token budgets batch rows, not tokens"
-        column = batch.column(budget.column)
-        lengths = _lengths(column if rows is None else take(column, rows))
+        if batch is not block:  # (a block's groups share it: its lengths once, from offsets)
+            block, every = batch, _lengths(batch.column(budget.column))
+        lengths = every if rows is None else every[np.asarray(rows)]
         order, bounds = group_batches(np.minimum(lengths, budget.max_tokens), budget.max_tokens)
         bounds = equalised(bounds, count)
         if len(bounds) - 1 != count:
