@@ -10,6 +10,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any, Generic, TypeVar, cast
 
+import pyarrow as pa
 import torch
 from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.dataloader import _InfiniteConstantSampler
@@ -147,6 +148,17 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         # Wrappers that copy a loader's attributes (Ray Train's prepare_data_loader) keep these
         # working through the wrapper: `wrapped.state_dict()` is this loader's.
         self.__dict__.update(Forwarded.methods(self, "set_epoch", "state_dict", "load_state_dict"))
+
+    def rows_at(self, batch: int, epoch: int | None = None, rank: int | None = None) -> pa.Table:
+        """The rows this loader delivers as batch ``batch`` (counted from the first batch of
+        ``epoch``, default: the loader's epoch) on ``rank`` (default: this one), in delivered
+        order, with ``__file__`` (each row's file) and ``__row__`` (its row in the file):
+        computed from the plan and read on demand, without iterating.
+
+        Raises:
+            InvalidArgumentError: no such batch or rank.
+        """
+        return self.dataset.rows_at(batch, epoch, rank, num_workers=self.num_workers)
 
     @kept
     def set_epoch(self, epoch: int) -> None:

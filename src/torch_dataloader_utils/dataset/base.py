@@ -32,6 +32,7 @@ from ..stream.pipeline import stream_segments
 from ..stream.read import Reader, Reads
 from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
+from .lookup import rows_at
 from .tokens import in_tokens, length_index
 
 __all__ = ["Combined", "PlannedDataset"]
@@ -400,6 +401,33 @@ class PlannedDataset(IterableDataset[Any]):
         rank, world_size = self.resolved_rank()
         topology = Topology(rank, world_size, 0, self.passes.num_workers)
         return self.streams.rank_batches(topology, self.passes.epoch)
+
+    def rows_at(
+        self, batch: int, epoch: int | None = None, rank: int | None = None, *, num_workers: int = 1
+    ) -> pa.Table:
+        """The rows of batch ``batch`` of ``rank`` (default: this rank) in ``epoch`` (default:
+        this dataset's), counted from the epoch's first batch, in delivered order, with each
+        row's file (``__file__``) and row in it (``__row__``); read on demand from the plan
+        (``num_workers``: the loader's DataLoader workers). See `TabularDataLoader.rows_at`.
+
+        Raises:
+            InvalidArgumentError: no such batch or rank.
+        """
+        mine, world_size = self.resolved_rank()
+        rank = mine if rank is None else rank
+        if not 0 <= rank < world_size:
+            raise InvalidArgumentError(f"rank must be in [0, {world_size}), got {rank}")
+        return rows_at(
+            self.streams,
+            self.plan,
+            self.reader(),
+            self.sources[0].fs,
+            batch,
+            epoch=self.passes.epoch if epoch is None else epoch,
+            rank=rank,
+            world_size=world_size,
+            workers=max(1, num_workers),
+        )
 
     @property
     def epoch_rows(self) -> int:

@@ -18,6 +18,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
+import pyarrow as pa
 from torch.utils.data import get_worker_info
 
 from ..cache import CacheStats
@@ -272,6 +273,11 @@ class Readable(Protocol):
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the next pass."""
+
+    def rows_at(
+        self, batch: int, epoch: int | None = None, rank: int | None = None, *, num_workers: int = 1
+    ) -> pa.Table:
+        """The rows of a batch, from the plan (see `TabularDataLoader.rows_at`)."""
 
     def __iter__(self) -> Iterator[Any]:
         """The batches of this process's stream of the next pass."""

@@ -1,0 +1,69 @@
+"""`rows_at`: the rows of any batch, computed from the plan, are exactly the rows the loader
+delivers as that batch, for every batch, epoch, rank and worker count, shuffled or not; and
+each row's file and row number in it are right."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import torch_dataloader_utils as tdu
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Four files of 37-61 rows in row groups of 9; ``id`` = file * 1000 + row."""
+    root = tmp_path_factory.mktemp("rows_at")
+    for f, n in enumerate((37, 61, 44, 50)):
+        ids = np.arange(n) + 1000 * f
+        table = pa.table({"id": pa.array(ids, pa.int64()), "x": pa.array(ids * 0.5)})
+        pq.write_table(table, root / f"part-{f}.parquet", row_group_size=9)
+    return root
+
+
+def make(root: Path, **options: Any) -> Any:
+    return tdu.create_dataloader(str(root), batch_size=7, **options)
+
+
+@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (1, 2), (2, 0), (3, 2), (2, 3)])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_every_batch_looked_up_is_the_batch_delivered(
+    data: Path, world_size: int, workers: int, shuffle: bool
+) -> None:
+    for epoch in (0, 2):
+        for rank in range(world_size):
+            loader = make(
+                data, rank=rank, world_size=world_size, num_workers=workers, shuffle=shuffle
+            )
+            loader.set_epoch(epoch)
+            delivered = [b["id"].tolist() for b in loader]
+            for b, ids in enumerate(delivered):
+                table = loader.rows_at(b, epoch=epoch)
+                assert table.column("id").to_pylist() == ids
+                files = table.column("__file__").to_pylist()
+                rows = table.column("__row__").to_pylist()
+                for i, f, r in zip(ids, files, rows, strict=True):
+                    assert f.endswith(f"part-{i // 1000}.parquet") and r == i % 1000
+            with pytest.raises(tdu.InvalidArgumentError, match="not a batch of rank"):
+                loader.rows_at(len(delivered), epoch=epoch)
+
+
+def test_another_ranks_batch_is_looked_up_from_this_one(data: Path) -> None:
+    other = make(data, rank=1, world_size=2, shuffle=True)
+    other.set_epoch(1)
+    expected = [b["id"].tolist() for b in other]
+    mine = make(data, rank=0, world_size=2, shuffle=True)
+    for b, ids in enumerate(expected):
+        assert mine.rows_at(b, epoch=1, rank=1).column("id").to_pylist() == ids
+    with pytest.raises(tdu.InvalidArgumentError, match="rank must be in"):
+        mine.rows_at(0, rank=2)
