@@ -137,8 +137,7 @@ def rows_at(
         parts.append(block)
         taken[mine] = base + (wanted - lo)
         base += block.num_rows
-        path = plan.chunks[chunk].path
-        url = fs.url(path)
+        url = fs.url(plan.chunks.paths[int(plan.chunks.column("file")[chunk])])
         for i in mine.tolist():
             files[i] = url
         file_rows[mine] = first_rows[chunk] + wanted
@@ -151,13 +150,10 @@ def rows_at(
 def _first_rows(plan: Plan) -> np.ndarray:
     """Each chunk's first row in its file: the rows of the file's chunks before it (a file's
     chunks are consecutive in the plan, in file order)."""
-    chunks = plan.chunks
-    out = np.zeros(len(chunks), np.int64)
-    last, total = None, 0
-    for i in range(len(chunks)):
-        chunk = chunks[i]
-        if chunk.path != last:
-            last, total = chunk.path, 0
-        out[i] = total
-        total += chunk.num_rows
+    files, rows = plan.chunks.column("file"), plan.chunks.num_rows
+    before = np.cumsum(rows) - rows
+    opens = np.ones(len(files), bool)
+    opens[1:] = files[1:] != files[:-1]
+    first = np.maximum.accumulate(np.where(opens, np.arange(len(files)), 0))
+    out: np.ndarray = before - before[first]
     return out
