@@ -18,6 +18,7 @@ from torch.utils.data.dataloader import _InfiniteConstantSampler
 from .cache import CacheStats
 from .convert.arrow_values import load_numpy_conversion
 from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
+from .errors.keywords import refuse_rebatching
 from .errors.on_error import FailureLog, ReadFailure
 from .state import Readable, read_failures, with_read_failures
 from .state.wrappers import Forwarded, Reader, kept
@@ -106,7 +107,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         # Frameworks rebuild a DataLoader from its attributes (Lightning for predict, with
         # batch_size=None, sampler=None, batch_sampler=None, collate_fn=...): what they pass
         # back is accepted; anything that would change the batches is refused.
-        _refuse_rebatching(
+        refuse_rebatching(
             batch_size=batch_size,
             sampler=None if isinstance(sampler, EpochSampler) else sampler,
             batch_sampler=batch_sampler,
@@ -148,6 +149,26 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         # Wrappers that copy a loader's attributes (Ray Train's prepare_data_loader) keep these
         # working through the wrapper: `wrapped.state_dict()` is this loader's.
         self.__dict__.update(Forwarded.methods(self, "set_epoch", "state_dict", "load_state_dict"))
+
+    def __len__(self) -> int:
+        """Batches this rank yields in the loader's epoch (less those `skip` leaves out)."""
+        # (The dataset's own length counts them: they are read, then dropped here, and
+        # DataLoader warns when more come than that length says.)
+        passes = self.dataset.passes
+        return super().__len__() - passes.skipped_in(passes.epoch)
+
+    def skip(self, epoch: int, batches: range) -> None:
+        """Do not deliver ``batches`` (numbered from the first batch of ``epoch``) on any
+        rank: every rank still yields as many batches, each the same ones it would have, less
+        these. The skip is part of `state_dict`, so a resumed run skips them too.
+
+        Raises:
+            InvalidArgumentError: the range is empty, steps, or passes the end of the epoch.
+        """
+        if not isinstance(batches, range) or batches.step != 1:
+            raise InvalidArgumentError(f"skip takes a range of batches, got {batches!r}")
+        total = self.dataset.rank_batches(epoch, num_workers=self.num_workers)
+        self.dataset.passes.skip(epoch, batches.start, batches.stop, total)
 
     def rows_at(self, batch: int, epoch: int | None = None, rank: int | None = None) -> pa.Table:
         """The rows this loader delivers as batch ``batch`` (counted from the first batch of
@@ -328,6 +349,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
             batches = super().__iter__()
         if self.num_workers:
             batches = self._in_order(batches, counts, done)
+        batches = passes.skipping(batches, progress)  # (before any copy to a device)
         if self.device is not None and self.device.type != "cpu":
             batches = (_to_device(b, self.device) for b in batches)
         if self._gradient_state is not None:
@@ -399,39 +421,3 @@ def _start_method(context: Any) -> str:
     # (multiprocessing.get_context() would fix the default for the whole program)
     method = multiprocessing.get_start_method(allow_none=True)
     return method or multiprocessing.get_all_start_methods()[0]
-
-
-def _refuse_rebatching(
-    *,
-    batch_size: int | None,
-    sampler: Any,
-    batch_sampler: Any,
-    collate_fn: Callable[[Any], Any] | None,
-    shuffle: bool | None,
-    drop_last: bool,
-) -> None:
-    """Refuse DataLoader options that would re-batch or re-order what the dataset yields
-    (``TabularDataLoader``'s own sampler and collate function are passed as ``None``).
-
-    Raises:
-        InvalidArgumentError: one of them is set.
-    """
-    problems = []
-    if batch_size is not None:
-        problems.append(f"batch_size={batch_size}")
-    if sampler is not None:
-        problems.append(f"sampler={sampler!r}")
-    if batch_sampler is not None:
-        problems.append(f"batch_sampler={batch_sampler!r}")
-    if collate_fn is not None:
-        problems.append(f"collate_fn={collate_fn!r}")
-    if shuffle:
-        problems.append("shuffle=True")
-    if drop_last:
-        problems.append("drop_last=True")
-    if problems:
-        raise InvalidArgumentError(
-            f"TabularDataLoader does not take {', '.join(problems)}: the dataset yields whole "
-            "batches, already shuffled and cut for this rank. Pass batch_size, shuffle, "
-            "drop_last and collate_fn to create_dataloader (or the dataset) instead"
-        )

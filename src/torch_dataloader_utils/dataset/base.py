@@ -398,17 +398,18 @@ class PlannedDataset(IterableDataset[Any]):
             TypeError: the count depends on the number of workers
                 (``split_strategy="round_robin"``).
         """
+        return self.rank_batches(self.passes.epoch, num_workers=self.passes.num_workers)
+
+    def rank_batches(self, epoch: int, *, num_workers: int = 1) -> int:
+        """Batches this rank yields in a fresh pass over ``epoch``, skipped ones counted."""
         rank, world_size = self.resolved_rank()
-        topology = Topology(rank, world_size, 0, self.passes.num_workers)
-        return self.streams.rank_batches(topology, self.passes.epoch)
+        topology = Topology(rank, world_size, 0, max(1, num_workers))
+        return self.streams.rank_batches(topology, epoch)
 
     def rows_at(
         self, batch: int, epoch: int | None = None, rank: int | None = None, *, num_workers: int = 1
     ) -> pa.Table:
-        """The rows of batch ``batch`` of ``rank`` (default: this rank) in ``epoch`` (default:
-        this dataset's), counted from the epoch's first batch, in delivered order, with each
-        row's file (``__file__``) and row in it (``__row__``); read on demand from the plan
-        (``num_workers``: the loader's DataLoader workers). See `TabularDataLoader.rows_at`.
+        """`TabularDataLoader.rows_at` (``num_workers``: the loader's DataLoader workers).
 
         Raises:
             InvalidArgumentError: no such batch or rank.

@@ -102,3 +102,39 @@ def check_positive(**values: object) -> None:
             isinstance(value, bool) or not isinstance(value, numbers.Integral) or value <= 0
         ):
             raise InvalidArgumentError(f"{name} must be a positive integer, got {value!r}")
+
+
+def refuse_rebatching(
+    *,
+    batch_size: int | None,
+    sampler: Any,
+    batch_sampler: Any,
+    collate_fn: Callable[[Any], Any] | None,
+    shuffle: bool | None,
+    drop_last: bool,
+) -> None:
+    """Refuse DataLoader options that would re-batch or re-order what the dataset yields
+    (``TabularDataLoader``'s own sampler and collate function are passed as ``None``).
+
+    Raises:
+        InvalidArgumentError: one of them is set.
+    """
+    problems = []
+    if batch_size is not None:
+        problems.append(f"batch_size={batch_size}")
+    if sampler is not None:
+        problems.append(f"sampler={sampler!r}")
+    if batch_sampler is not None:
+        problems.append(f"batch_sampler={batch_sampler!r}")
+    if collate_fn is not None:
+        problems.append(f"collate_fn={collate_fn!r}")
+    if shuffle:
+        problems.append("shuffle=True")
+    if drop_last:
+        problems.append("drop_last=True")
+    if problems:
+        raise InvalidArgumentError(
+            f"TabularDataLoader does not take {', '.join(problems)}: the dataset yields whole "
+            "batches, already shuffled and cut for this rank. Pass batch_size, shuffle, "
+            "drop_last and collate_fn to create_dataloader (or the dataset) instead"
+        )

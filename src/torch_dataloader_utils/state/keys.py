@@ -49,6 +49,7 @@ LAYOUT = "layout"
 LEGS = "legs"  # earlier legs of this epoch (elastic resumes)
 PLAN = "plan"  # facts of the plan it was saved for
 READ_FAILURES = "read_failures"  # reads skipped under on_error="skip" (the loader's)
+SKIPS = "skips"  # batches not to deliver: {epoch: [[first, stop], ...]} (loader.skip)
 WORKER = "worker"  # a stream state's worker
 STREAM_BATCHES = "stream_batches"  # batches that worker's stream delivered
 WORLD_SIZE = "world_size"
@@ -61,7 +62,7 @@ PLAN_KEYS = frozenset({"fingerprint", "rows", "chunks", "files"})
 PLAN_OPTIONAL = frozenset({"file_versions", "snapshot_id"})
 READ_FAILURE_KEYS = frozenset({"failures", "rows"})
 LOADER_KEYS = frozenset({KIND, VERSION, EPOCH, BATCHES, COMPLETE, TOPOLOGY, LAYOUT, LEGS, PLAN})
-LOADER_OPTIONAL = frozenset({READ_FAILURES})
+LOADER_OPTIONAL = frozenset({READ_FAILURES, SKIPS})
 STREAM_KEYS = LOADER_KEYS | {WORKER, STREAM_BATCHES}
 
 

@@ -22,7 +22,7 @@ import pyarrow as pa
 from torch.utils.data import get_worker_info
 
 from ..cache import CacheStats
-from ..errors import TorchDataloaderUtilsWarning
+from ..errors import InvalidArgumentError, TorchDataloaderUtilsWarning
 from ..errors.on_error import FailureLog
 from ..planning import Iteration, Layout, Plan, Ranks, Topology
 from ..planning.streams import Streams
@@ -34,6 +34,7 @@ from .codec import (
     is_complete,
 )
 from .control import PassControl
+from .keys import SKIPS
 
 __all__ = ["Passes", "Progress", "Readable"]
 
@@ -91,6 +92,8 @@ class Passes:
         self._claimed = True  # ... and whether this process's own iteration took it
         self._stream_resume: dict[str, Any] | None = None  # a worker's loaded stream state
         self.num_workers = 1  # the workers of the loader reading these passes (its len())
+        # Batches not to deliver, by epoch: ranges of the rank's batch numbers (`skip`).
+        self.skips: dict[int, list[tuple[int, int]]] = {}
 
     @property
     def layout(self) -> Layout:
@@ -177,6 +180,51 @@ class Passes:
             return mine, None
         return Iteration(self.epoch, generation=generation), None
 
+    # --- skipped batches ---------------------------------------------------------------------
+
+    def skip(self, epoch: int, first: int, stop: int, batches: int) -> None:
+        """Do not deliver batches ``[first, stop)`` of ``epoch`` (of ``batches``), on any rank.
+
+        Raises:
+            InvalidArgumentError: the range is empty or passes the epoch's end.
+        """
+        if not 0 <= first < stop <= batches:
+            raise InvalidArgumentError(
+                f"skip batches [{first}, {stop}) of epoch {epoch}: the epoch has {batches} "
+                f"batches (0 to {batches - 1}), and the range must be inside it and not empty"
+            )
+        ranges = sorted([*self.skips.get(epoch, []), (first, stop)])
+        merged: list[tuple[int, int]] = []
+        for a, b in ranges:
+            if merged and a <= merged[-1][1]:
+                merged[-1] = (merged[-1][0], max(b, merged[-1][1]))
+            else:
+                merged.append((a, b))
+        self.skips[epoch] = merged
+
+    def skipped(self, epoch: int, batch: int) -> bool:
+        """Whether batch ``batch`` of ``epoch`` is one not to deliver."""
+        return any(a <= batch < b for a, b in self.skips.get(epoch, ()))
+
+    def skipped_in(self, epoch: int) -> int:
+        """Batches of ``epoch`` not to deliver."""
+        return sum(b - a for a, b in self.skips.get(epoch, ()))
+
+    def skipping(self, batches: Iterator[_T], progress: Progress) -> Iterator[_T]:
+        """``batches`` less those not to deliver, each of which counts as delivered (the state
+        goes past it)."""
+        epoch = progress.iteration.epoch
+        if not self.skips.get(epoch):
+            yield from batches
+            return
+        for batch in batches:
+            if self.skipped(epoch, progress.batches):
+                progress.delivered += 1
+                if progress.delivered == 1:
+                    self.control.delivered()
+                continue
+            yield batch
+
     def counted(self, batches: Iterator[_T], progress: Progress) -> Iterator[_T]:
         """``batches``, counted as delivered in ``progress``; the first makes the next pass
         read the next epoch unless `set_epoch` says otherwise."""
@@ -190,7 +238,7 @@ class Passes:
 
     def state_at(self, iteration: Iteration, *, num_workers: int, complete: bool) -> dict[str, Any]:
         """The loader state of ``iteration`` (see `TabularDataLoader.state_dict`)."""
-        return encode_state(
+        state = encode_state(
             self.plan,
             iteration,
             world_size=self.ranks.resolve()[1],
@@ -198,6 +246,9 @@ class Passes:
             layout=self.layout,
             complete=complete,
         )
+        if self.skips:
+            state[SKIPS] = {str(e): [list(r) for r in rs] for e, rs in self.skips.items()}
+        return state
 
     def position(self, progress: Progress | None, *, num_workers: int) -> dict[str, Any]:
         """The loader state where ``progress`` stands (a loaded state not yet read: itself)."""
@@ -222,6 +273,15 @@ class Passes:
             layout=self.layout,
             allow_changed_data=allow_changed_data,
         )
+        self.skips = _skips(state)
+        if iteration.legs and any(
+            b > iteration.legs[-1].batches for a, b in self.skips.get(iteration.epoch, ())
+        ):
+            raise InvalidArgumentError(
+                f"the state skips batches of epoch {iteration.epoch} it had not reached, "
+                "numbered for the topology it was saved on: resume on that topology, or call "
+                "loader.skip again with this topology's batch numbers"
+            )
         self.pending = iteration
         self.pending_complete = is_complete(state)
         self.progress = None
@@ -279,5 +339,14 @@ class Readable(Protocol):
     ) -> pa.Table:
         """The rows of a batch, from the plan (see `TabularDataLoader.rows_at`)."""
 
+    def rank_batches(self, epoch: int, *, num_workers: int = 1) -> int:
+        """Batches this rank yields in a fresh pass over ``epoch``, skipped ones counted."""
+
     def __iter__(self) -> Iterator[Any]:
         """The batches of this process's stream of the next pass."""
+
+
+def _skips(state: dict[str, Any]) -> dict[int, list[tuple[int, int]]]:
+    """The skipped batches a loader state carries (`Passes.skip`)."""
+    saved = state.get(SKIPS) or {}
+    return {int(e): [(int(a), int(b)) for a, b in ranges] for e, ranges in saved.items()}

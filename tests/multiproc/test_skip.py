@@ -1,0 +1,101 @@
+"""`loader.skip`: batches numbered from an epoch's start are not delivered on any rank, every
+rank still yields as many batches as the others (and as len() says), no other row is lost or
+repeated, and the skip is part of the state: a resumed run skips them too."""
+
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import torch_dataloader_utils as tdu
+
+pytestmark = [
+    pytest.mark.timeout(300),
+    pytest.mark.filterwarnings("ignore:This DataLoader will create:UserWarning"),
+]
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("skip")
+    for f in range(3):
+        ids = np.arange(80) + 80 * f
+        pq.write_table(pa.table({"id": ids}), root / f"part-{f}.parquet", row_group_size=11)
+    return root
+
+
+def make(root: Path, **options: Any) -> Any:
+    return tdu.create_dataloader(str(root), batch_size=6, shuffle=True, **options)
+
+
+def batches_of(loader: Any, epoch: int) -> list[list[int]]:
+    loader.set_epoch(epoch)
+    return [b["id"].tolist() for b in loader]
+
+
+@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (2, 2), (3, 0)])
+def test_skipped_batches_are_not_delivered_and_ranks_stay_equal(
+    data: Path, world_size: int, workers: int
+) -> None:
+    counts = []
+    for rank in range(world_size):
+        every = batches_of(make(data, rank=rank, world_size=world_size, num_workers=workers), 1)
+        loader = make(data, rank=rank, world_size=world_size, num_workers=workers)
+        loader.skip(epoch=1, batches=range(2, 5))
+        loader.skip(epoch=1, batches=range(4, 6))  # (overlapping ranges merge)
+        loader.set_epoch(1)
+        assert len(loader) == len(every) - 4
+        got = batches_of(loader, 1)
+        assert got == every[:2] + every[6:]  # the others, as they were, in order
+        counts.append(len(got))
+        assert batches_of(loader, 2) == batches_of(
+            make(data, rank=rank, world_size=world_size, num_workers=workers), 2
+        )  # another epoch: nothing skipped
+    assert len(set(counts)) == 1
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_resumed_run_skips_them_too(data: Path, workers: int) -> None:
+    every = batches_of(make(data, num_workers=workers), 0)
+    loader = make(data, num_workers=workers)
+    loader.skip(epoch=0, batches=range(6, 9))
+    loader.set_epoch(0)
+    first = [b["id"].tolist() for b in itertools.islice(loader, 4)]
+    state = loader.state_dict()
+    resumed = make(data, num_workers=workers)
+    resumed.load_state_dict(state)
+    rest = [b["id"].tolist() for b in resumed]
+    assert first + rest == every[:6] + every[9:]
+    # ... and past the skipped range too
+    loader = make(data, num_workers=workers)
+    loader.skip(epoch=0, batches=range(1, 3))
+    loader.set_epoch(0)
+    first = [b["id"].tolist() for b in itertools.islice(loader, 3)]
+    resumed = make(data, num_workers=workers)
+    resumed.load_state_dict(loader.state_dict())
+    assert first + [b["id"].tolist() for b in resumed] == every[:1] + every[3:]
+
+
+def test_skips_not_reached_do_not_cross_to_another_topology(data: Path) -> None:
+    loader = make(data, num_workers=2)
+    loader.skip(epoch=0, batches=range(20, 22))
+    loader.set_epoch(0)
+    list(itertools.islice(loader, 3))
+    other = make(data, num_workers=0, rank=0, world_size=2)
+    with pytest.raises(tdu.InvalidArgumentError, match="numbered for the topology"):
+        other.load_state_dict(loader.state_dict())
+
+
+@pytest.mark.parametrize(
+    ("batches", "message"),
+    [(range(5, 5), "not empty"), (range(0, 1000), "inside it"), (range(0, 6, 2), "a range")],
+)
+def test_bad_skips_are_refused_at_the_call(data: Path, batches: range, message: str) -> None:
+    with pytest.raises(tdu.InvalidArgumentError, match=message):
+        make(data).skip(epoch=0, batches=batches)
