@@ -173,6 +173,63 @@ def _read(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain(args: argparse.Namespace) -> int:
+    """Print the rows of one batch (its files and row numbers), from a state or the options."""
+    from . import create_dataloader
+
+    options: dict[str, Any] = {
+        "batch_size": args.batch_size,
+        "shuffle": args.shuffle,
+        "shuffle_seed": args.seed,
+        "world_size": args.world_size,
+        "workers": args.workers,
+    }
+    epoch = args.epoch
+    if args.state is not None:  # the run's own options and epoch, from its saved state
+        state = _load_state(args.state)
+        layout, topology = state["layout"], state["topology"]
+        options.update(
+            batch_size=layout["batch_size"],
+            shuffle=layout["shuffle"],
+            shuffle_seed=layout["seed"],
+            world_size=topology["world_size"],
+            workers=topology["num_workers"],
+        )
+        epoch = state["epoch"] if epoch is None else epoch
+    workers = options.pop("workers")
+    loader = create_dataloader(
+        args.path,
+        format=args.format,
+        rank=args.rank,
+        num_workers=workers,
+        **options,
+    )
+    table = loader.rows_at(args.batch, epoch=epoch or 0, rank=args.rank)
+    print(
+        f"epoch {epoch or 0}, rank {args.rank} of {options['world_size']}, {workers} workers, "
+        f"batch {args.batch}: {table.num_rows} rows"
+    )
+    shown = ["__file__", "__row__", *[c for c in table.column_names if not c.startswith("__")]]
+    for row in table.select(shown[: 2 + args.columns]).to_pylist()[: args.limit]:
+        print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
+    if table.num_rows > args.limit:
+        print(f"  ... {table.num_rows - args.limit} more rows")
+    return 0
+
+
+def _load_state(path: str) -> dict[str, Any]:
+    """A loader state saved as JSON, or with torch.save (alone or under a ``"data"`` key)."""
+    if path.endswith(".json"):
+        with open(path) as f:
+            state: dict[str, Any] = json.load(f)
+        return state
+    import torch
+
+    saved = torch.load(path, weights_only=True)
+    found: dict[str, Any] = saved.get("data", saved) if isinstance(saved, dict) else saved
+    return found
+
+
 def _cache_line(stats: Any) -> str:
     return (
         f"cache hits {stats.hits:,}, misses {stats.misses:,}, "
@@ -281,6 +338,25 @@ def parser() -> argparse.ArgumentParser:
         help="bytes or e.g. 50GB (default: $TDU_CACHE_LIMIT, else what the disk holds)",
     )
     read.set_defaults(run=_read)
+    explain = command(
+        "explain", "print one batch's rows (files and row numbers), from the plan, read on demand"
+    )
+    explain.add_argument("path", help="a path, URL, directory or glob")
+    explain.add_argument(
+        "--batch", type=int, required=True, help="the batch, from the epoch's start"
+    )
+    explain.add_argument("--epoch", type=int, default=None, help="default: the state's, else 0")
+    explain.add_argument("--rank", type=int, default=0, help="the rank")
+    explain.add_argument("--state", default=None, help="a saved loader state (.json or torch)")
+    explain.add_argument("--format", default="parquet", help="the format's name")
+    explain.add_argument("--batch-size", type=int, default=1024, help="without --state")
+    explain.add_argument("--shuffle", action="store_true", help="without --state")
+    explain.add_argument("--seed", type=int, default=42, help="shuffle_seed, without --state")
+    explain.add_argument("--world-size", type=int, default=1, help="without --state")
+    explain.add_argument("--workers", type=int, default=0, help="without --state")
+    explain.add_argument("--columns", type=int, default=3, help="data columns to print")
+    explain.add_argument("--limit", type=int, default=20, help="rows to print")
+    explain.set_defaults(run=_explain)
     cache = command("cache", "show or clear a node-local cache")
     cache.add_argument(
         "action", nargs="?", choices=["show", "clear"], default="show", help="what to do"

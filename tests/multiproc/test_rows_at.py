@@ -4,6 +4,8 @@ each row's file and row number in it are right."""
 
 from __future__ import annotations
 
+import itertools
+import json
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
+from torch_dataloader_utils.cli import main
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -67,3 +70,20 @@ def test_another_ranks_batch_is_looked_up_from_this_one(data: Path) -> None:
         assert mine.rows_at(b, epoch=1, rank=1).column("id").to_pylist() == ids
     with pytest.raises(tdu.InvalidArgumentError, match="rank must be in"):
         mine.rows_at(0, rank=2)
+
+
+def test_tdu_explain_prints_a_batch_from_a_saved_state(
+    data: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loader = make(data, rank=1, world_size=2, num_workers=2, shuffle=True)
+    loader.set_epoch(3)
+    delivered = [b["id"].tolist() for b in itertools.islice(loader, 5)]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(loader.state_dict()))
+    assert main(["explain", str(data), "--batch", "4", "--rank", "1", "--state", str(state)]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "epoch 3, rank 1 of 2, 2 workers, batch 4: 7 rows"
+    ids = [int(line.split("id=")[1].split()[0]) for line in out[1:]]
+    assert ids == delivered[4]
+    for line, i in zip(out[1:], ids, strict=True):
+        assert f"part-{i // 1000}.parquet" in line and f"__row__={i % 1000} " in line
