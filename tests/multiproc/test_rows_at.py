@@ -87,3 +87,39 @@ def test_tdu_explain_prints_a_batch_from_a_saved_state(
     assert ids == delivered[4]
     for line, i in zip(out[1:], ids, strict=True):
         assert f"part-{i // 1000}.parquet" in line and f"__row__={i % 1000} " in line
+
+
+@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (2, 2)])
+@pytest.mark.parametrize("mixing", ["random", "stratified"])
+def test_a_mixtures_batches_looked_up_are_the_batches_delivered(
+    data: Path, tmp_path: Path, world_size: int, workers: int, mixing: str
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    ids = np.arange(90) + 9000
+    pq.write_table(pa.table({"id": ids, "x": ids * 0.5}), other / "b.parquet", row_group_size=8)
+    for rank in range(world_size):
+        loader = tdu.create_dataloader(
+            [tdu.Source(str(data), weight=2), tdu.Source(str(other), weight=1)],
+            epoch_rows=150,
+            mixing=mixing,
+            source_column="source",
+            batch_size=7,
+            shuffle=True,
+            rank=rank,
+            world_size=world_size,
+            num_workers=workers,
+        )
+        loader.set_epoch(1)  # (a source's passes go on across epochs)
+        for b, batch in enumerate(loader):
+            table = loader.rows_at(b, epoch=1)
+            assert table.column("id").to_pylist() == batch["id"].tolist()
+            assert table.column("__source__").to_pylist() == batch["source"].tolist()
+            for i, f, r in zip(
+                batch["id"].tolist(),
+                table.column("__file__").to_pylist(),
+                table.column("__row__").to_pylist(),
+                strict=True,
+            ):
+                name = "b.parquet" if i >= 9000 else f"part-{i // 1000}.parquet"
+                assert f.endswith(name) and r == (i - 9000 if i >= 9000 else i % 1000)

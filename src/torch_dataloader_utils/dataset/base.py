@@ -420,9 +420,9 @@ class PlannedDataset(IterableDataset[Any]):
             raise InvalidArgumentError(f"rank must be in [0, {world_size}), got {rank}")
         return rows_at(
             self.streams,
-            self.plan,
-            self.reader(),
-            self.sources[0].fs,
+            [s.plan for s in self.sources],
+            lambda i: self.reader(source=i),
+            [s.fs for s in self.sources],
             batch,
             epoch=self.passes.epoch if epoch is None else epoch,
             rank=rank,

@@ -3,13 +3,14 @@ rows of its stream that batch holds, where they are in the files, read on demand
 
 The epoch's order is a pure function of the plan and the layout (docs/concepts/model.md), so
 the rows of a batch follow without iterating: the worker from the round robin's counts
-(`planning.resume.consumed`), the stream's rows from its blocks' permutations, their chunks
-from the epoch's chunk order; one read of each chunk they are in.
+(`planning.resume.consumed`), each source's rows of the stream through its blocks'
+permutations (a mixture's sources from the interleave), their chunks from the epoch's chunk
+order; one read of each chunk they are in.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -20,20 +21,21 @@ from ..fs import FileSystemSpec
 from ..planning import Iteration, Piece, Plan, Topology, block_permutation, consumed
 from ..planning.sequence import Run
 from ..planning.shuffle import block_of
-from ..planning.streams import OneSource, Streams
+from ..planning.streams import Mixed, OneSource, SourceRows, Stream, Streams
 from ..stream.read import Reads
 
-__all__ = ["FILE_COLUMN", "ROW_COLUMN", "batch_rows", "rows_at"]
+__all__ = ["FILE_COLUMN", "ROW_COLUMN", "SOURCE_COLUMN", "rows_at"]
 
-# The columns `rows_at` adds: each row's file (its URL) and its row number in that file.
-FILE_COLUMN, ROW_COLUMN = "__file__", "__row__"
+# The columns `rows_at` adds: each row's file (its URL), its row number in that file, and (a
+# mixture's) its source.
+FILE_COLUMN, ROW_COLUMN, SOURCE_COLUMN = "__file__", "__row__", "__source__"
 
 
-def batch_rows(
+def _batch_stream(
     streams: Streams, batch: int, *, epoch: int, rank: int, world_size: int, workers: int
-) -> tuple[Topology, np.ndarray]:
+) -> tuple[Stream, int]:
     """The stream that delivers batch ``batch`` of ``rank`` in a fresh pass over ``epoch``,
-    and the positions of the epoch's row sequence its rows hold, in delivered order.
+    and which of its batches that is.
 
     Raises:
         InvalidArgumentError: the rank has no such batch.
@@ -49,15 +51,17 @@ def batch_rows(
     done = consumed(counts, batch)
     worker = min((d, w) for w, (d, n) in enumerate(zip(done, counts, strict=True)) if d < n)[1]
     stream_topology = Topology(rank, world_size, worker, workers)
-    stream = streams.resolve(Iteration(epoch), stream_topology, done=0)
-    (rows,) = stream.sources
-    layout = stream.layout
-    first = done[worker] * layout.batch_size
-    offsets = np.arange(first, min(first + layout.batch_size, rows.length))
-    if layout.shuffle:  # through the permutation of each block they are in (one or two)
+    return streams.resolve(Iteration(epoch), stream_topology, done=0), done[worker]
+
+
+def _delivered(stream: Stream, rows: SourceRows, offsets: np.ndarray) -> np.ndarray:
+    """The sequence positions of ``rows``' stream rows delivered ``offsets``-th (counted in
+    the order the stream delivers them), through the permutations of their blocks."""
+    layout = rows.epoch_rows.layout
+    if layout.shuffle:
         out = np.empty_like(offsets)
         left = np.ones(len(offsets), bool)
-        while left.any():
+        while left.any():  # (a batch is in one or two blocks)
             index, start, stop = block_of(
                 int(offsets[left][0]),
                 rows.length,
@@ -65,15 +69,18 @@ def batch_rows(
                 first_block_rows=layout.first_block_rows,
             )
             mine = left & (offsets >= start) & (offsets < stop)
-            perm = _permutation(epoch, stream_topology.stream, index, stop - start, layout.seed)
+            perm = block_permutation(
+                seed=layout.seed,
+                epoch=stream.iteration.epoch,
+                stream=stream.topology.stream,
+                block=index,
+                n=stop - start,
+                source=rows.source,
+            )
             out[mine] = start + perm[offsets[mine] - start]
             left &= ~mine
         offsets = out
-    return stream_topology, _positions(rows.runs, offsets)
-
-
-def _permutation(epoch: int, stream: int, block: int, n: int, seed: int) -> np.ndarray:
-    return block_permutation(seed=seed, epoch=epoch, stream=stream, block=block, n=n)
+    return _positions(rows.runs, offsets)
 
 
 def _positions(runs: Sequence[Run], offsets: np.ndarray) -> np.ndarray:
@@ -91,9 +98,9 @@ def _positions(runs: Sequence[Run], offsets: np.ndarray) -> np.ndarray:
 
 def rows_at(
     streams: Streams,
-    plan: Plan,
-    reader: Reads,
-    fs: FileSystemSpec,
+    plans: Sequence[Plan],
+    readers: Callable[[int], Reads],
+    filesystems: Sequence[FileSystemSpec],
     batch: int,
     *,
     epoch: int,
@@ -102,48 +109,91 @@ def rows_at(
     workers: int,
 ) -> pa.Table:
     """The rows of batch ``batch`` of ``rank`` in ``epoch``, in delivered order, with each
-    row's file (`FILE_COLUMN`) and row number in it (`ROW_COLUMN`); one read of each chunk
-    they are in (with ``reader``; ``fs`` names the files).
+    row's file (`FILE_COLUMN`), row number in it (`ROW_COLUMN`) and, in a mixture, source
+    (`SOURCE_COLUMN`); one read of each chunk they are in (``readers(i)``: source ``i``'s
+    reader; ``plans`` and ``filesystems``: each source's).
 
     Raises:
-        InvalidArgumentError: no such batch, or batches that are not rows of one source (a
-            mixture, packed sequences, token budgets, a row filter: not built yet).
+        InvalidArgumentError: no such batch, or batches that are not rows (packed sequences,
+            token budgets) or a row filter's: not built yet.
     """
-    if not isinstance(streams, OneSource) or streams.layout.unit or plan.filtered_rows:
+    if not isinstance(streams, OneSource | Mixed) or streams.layout.unit:
         raise InvalidArgumentError(
-            "rows_at looks up the batches of one source's rows; a mixture's, packed "
-            "sequences', token budgets' and a row filter's are not built yet"
+            "rows_at looks up batches of rows; packed sequences' and token budgets' are not "
+            "built yet"
         )
-    _, positions = batch_rows(
+    if any(plan.filtered_rows for plan in plans):
+        raise InvalidArgumentError("rows_at of a dataset with a row filter is not built yet")
+    stream, index = _batch_stream(
         streams, batch, epoch=epoch, rank=rank, world_size=world_size, workers=workers
     )
-    epoch_rows = streams.rows(Iteration(epoch))
+    size = stream.layout.batch_size
+    first = index * size
+    count = min(size, stream.length - first)
+    if stream.interleave is None:
+        labels = np.zeros(count, np.int64)
+        before = [first]
+    else:  # which source each position holds, and each source's rows before the batch
+        at = stream.first + first
+        labels = stream.interleave.labels(at, at + count).astype(np.int64)
+        before = (stream.interleave.prefix(at) - stream.interleave.prefix(stream.first)).tolist()
+    tables = []
+    for rows in stream.sources:
+        i = rows.source or 0
+        mine = int(np.count_nonzero(labels == i))
+        if not mine:
+            continue
+        offsets = np.arange(before[i], before[i] + mine)
+        positions = _delivered(stream, rows, offsets)
+        table = _read(rows, positions, plans[i], readers(i), filesystems[i])
+        if stream.interleave is not None:
+            table = table.append_column(SOURCE_COLUMN, pa.array(np.full(mine, i), pa.int64()))
+        tables.append((i, table))
+    if len(tables) == 1:
+        return tables[0][1]
+    # Each source's rows, in its order, go to the positions the interleave gave it.
+    joined = pa.concat_tables([t for _, t in tables], promote_options="permissive")
+    starts = np.cumsum([0, *(t.num_rows for _, t in tables)])
+    order = np.empty(count, np.int64)
+    for (source, _), start in zip(tables, starts.tolist(), strict=False):
+        placed = np.flatnonzero(labels == source)
+        order[placed] = start + np.arange(len(placed))
+    return joined.take(pa.array(order))
+
+
+def _read(
+    rows: SourceRows, positions: np.ndarray, plan: Plan, reader: Reads, fs: FileSystemSpec
+) -> pa.Table:
+    """The rows at ``positions`` of ``rows``' epoch sequence, in that order, with their files
+    and rows in them: one read of each chunk they are in."""
+    epoch_rows = rows.epoch_rows
     ends = epoch_rows.ends
     at = np.searchsorted(ends, positions, side="right")
     chunks = epoch_rows.order[at]
-    rows = positions - (ends[at] - epoch_rows.rows[at])
+    wanted_rows = positions - (ends[at] - epoch_rows.rows[at])
+    files = plan.chunks.column("file")
+    first_rows = _first_rows(plan)
     parts: list[pa.RecordBatch] = []
     taken = np.empty(len(positions), np.int64)
-    files: list[str] = [""] * len(positions)
+    urls: list[str] = [""] * len(positions)
     file_rows = np.empty(len(positions), np.int64)
-    first_rows = _first_rows(plan)
     base = 0
     for chunk in np.unique(chunks).tolist():
         mine = np.flatnonzero(chunks == chunk)
-        wanted = rows[mine]
+        wanted = wanted_rows[mine]
         lo, hi = int(wanted.min()), int(wanted.max()) + 1
         read = list(reader.read([([Piece(chunk, lo, hi)], None)]))
-        block = pa.concat_batches(read) if len(read) != 1 else read[0]
+        block = read[0] if len(read) == 1 else pa.concat_batches(read)
         parts.append(block)
         taken[mine] = base + (wanted - lo)
         base += block.num_rows
-        url = fs.url(plan.chunks.paths[int(plan.chunks.column("file")[chunk])])
+        url = fs.url(plan.chunks.paths[int(files[chunk])])
         for i in mine.tolist():
-            files[i] = url
+            urls[i] = url
         file_rows[mine] = first_rows[chunk] + wanted
-    table = pa.Table.from_batches(parts) if parts else pa.table({})
-    out = pa.Table.from_batches([take(table.combine_chunks().to_batches()[0], taken)])
-    out = out.append_column(FILE_COLUMN, pa.array(files, pa.string()))
+    joined = pa.Table.from_batches(parts).combine_chunks()
+    out = pa.Table.from_batches([take(joined.to_batches()[0], taken)])
+    out = out.append_column(FILE_COLUMN, pa.array(urls, pa.string()))
     return out.append_column(ROW_COLUMN, pa.array(file_rows, pa.int64()))
 
 
