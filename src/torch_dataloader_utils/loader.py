@@ -173,8 +173,9 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
     def rows_at(self, batch: int, epoch: int | None = None, rank: int | None = None) -> pa.Table:
         """The rows this loader delivers as batch ``batch`` (counted from the first batch of
         ``epoch``, default: the loader's epoch) on ``rank`` (default: this one), in delivered
-        order, with ``__file__`` (each row's file) and ``__row__`` (its row in the file):
-        computed from the plan and read on demand, without iterating.
+        order, with ``__file__`` (each row's file), ``__row__`` (its row in the file, counting
+        rows a filter leaves out; null where the plan cannot tell) and, for a mixture,
+        ``__source__``: computed from the plan and read on demand, without iterating.
 
         Raises:
             InvalidArgumentError: no such batch or rank.

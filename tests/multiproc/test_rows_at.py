@@ -11,6 +11,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -123,3 +124,22 @@ def test_a_mixtures_batches_looked_up_are_the_batches_delivered(
             ):
                 name = "b.parquet" if i >= 9000 else f"part-{i // 1000}.parquet"
                 assert f.endswith(name) and r == (i - 9000 if i >= 9000 else i % 1000)
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rows_read_through_a_filter_keep_their_numbers_in_the_file(
+    data: Path, workers: int
+) -> None:
+    loader = tdu.create_dataloader(
+        str(data),
+        batch_size=5,
+        shuffle=True,
+        num_workers=workers,
+        filters=pc.field("id") > 1020,
+    )
+    loader.set_epoch(1)
+    for b, batch in enumerate(loader):
+        table = loader.rows_at(b, epoch=1)
+        ids = batch["id"].tolist()
+        assert table.column("id").to_pylist() == ids and all(i > 1020 for i in ids)
+        assert table.column("__row__").to_pylist() == [i % 1000 for i in ids]

@@ -420,9 +420,8 @@ class PlannedDataset(IterableDataset[Any]):
             raise InvalidArgumentError(f"rank must be in [0, {world_size}), got {rank}")
         return rows_at(
             self.streams,
-            [s.plan for s in self.sources],
+            self.sources,
             lambda i: self.reader(source=i),
-            [s.fs for s in self.sources],
             batch,
             epoch=self.passes.epoch if epoch is None else epoch,
             rank=rank,

@@ -17,11 +17,12 @@ import pyarrow as pa
 
 from ..convert.arrow_values import take
 from ..errors import InvalidArgumentError
-from ..fs import FileSystemSpec
-from ..planning import Iteration, Piece, Plan, Topology, block_permutation, consumed
+from ..formats.partitions import with_partition
+from ..planning import Iteration, Piece, Topology, block_permutation, consumed
 from ..planning.sequence import Run
 from ..planning.shuffle import block_of
 from ..planning.streams import Mixed, OneSource, SourceRows, Stream, Streams
+from ..sources.planned import PlannedSource
 from ..stream.read import Reads
 
 __all__ = ["FILE_COLUMN", "ROW_COLUMN", "SOURCE_COLUMN", "rows_at"]
@@ -98,9 +99,8 @@ def _positions(runs: Sequence[Run], offsets: np.ndarray) -> np.ndarray:
 
 def rows_at(
     streams: Streams,
-    plans: Sequence[Plan],
+    sources: Sequence[PlannedSource],
     readers: Callable[[int], Reads],
-    filesystems: Sequence[FileSystemSpec],
     batch: int,
     *,
     epoch: int,
@@ -111,19 +111,17 @@ def rows_at(
     """The rows of batch ``batch`` of ``rank`` in ``epoch``, in delivered order, with each
     row's file (`FILE_COLUMN`), row number in it (`ROW_COLUMN`) and, in a mixture, source
     (`SOURCE_COLUMN`); one read of each chunk they are in (``readers(i)``: source ``i``'s
-    reader; ``plans`` and ``filesystems``: each source's).
+    reader; with a row filter, the chunk's filter columns once more, for the rows' numbers).
 
     Raises:
         InvalidArgumentError: no such batch, or batches that are not rows (packed sequences,
-            token budgets) or a row filter's: not built yet.
+            token budgets: not built yet).
     """
     if not isinstance(streams, OneSource | Mixed) or streams.layout.unit:
         raise InvalidArgumentError(
             "rows_at looks up batches of rows; packed sequences' and token budgets' are not "
             "built yet"
         )
-    if any(plan.filtered_rows for plan in plans):
-        raise InvalidArgumentError("rows_at of a dataset with a row filter is not built yet")
     stream, index = _batch_stream(
         streams, batch, epoch=epoch, rank=rank, world_size=world_size, workers=workers
     )
@@ -145,7 +143,7 @@ def rows_at(
             continue
         offsets = np.arange(before[i], before[i] + mine)
         positions = _delivered(stream, rows, offsets)
-        table = _read(rows, positions, plans[i], readers(i), filesystems[i])
+        table = _read(rows, positions, sources[i], readers(i))
         if stream.interleave is not None:
             table = table.append_column(SOURCE_COLUMN, pa.array(np.full(mine, i), pa.int64()))
         tables.append((i, table))
@@ -162,17 +160,18 @@ def rows_at(
 
 
 def _read(
-    rows: SourceRows, positions: np.ndarray, plan: Plan, reader: Reads, fs: FileSystemSpec
+    rows: SourceRows, positions: np.ndarray, source: PlannedSource, reader: Reads
 ) -> pa.Table:
-    """The rows at ``positions`` of ``rows``' epoch sequence, in that order, with their files
-    and rows in them: one read of each chunk they are in."""
+    """The rows at ``positions`` of ``rows``' epoch sequence (of ``source``), in that order,
+    with their files and rows in them: one read of each chunk they are in."""
+    plan, fs = source.plan, source.fs
     epoch_rows = rows.epoch_rows
     ends = epoch_rows.ends
     at = np.searchsorted(ends, positions, side="right")
     chunks = epoch_rows.order[at]
     wanted_rows = positions - (ends[at] - epoch_rows.rows[at])
     files = plan.chunks.column("file")
-    first_rows = _first_rows(plan)
+    first_rows = _first_rows(source)
     parts: list[pa.RecordBatch] = []
     taken = np.empty(len(positions), np.int64)
     urls: list[str] = [""] * len(positions)
@@ -190,20 +189,63 @@ def _read(
         url = fs.url(plan.chunks.paths[int(files[chunk])])
         for i in mine.tolist():
             urls[i] = url
-        file_rows[mine] = first_rows[chunk] + wanted
+        if source.read_options.filter is not None:  # rows that pass: numbered among all
+            wanted = _passing(source, chunk)[wanted]
+        known = first_rows[chunk] >= 0
+        file_rows[mine] = first_rows[chunk] + wanted if known else -1
     joined = pa.Table.from_batches(parts).combine_chunks()
     out = pa.Table.from_batches([take(joined.to_batches()[0], taken)])
     out = out.append_column(FILE_COLUMN, pa.array(urls, pa.string()))
-    return out.append_column(ROW_COLUMN, pa.array(file_rows, pa.int64()))
+    numbers = pa.array(file_rows, pa.int64(), mask=file_rows < 0)  # (null: not known)
+    return out.append_column(ROW_COLUMN, numbers)
 
 
-def _first_rows(plan: Plan) -> np.ndarray:
-    """Each chunk's first row in its file: the rows of the file's chunks before it (a file's
-    chunks are consecutive in the plan, in file order)."""
-    files, rows = plan.chunks.column("file"), plan.chunks.num_rows
+def _passing(source: PlannedSource, index: int) -> np.ndarray:
+    """The rows of chunk ``index`` of ``source`` that pass its row filter, numbered among the
+    chunk's rows."""
+    chunk = source.plan.chunks[index]
+    options = source.read_options
+    out, base = [], 0
+    for read in source.format.read(chunk, 0, chunk.num_rows, source.fs, options):
+        batch = with_partition(read, chunk.partition, options)
+        numbers = pa.array(np.arange(base, base + batch.num_rows, dtype=np.int64))
+        kept = batch.append_column("__number__", numbers).filter(options.filter)
+        out.append(kept.column("__number__").to_numpy())
+        base += batch.num_rows
+    return np.concatenate(out) if out else np.zeros(0, np.int64)
+
+
+def _first_rows(source: PlannedSource) -> np.ndarray:
+    """Each chunk's first row in its file (-1: not known). A file's chunks are consecutive in
+    the plan, in file order: a chunk's first row is the rows of the chunks before it, where
+    they start at the file's first unit and leave none out; else (units pruned by a filter)
+    a Parquet footer's row groups tell it."""
+    chunks = source.plan.chunks
+    files, rows = chunks.column("file"), chunks.num_rows
+    starts, stops = chunks.column("start"), chunks.column("stop")
     before = np.cumsum(rows) - rows
     opens = np.ones(len(files), bool)
     opens[1:] = files[1:] != files[:-1]
     first = np.maximum.accumulate(np.where(opens, np.arange(len(files)), 0))
     out: np.ndarray = before - before[first]
+    # Where the plan left units out (a gap, or a file's first chunk past its first unit).
+    gaps = np.flatnonzero(opens & (starts != 0))
+    joins = np.flatnonzero(~opens[1:] & (starts[1:] != stops[:-1])) + 1
+    for file in np.unique(files[np.r_[gaps, joins].astype(np.int64)]).tolist():
+        mine = np.flatnonzero(files == file)
+        out[mine] = _footer_rows(source, chunks.paths[file], starts[mine])
     return out
+
+
+def _footer_rows(source: PlannedSource, path: str, units: np.ndarray) -> np.ndarray:
+    """The first rows of row groups ``units`` of a Parquet file (-1: not a Parquet file)."""
+    if source.format.name != "parquet":
+        return np.full(len(units), -1, np.int64)
+    import pyarrow.parquet as pq
+
+    with source.fs.open_input(path) as handle:
+        meta = pq.ParquetFile(handle).metadata
+        sizes = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+    ends = np.cumsum([0, *sizes])
+    found: np.ndarray = ends[units]
+    return found
