@@ -14,6 +14,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
+from tests.trainers.conftest import run_example
 
 pytestmark = [
     pytest.mark.timeout(300),
@@ -99,3 +100,10 @@ def test_skips_not_reached_do_not_cross_to_another_topology(data: Path) -> None:
 def test_bad_skips_are_refused_at_the_call(data: Path, batches: range, message: str) -> None:
     with pytest.raises(tdu.InvalidArgumentError, match=message):
         make(data).skip(epoch=0, batches=batches)
+
+
+def test_the_example_looks_up_a_spike_skips_it_and_resumes() -> None:
+    output = run_example("inspect_and_skip.py")
+    assert "loss spikes at steps" in output and "the" in output.splitlines()[-1]
+    assert "'id': 1234" in output and "'id': 3001" in output and "'id': 1235" in output
+    assert "rows once" in output and "skipped rows never" in output
