@@ -26,7 +26,7 @@ from .sequence import (
     refuse_second_rest,
     sequence_length,
 )
-from .shuffle import block_of, block_permutation
+from .shuffle import block_bounds, block_of, block_permutation
 
 __all__ = [
     "Iteration",
@@ -51,12 +51,15 @@ class Leg:
         num_workers: streams per rank (DataLoader workers; 1 when reading in-process).
         layout: the options the streams were cut and ordered with.
         batches: batches each rank delivered in this leg.
+        skips: ranges of batch numbers after ``batches`` that the leg's ranks were not to
+            deliver (`TabularDataLoader.skip`): their rows are left out of what comes after.
     """
 
     world_size: int
     num_workers: int
     layout: Layout
     batches: int
+    skips: tuple[tuple[int, int], ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,7 +229,9 @@ def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> lis
             total, rank=rank, world_size=leg.world_size, num_workers=leg.num_workers, layout=layout
         )
         lengths = [b - a for a, b in spans]
-        done = consumed(stream_batches(lengths, layout), leg.batches)
+        counts = stream_batches(lengths, layout)
+        done = consumed(counts, leg.batches)
+        skipped = _skipped_batches(counts, leg)
         for worker, span in enumerate(spans):
             length = lengths[worker]
             read = min(done[worker] * layout.batch_size, length)
@@ -238,12 +243,61 @@ def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> lis
                 "stream": rank * leg.num_workers + worker,
                 "leg": depth,
             }
+            if skipped[worker]:  # the stream's rows, less those read and those skipped
+                left.extend(_unskipped(items, span, read, skipped[worker], layout=layout, key=key))
+                continue
             partial, untouched = block_rest(items, span, read, layout, key)
             left.extend(partial)
             if untouched < length:
                 a, b = span[0] + untouched, span[0] + length
                 left.append(Deferred(b - a, functools.partial(cut, items, a, b)))
     return left
+
+
+def _skipped_batches(counts: Sequence[int], leg: Leg) -> list[list[int]]:
+    """The batches of each stream (of a rank with ``counts``) that ``leg.skips`` leaves out."""
+    out: list[list[int]] = [[] for _ in counts]
+    for first, stop in leg.skips:
+        for batch in range(first, stop):
+            done = consumed(counts, batch)
+            ready = [(d, w) for w, (d, n) in enumerate(zip(done, counts, strict=True)) if d < n]
+            if ready:
+                _, worker = min(ready)
+                out[worker].append(done[worker])
+    return out
+
+
+def _unskipped(
+    items: Sequence[Item],
+    span: tuple[int, int],
+    read: int,
+    skipped: Sequence[int],
+    *,
+    layout: Layout,
+    key: dict[str, int],
+) -> list[Item]:
+    """The rows of a stream (positions ``span`` of ``items``) neither among its first ``read``
+    delivered nor in its batches ``skipped``, in position order."""
+    length = span[1] - span[0]
+    gone = [np.arange(read)]
+    gone += [
+        np.arange(b * layout.batch_size, min((b + 1) * layout.batch_size, length)) for b in skipped
+    ]
+    offsets = np.unique(np.concatenate(gone))  # (delivered order)
+    if layout.shuffle:  # to the stream's rows, through their blocks' permutations
+        rows = np.empty_like(offsets)
+        for index, (a, b) in enumerate(
+            block_bounds(
+                length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
+            )
+        ):
+            mine = (offsets >= a) & (offsets < b)
+            if mine.any():
+                perm = block_permutation(block=index, n=b - a, **key)
+                rows[mine] = a + perm[offsets[mine] - a]
+        offsets = rows
+    kept = np.setdiff1d(np.arange(length), offsets)
+    return list(_rest_runs(items, span[0], span[1], kept))
 
 
 def epoch_sequence(total: int, legs: Sequence[Leg], *, epoch: int) -> list[Item]:

@@ -57,12 +57,13 @@ def _layout(data: Any, where: str) -> Layout:
 
 
 def _leg(data: Any) -> Leg:
-    leg = k.checked(data, k.LEG_KEYS, "a leg")
+    leg = k.checked(data, k.LEG_KEYS, "a leg", k.LEG_OPTIONAL)
     return Leg(
         world_size=int(leg[k.WORLD_SIZE]),
         num_workers=int(leg[k.NUM_WORKERS]),
         layout=_layout(leg[k.LAYOUT], "a leg's layout"),
         batches=int(leg[k.BATCHES]),
+        skips=tuple((int(a), int(b)) for a, b in leg.get(k.SKIPS, ())),
     )
 
 
@@ -95,6 +96,7 @@ def encode_state(
                 k.NUM_WORKERS: leg.num_workers,
                 k.LAYOUT: dataclasses.asdict(leg.layout),
                 k.BATCHES: leg.batches,
+                **({k.SKIPS: [list(r) for r in leg.skips]} if leg.skips else {}),
             }
             for leg in iteration.legs
         ],

@@ -57,6 +57,7 @@ NUM_WORKERS = "num_workers"
 
 TOPOLOGY_KEYS = frozenset({WORLD_SIZE, NUM_WORKERS})
 LEG_KEYS = frozenset({WORLD_SIZE, NUM_WORKERS, LAYOUT, BATCHES})
+LEG_OPTIONAL = frozenset({SKIPS})
 # "file_versions" and "snapshot_id" are optional (states saved before files were pinned; tables).
 PLAN_KEYS = frozenset({"fingerprint", "rows", "chunks", "files"})
 PLAN_OPTIONAL = frozenset({"file_versions", "snapshot_id"})

@@ -13,6 +13,7 @@ the state dict itself is written and read by `codec`.
 
 from __future__ import annotations
 
+import dataclasses
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,8 +25,8 @@ from torch.utils.data import get_worker_info
 from ..cache import CacheStats
 from ..errors import InvalidArgumentError, TorchDataloaderUtilsWarning
 from ..errors.on_error import FailureLog
-from ..planning import Iteration, Layout, Plan, Ranks, Topology
-from ..planning.streams import Streams
+from ..planning import Iteration, Layout, Leg, Plan, Ranks, Topology
+from ..planning.streams import OneSource, Streams
 from .codec import (
     decode_state,
     decode_stream_state,
@@ -34,7 +35,7 @@ from .codec import (
     is_complete,
 )
 from .control import PassControl
-from .keys import SKIPS
+from .keys import BATCHES, LAYOUT, NUM_WORKERS, SKIPS, TOPOLOGY, WORLD_SIZE
 
 __all__ = ["Passes", "Progress", "Readable"]
 
@@ -274,14 +275,7 @@ class Passes:
             allow_changed_data=allow_changed_data,
         )
         self.skips = _skips(state)
-        if iteration.legs and any(
-            b > iteration.legs[-1].batches for a, b in self.skips.get(iteration.epoch, ())
-        ):
-            raise InvalidArgumentError(
-                f"the state skips batches of epoch {iteration.epoch} it had not reached, "
-                "numbered for the topology it was saved on: resume on that topology, or call "
-                "loader.skip again with this topology's batch numbers"
-            )
+        iteration = self._carry_skips(state, iteration, num_workers=num_workers)
         self.pending = iteration
         self.pending_complete = is_complete(state)
         self.progress = None
@@ -290,6 +284,40 @@ class Passes:
         # for the (empty) rest of it.
         self.control.set_epoch(iteration.epoch, advance=self.pending_complete)
         return iteration
+
+    def _carry_skips(
+        self, state: dict[str, Any], iteration: Iteration, *, num_workers: int
+    ) -> Iteration:
+        """``iteration`` with the saved epoch's skips not yet reached carried as rows when it
+        resumes on another topology: they are numbered for the saved one, so they go with its
+        leg (`planning.resume.remaining` leaves their rows out)."""
+        epoch = iteration.epoch
+        topology = state[TOPOLOGY]
+        saved = Leg(
+            topology[WORLD_SIZE],
+            topology[NUM_WORKERS],
+            Layout(**state[LAYOUT]),
+            int(state[BATCHES]),
+        )
+        now = (self.ranks.resolve()[1], max(1, num_workers), self.layout)
+        future = [
+            (max(a, saved.batches), b) for a, b in self.skips.get(epoch, ()) if b > saved.batches
+        ]
+        if not future or (saved.world_size, saved.num_workers, saved.layout) == now:
+            return iteration
+        if not isinstance(self.streams, OneSource) or self.layout.unit:
+            raise InvalidArgumentError(
+                f"the state skips batches of epoch {epoch} it had not reached, numbered for the "
+                "topology it was saved on: a mixture, packed sequences or token budgets resume "
+                "them only on that topology"
+            )
+        legs = iteration.legs
+        if saved.batches:  # (the saved topology is the last leg)
+            legs = (*legs[:-1], dataclasses.replace(legs[-1], skips=tuple(future)))
+        else:
+            legs = (*legs, dataclasses.replace(saved, skips=tuple(future)))
+        self.skips[epoch] = []  # (rows now, left out of what the new topology reads)
+        return Iteration(epoch, legs, 0)
 
     def stream_state(self, progress: Progress | None, topology: Topology) -> dict[str, Any]:
         """The state of a DataLoader worker's stream (``progress``: its pass, if begun)."""
