@@ -143,3 +143,30 @@ def test_rows_read_through_a_filter_keep_their_numbers_in_the_file(
         ids = batch["id"].tolist()
         assert table.column("id").to_pylist() == ids and all(i > 1020 for i in ids)
         assert table.column("__row__").to_pylist() == [i % 1000 for i in ids]
+
+
+@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (2, 2)])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_token_budget_batches_looked_up_are_the_batches_delivered(
+    tmp_path: Path, world_size: int, workers: int, shuffle: bool
+) -> None:
+    rng = np.random.default_rng(2)
+    for f in range(3):
+        ids = np.arange(70) + 1000 * f
+        tokens = [list(range(int(n))) for n in rng.integers(1, 30, 70)]
+        table = pa.table({"id": ids, "tokens": pa.array(tokens, pa.list_(pa.int32()))})
+        pq.write_table(table, tmp_path / f"part-{f}.parquet", row_group_size=16)
+    for rank in range(world_size):
+        loader = tdu.create_dataloader(
+            str(tmp_path),
+            batching=tdu.TokenBudget("tokens", max_tokens=90),
+            shuffle=shuffle,
+            rank=rank,
+            world_size=world_size,
+            num_workers=workers,
+        )
+        loader.set_epoch(1)
+        for b, batch in enumerate(loader):
+            table = loader.rows_at(b, epoch=1)
+            assert table.column("id").to_pylist() == batch["id"].tolist()
+            assert table.column("__row__").to_pylist() == [i % 1000 for i in batch["id"].tolist()]

@@ -19,9 +19,10 @@ from ..convert.arrow_values import take
 from ..errors import InvalidArgumentError
 from ..formats.partitions import with_partition
 from ..planning import Iteration, Piece, Topology, block_permutation, consumed
+from ..planning.budget import equalised, group_batches, split_done
 from ..planning.sequence import Run
 from ..planning.shuffle import block_of
-from ..planning.streams import Mixed, OneSource, SourceRows, Stream, Streams
+from ..planning.streams import Budgeted, Mixed, OneSource, SourceRows, Stream, Streams
 from ..sources.planned import PlannedSource
 from ..stream.read import Reads
 
@@ -117,14 +118,15 @@ def rows_at(
         InvalidArgumentError: no such batch, or batches that are not rows (packed sequences,
             token budgets: not built yet).
     """
-    if not isinstance(streams, OneSource | Mixed) or streams.layout.unit:
+    if not isinstance(streams, OneSource | Mixed | Budgeted) or streams.layout.unit:
         raise InvalidArgumentError(
-            "rows_at looks up batches of rows; packed sequences' and token budgets' are not "
-            "built yet"
+            "rows_at looks up batches of rows; packed sequences' are not built yet"
         )
     stream, index = _batch_stream(
         streams, batch, epoch=epoch, rank=rank, world_size=world_size, workers=workers
     )
+    if isinstance(streams, Budgeted):  # a token budget's: part of a group of rows
+        return _budget_rows(streams, stream, index, sources[0], readers(0))
     size = stream.layout.batch_size
     first = index * size
     count = min(size, stream.length - first)
@@ -157,6 +159,24 @@ def rows_at(
         placed = np.flatnonzero(labels == source)
         order[placed] = start + np.arange(len(placed))
     return joined.take(pa.array(order))
+
+
+def _budget_rows(
+    streams: Budgeted, stream: Stream, index: int, source: PlannedSource, reader: Reads
+) -> pa.Table:
+    """Token-budget batch ``index`` of ``stream``: its group's rows, sorted by length and cut
+    as `stream.budget.budget_batches` cuts them, from the length index (no data read)."""
+    assert stream.budget is not None, "a token budget's stream counts its groups' batches"
+    counts = np.asarray(stream.budget.counts)
+    group, within = split_done(counts, index)
+    (rows,) = stream.sources
+    size = stream.layout.batch_size
+    offsets = np.arange(group * size, min((group + 1) * size, rows.length))
+    positions = _delivered(stream, rows, offsets)
+    lengths = streams.lengths.in_order(rows.epoch_rows.order)[positions]
+    order, bounds = group_batches(lengths, streams.lengths.max_tokens)
+    bounds = equalised(bounds, int(counts[group]))
+    return _read(rows, positions[order[bounds[within] : bounds[within + 1]]], source, reader)
 
 
 def _read(
