@@ -136,3 +136,13 @@ def test_the_example_looks_up_a_spike_skips_it_and_resumes() -> None:
     assert "loss spikes at steps" in output and "the" in output.splitlines()[-1]
     assert "'id': 1234" in output and "'id': 3001" in output and "'id': 1235" in output
     assert "rows once" in output and "skipped rows never" in output
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_rows_at_numbers_batches_as_skip_does(data: Path, workers: int) -> None:
+    loader = make(data, num_workers=workers, rank=1, world_size=2)
+    loader.skip(epoch=2, batches=range(3, 6))
+    loader.set_epoch(2)
+    got = [b["id"].tolist() for b in loader]
+    kept = [b for b in range(len(got) + 3) if not 3 <= b < 6]
+    assert got == [loader.rows_at(b, epoch=2)["id"].to_pylist() for b in kept]
