@@ -170,3 +170,44 @@ def test_token_budget_batches_looked_up_are_the_batches_delivered(
             table = loader.rows_at(b, epoch=1)
             assert table.column("id").to_pylist() == batch["id"].tolist()
             assert table.column("__row__").to_pylist() == [i % 1000 for i in batch["id"].tolist()]
+
+
+@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (2, 2)])
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_packed_batches_looked_up_are_the_pieces_delivered(
+    tmp_path: Path, world_size: int, workers: int, shuffle: bool
+) -> None:
+    """Token ids are unique: id = file * 100,000 + row * 100 + position."""
+    rng = np.random.default_rng(4)
+    for f in range(3):
+        tokens = [
+            [f * 100_000 + r * 100 + p for p in range(int(n))]
+            for r, n in enumerate(rng.integers(1, 40, 60))
+        ]
+        table = pa.table({"tokens": pa.array(tokens, pa.list_(pa.int64()))})
+        pq.write_table(table, tmp_path / f"part-{f}.parquet", row_group_size=13)
+    for rank in range(world_size):
+        loader = tdu.create_dataloader(
+            str(tmp_path),
+            packing=tdu.Packing("tokens", seq_len=16, pad_value=-1),
+            batch_size=3,
+            shuffle=shuffle,
+            rank=rank,
+            world_size=world_size,
+            num_workers=workers,
+        )
+        loader.set_epoch(1)
+        for b, batch in enumerate(loader):
+            ids = [t for t in batch["input_ids"].reshape(-1).tolist() if t >= 0]
+            table = loader.rows_at(b, epoch=1)
+            expected = []
+            for f, r, p, n in zip(
+                table.column("__file__").to_pylist(),
+                table.column("__row__").to_pylist(),
+                table.column("position").to_pylist(),
+                table.column("tokens").to_pylist(),
+                strict=True,
+            ):
+                file = int(f.rsplit("part-", 1)[1].split(".")[0])
+                expected += [file * 100_000 + r * 100 + p + i for i in range(n)]
+            assert expected == ids

@@ -20,10 +20,11 @@ from ..errors import InvalidArgumentError
 from ..formats.partitions import with_partition
 from ..planning import Iteration, Piece, Topology, block_permutation, consumed
 from ..planning.budget import equalised, group_batches, split_done
-from ..planning.sequence import Run
-from ..planning.shuffle import block_of
+from ..planning.sequence import Run, cut
+from ..planning.shuffle import block_of, document_permutation
 from ..planning.streams import Budgeted, Mixed, OneSource, SourceRows, Stream, Streams
 from ..sources.planned import PlannedSource
+from ..stream.fragments import Fragments
 from ..stream.read import Reads
 
 __all__ = ["FILE_COLUMN", "ROW_COLUMN", "SOURCE_COLUMN", "rows_at"]
@@ -118,15 +119,17 @@ def rows_at(
         InvalidArgumentError: no such batch, or batches that are not rows (packed sequences,
             token budgets: not built yet).
     """
-    if not isinstance(streams, OneSource | Mixed | Budgeted) or streams.layout.unit:
-        raise InvalidArgumentError(
-            "rows_at looks up batches of rows; packed sequences' are not built yet"
-        )
+    if not isinstance(streams, OneSource | Mixed | Budgeted) or (
+        streams.layout.unit and not isinstance(streams, OneSource)
+    ):
+        raise InvalidArgumentError("rows_at of a packed mixture's batches is not built yet")
     stream, index = _batch_stream(
         streams, batch, epoch=epoch, rank=rank, world_size=world_size, workers=workers
     )
     if isinstance(streams, Budgeted):  # a token budget's: part of a group of rows
         return _budget_rows(streams, stream, index, sources[0], readers(0))
+    if stream.layout.unit:  # packed sequences: the documents' pieces the batch holds
+        return _packed_rows(stream, index, sources[0], readers(0))
     size = stream.layout.batch_size
     first = index * size
     count = min(size, stream.length - first)
@@ -177,6 +180,64 @@ def _budget_rows(
     order, bounds = group_batches(lengths, streams.lengths.max_tokens)
     bounds = equalised(bounds, int(counts[group]))
     return _read(rows, positions[order[bounds[within] : bounds[within + 1]]], source, reader)
+
+
+def _packed_rows(stream: Stream, index: int, source: PlannedSource, reader: Reads) -> pa.Table:
+    """Packed batch ``index`` of ``stream`` as the pieces of documents it holds, in order: each
+    piece's ``tokens`` (how many), ``position`` (its first token's position in its document),
+    the document's file and row. The blocks the batch is in are read (a block's document order
+    depends on its documents' lengths)."""
+    (rows,) = stream.sources
+    layout = stream.layout
+    first = index * layout.batch_size
+    stop = min(first + layout.batch_size, rows.length)
+    pieces: list[Fragments] = []
+    at = first
+    while at < stop:
+        block, start, end = (
+            block_of(
+                at,
+                rows.length,
+                block_rows=layout.block_rows,
+                first_block_rows=layout.first_block_rows,
+            )
+            if layout.shuffle
+            else (0, at, stop)
+        )
+        parts = [rows.epoch_rows.run_pieces(run) for run in cut(rows.runs, start, end)]
+        tokens = Fragments.concat(list(reader.read(parts)))
+        if layout.shuffle:
+            order = document_permutation(
+                len(tokens.begin),
+                seed=layout.seed,
+                epoch=stream.iteration.epoch,
+                stream=stream.topology.stream,
+                block=block,
+            )
+            tokens = tokens.permuted(order)
+        pieces.append(tokens.slice(at - start, min(end, stop) - at))
+        at = min(end, stop)
+    batch = Fragments.concat(pieces)
+    plan = source.plan
+    chunk_rows = np.asarray(plan.chunk_rows, dtype=np.int64)
+    firsts = np.cumsum(chunk_rows) - chunk_rows  # (each chunk's first document's number)
+    chunks = np.searchsorted(firsts, batch.document, side="right") - 1
+    in_chunk = batch.document - firsts[chunks]
+    files = plan.chunks.column("file")
+    first_rows = _first_rows(source)
+    urls, numbers = [], []
+    for chunk, kept in zip(chunks.tolist(), in_chunk.tolist(), strict=True):
+        urls.append(source.fs.url(plan.chunks.paths[int(files[chunk])]))
+        row = kept if source.read_options.filter is None else int(_passing(source, chunk)[kept])
+        numbers.append(first_rows[chunk] + row if first_rows[chunk] >= 0 else None)
+    return pa.table(
+        {
+            "tokens": pa.array(batch.end - batch.begin, pa.int64()),
+            "position": pa.array(batch.position, pa.int64()),
+            FILE_COLUMN: pa.array(urls, pa.string()),
+            ROW_COLUMN: pa.array(numbers, pa.int64()),
+        }
+    )
 
 
 def _read(
