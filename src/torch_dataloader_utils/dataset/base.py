@@ -114,7 +114,8 @@ class PlannedDataset(IterableDataset[Any]):
         if budget is not None and lengths is not None:
             assert isinstance(self.streams, OneSource), "token budgets batch one source"
             truncate = budget.overflow == "truncate"
-            self.streams = Budgeted(self.streams, lengths, budget.column, truncate)
+            measured = dataclasses.replace(self.streams, lengths=lengths)
+            self.streams = Budgeted(measured, budget.column, truncate)
         # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
         # too) and with the loader: see `Passes`.
         self.passes = Passes(self.plan, self.streams, self._ranks)

@@ -63,7 +63,8 @@ def length_index(sources: Sequence[PlannedSource], plan: Plan, budget: TokenBudg
             at = int(np.argmax(values > budget.max_tokens))
             chunk = int(np.searchsorted(np.cumsum(plan.chunk_rows), at, side="right"))
             raise DataError(
-                f"{plan.chunks[chunk].path}: a row of {longest} values in {budget.column!r} is "
+                f"{only.fs.url(plan.chunks[chunk].path)}: a row of {longest} values in "
+                f"{budget.column!r} is "
                 f"longer than TokenBudget(max_tokens={budget.max_tokens}); raise max_tokens, or "
                 'pass overflow="truncate" to cut such rows to it'
             )

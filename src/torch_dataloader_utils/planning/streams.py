@@ -141,11 +141,13 @@ class OneSource:
 
     ``chunks``: the plan, or its chunks' rows in plan order. (The plan rather than its rows:
     pickled to a spawned worker, a plan's arrays cross once in shared memory, while an array of
-    rows would cross again as bytes, 8 a chunk.)
+    rows would cross again as bytes, 8 a chunk.) ``lengths``: a token budget's length index,
+    by which what earlier legs left of an epoch is worked out (`planning.budget.BudgetRows`).
     """
 
     chunks: Plan | Sequence[int] | np.ndarray
     layout: Layout
+    lengths: Lengths | None = None
 
     @property
     def chunk_rows(self) -> Sequence[int] | np.ndarray:
@@ -158,6 +160,9 @@ class OneSource:
 
     def rows(self, iteration: Iteration) -> EpochRows:
         """The epoch's rows as ``iteration`` reads them."""
+        if self.lengths is not None:
+            rows = (self.chunk_rows, iteration.epoch, iteration.legs, self.layout)
+            return BudgetRows(*rows, self.lengths)
         return EpochRows(self.chunk_rows, iteration.epoch, iteration.legs, self.layout)
 
     def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
@@ -247,7 +252,8 @@ class Mixed:
 
 @dataclass(frozen=True, eq=False)
 class Budgeted:
-    """The streams of ``streams`` read in token-budget batches (`planning.budget`).
+    """The streams of ``streams`` (with their length index) read in token-budget batches
+    (`planning.budget`).
 
     The inner streams are cut in groups of ``layout.batch_size`` rows; each group makes the
     batches its rows' lengths need under ``lengths.max_tokens``, as many for group ``m`` of
@@ -256,7 +262,6 @@ class Budgeted:
     """
 
     streams: OneSource
-    lengths: Lengths
     column: str
     truncate: bool = False
     # The last pass's counts (~0.25 s a million rows): a pass asks for them several times.
@@ -272,10 +277,11 @@ class Budgeted:
     def epoch_rows(self) -> int:
         return self.streams.epoch_rows
 
-    def _rows(self, iteration: Iteration) -> BudgetRows:
-        return BudgetRows(
-            self.streams.chunk_rows, iteration.epoch, iteration.legs, self.layout, self.lengths
-        )
+    @property
+    def lengths(self) -> Lengths:
+        """The length index."""
+        assert self.streams.lengths is not None, "a token budget's streams have lengths"
+        return self.streams.lengths
 
     def _table(
         self, iteration: Iteration, rank: Topology, worker: int | None = None
@@ -289,7 +295,7 @@ class Budgeted:
         return table
 
     def _count(self, iteration: Iteration, rank: Topology, worker: int | None) -> list[np.ndarray]:
-        epoch = self._rows(iteration)
+        epoch = self.streams.rows(iteration)
         return group_table(
             epoch.sequence,
             self.lengths.in_order(epoch.order),
@@ -318,11 +324,6 @@ class Budgeted:
         if done is None:
             done = consumed(counts, iteration.batches)[topology.worker]
         groups, skip = split_done(mine, done)
-        epoch = self._rows(iteration)
-        strategy = strategy_of(self.layout.strategy)
-        runs = strategy.runs(epoch, topology)
-        length = sequence_length(runs)
-        start = min(groups * self.layout.batch_size, length)
         budget = BudgetPass(
             tuple(int(c) for c in mine[groups:]),
             skip,
@@ -331,16 +332,9 @@ class Budgeted:
             self.column,
             self.truncate,
         )
-        return Stream(
-            topology=topology,
-            iteration=iteration,
-            layout=self.layout,
-            sources=(SourceRows(None, epoch, runs, length, start),),
-            length=length,
-            batches=counts[topology.worker],
-            done=done,
-            budget=budget,
-        )
+        # The inner stream from the group it stopped in, counted in budget batches.
+        inner = self.streams.resolve(iteration, topology, done=groups)
+        return dataclasses.replace(inner, batches=counts[topology.worker], done=done, budget=budget)
 
     def rank_batches(self, rank: Topology, epoch: int = 0) -> int:
         table = self._table(Iteration(epoch), rank)

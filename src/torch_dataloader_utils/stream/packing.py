@@ -88,21 +88,11 @@ def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
     first[0:n:seq_len] = True
     first[n] = first[size] = True
     cu_seqlens = np.flatnonzero(first).astype(np.int32)
-    max_seqlen = int(np.diff(cu_seqlens).max()) if len(cu_seqlens) > 1 else 0
-    source_ids: np.ndarray | None = None
+    sources = None
     if fragments.source is not None:
         sources = np.full(size, -1, np.int32)
         sources[:n] = np.repeat(fragments.source, lengths)
-        source_ids = sources.reshape(rows, seq_len)
-    return Packed(
-        ids.reshape(rows, seq_len),
-        position_ids.reshape(rows, seq_len),
-        document_ids.reshape(rows, seq_len),
-        cu_seqlens,
-        max_seqlen,
-        size - n,
-        source_ids,
-    )
+    return _packed(seq_len, ids, position_ids, document_ids, cu_seqlens, sources, n)
 
 
 def pack_best_fit(
@@ -157,23 +147,35 @@ def pack_best_fit(
     cuts = np.concatenate([where.start, sequences, sequences + where.filled[:rows], [size]])
     cuts.sort()
     cu_seqlens = cuts[np.r_[True, cuts[1:] != cuts[:-1]]].astype(np.int32)
-    max_seqlen = int(np.diff(cu_seqlens).max()) if len(cu_seqlens) > 1 else 0
-    source_ids = None
+    sources = None
     if source is not None:  # a packed mixture's: each token's source, from its piece's
         sources = np.full(size, -1, np.int32)
         # The real slots are each sequence's head, filled by the parts in the order they start.
         real = (np.arange(seq_len) < where.filled[:rows, None]).reshape(-1)
         order = np.argsort(where.start, kind="stable")
         sources[real] = np.repeat(source[where.item][order], where.length[order])
-        source_ids = sources.reshape(rows, seq_len)
+    return _packed(seq_len, ids, position_ids, document_ids, cu_seqlens, sources, n)
+
+
+def _packed(  # noqa: PLR0917 (the batch's arrays, in `Packed`'s order)
+    seq_len: int,
+    ids: np.ndarray,
+    positions: np.ndarray,
+    documents: np.ndarray,
+    cu_seqlens: np.ndarray,
+    sources: np.ndarray | None,
+    tokens: int,
+) -> Packed:
+    """The batch's flat arrays as sequences of ``seq_len`` (``tokens`` of them real)."""
+    shape = (-1, seq_len)
     return Packed(
-        ids.reshape(rows, seq_len),
-        position_ids.reshape(rows, seq_len),
-        document_ids.reshape(rows, seq_len),
+        ids.reshape(shape),
+        positions.reshape(shape),
+        documents.reshape(shape),
         cu_seqlens,
-        max_seqlen,
-        size - n,
-        source_ids,
+        int(np.diff(cu_seqlens).max()) if len(cu_seqlens) > 1 else 0,
+        len(ids) - tokens,
+        None if sources is None else sources.reshape(shape),
     )
 
 
