@@ -20,6 +20,7 @@ from .options import EVERY_SOURCE, Options, Source, with_defaults
 from .planning import Chunks, Layout, Plan
 from .planning.interleave import MIXINGS, Mixing
 from .planning.mixture import Mixture, quotas
+from .planning.schedule import Schedule
 from .planning.streams import Mixed
 from .sources.files import Planned
 from .sources.planned import PlannedSource
@@ -48,6 +49,11 @@ class MixtureDataset(StructuredDataset):
             (each batch holds each source's share within a row or two).
         source_column: also yield each row's source number (its index in ``sources``) under
             this name.
+        weights_schedule: ``[(step, [weight of each source]), ...]`` from step 0: from each
+            step (a batch of every rank, counted from epoch 0's first batch) the weights are
+            these, instead of the sources' own (docs/concepts/order.md). Each source goes on
+            where it stopped; steps count batches of the world size and batch size the run
+            began with (kept in its state).
         **options: what `StructuredDataset` takes besides the per-source ones (``batch_size``,
             ``shuffle``, ``shuffle_seed``, ``output_format``, ``drop_last``, ``rank``,
             ``cache_dir``, ``cache_limit``, ...), and, for every source that leaves them
@@ -69,11 +75,21 @@ class MixtureDataset(StructuredDataset):
         epoch_rows: int | None = None,
         mixing: Mixing = "random",
         source_column: str | None = None,
+        weights_schedule: Sequence[tuple[int, Sequence[float]]] | None = None,
         **options: Any,
     ) -> None:
         given = list(sources)
         if not given or not all(isinstance(s, Source) for s in given):
             raise InvalidArgumentError("a mixture takes a non-empty list of tdu.Source")
+        self.schedule = None
+        if weights_schedule is not None:
+            self.schedule = Schedule.of(weights_schedule, len(given))
+            weighed = [s.label for s in given if s.weight is not None]
+            if weighed:
+                raise InvalidArgumentError(
+                    f"weights_schedule gives the weights: leave weight= unset on the sources "
+                    f"({', '.join(map(repr, weighed))})"
+                )
         if mixing not in MIXINGS:
             raise InvalidArgumentError(f"mixing must be one of {MIXINGS}, got {mixing!r}")
         if epoch_rows is not None and (not isinstance(epoch_rows, int) or epoch_rows < 0):
@@ -130,12 +146,16 @@ class MixtureDataset(StructuredDataset):
         given = None
         if any(w is not None for w in weights):
             given = [w if w is not None else 1.0 for w in weights]
+        if self.schedule is not None:
+            given = list(self.schedule.weights[0])
         # A packed mixture's rows are tokens, given to the sources a sequence at a time: each
         # quota whole sequences (what is left of a source's pass opens its next epoch).
         unit = max(1, self.options.unit)
         asked = None if self._asked_rows is None else self._asked_rows // unit
         self.quotas = tuple(unit * q for q in quotas([r // unit for r in rows], given, asked))
-        mixture = Mixture(tuple(s.plan.chunk_rows for s in sources), self.quotas, self.mixing)
+        mixture = Mixture(
+            tuple(s.plan.chunk_rows for s in sources), self.quotas, self.mixing, self.schedule
+        )
         total = sum(self.quotas)
         # The footers' bytes per row, weighted by the quotas: a mixture's blocks are sized as
         # they were before sources were sampled (ADR 0021, "left alone").
@@ -153,6 +173,7 @@ class MixtureDataset(StructuredDataset):
             "quotas": list(self.quotas),
             "mixing": self.mixing,
             "source_column": self.source_column,
+            **({"schedule": self.schedule.identity()} if self.schedule is not None else {}),
         }
         plan = Plan(
             chunks=Chunks.concat([s.plan.chunks for s in sources]),

@@ -424,7 +424,7 @@ class PlannedDataset(IterableDataset[Any]):
             self.sources,
             lambda i: self.reader(source=i),
             batch,
-            epoch=self.passes.epoch if epoch is None else epoch,
+            epoch=self.passes.iteration(self.passes.epoch if epoch is None else epoch),
             rank=rank,
             world_size=world_size,
             workers=max(1, num_workers),

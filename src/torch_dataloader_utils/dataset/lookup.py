@@ -35,7 +35,7 @@ FILE_COLUMN, ROW_COLUMN, SOURCE_COLUMN = "__file__", "__row__", "__source__"
 
 
 def _batch_stream(
-    streams: Streams, batch: int, *, epoch: int, rank: int, world_size: int, workers: int
+    streams: Streams, batch: int, *, pass_: Iteration, rank: int, world_size: int, workers: int
 ) -> tuple[Stream, int]:
     """The stream that delivers batch ``batch`` of ``rank`` in a fresh pass over ``epoch``,
     and which of its batches that is.
@@ -44,7 +44,8 @@ def _batch_stream(
         InvalidArgumentError: the rank has no such batch.
     """
     topology = Topology(rank, world_size, 0, workers)
-    counts, _ = streams.rank_streams(Iteration(epoch), topology)
+    epoch = pass_.epoch
+    counts, _ = streams.rank_streams(pass_, topology)
     if not 0 <= batch < sum(counts):
         raise InvalidArgumentError(
             f"batch {batch} is not a batch of rank {rank} in epoch {epoch}: it has "
@@ -54,7 +55,7 @@ def _batch_stream(
     done = consumed(counts, batch)
     worker = min((d, w) for w, (d, n) in enumerate(zip(done, counts, strict=True)) if d < n)[1]
     stream_topology = Topology(rank, world_size, worker, workers)
-    return streams.resolve(Iteration(epoch), stream_topology, done=0), done[worker]
+    return streams.resolve(pass_, stream_topology, done=0), done[worker]
 
 
 def _delivered(stream: Stream, rows: SourceRows, offsets: np.ndarray) -> np.ndarray:
@@ -105,15 +106,16 @@ def rows_at(
     readers: Callable[[int], Reads],
     batch: int,
     *,
-    epoch: int,
+    epoch: Iteration,
     rank: int,
     world_size: int,
     workers: int,
 ) -> pa.Table:
-    """The rows of batch ``batch`` of ``rank`` in ``epoch``, in delivered order, with each
-    row's file (`FILE_COLUMN`), row number in it (`ROW_COLUMN`) and, in a mixture, source
-    (`SOURCE_COLUMN`); one read of each chunk they are in (``readers(i)``: source ``i``'s
-    reader; with a row filter, the chunk's filter columns once more, for the rows' numbers).
+    """The rows of batch ``batch`` of ``rank`` in a fresh pass over ``epoch``, in delivered
+    order, with each row's file (`FILE_COLUMN`), row number in it (`ROW_COLUMN`) and, in a
+    mixture, source (`SOURCE_COLUMN`); one read of each chunk they are in (``readers(i)``:
+    source ``i``'s reader; with a row filter, the chunk's filter columns once more, for the
+    rows' numbers).
 
     Raises:
         InvalidArgumentError: no such batch, or batches that are not rows (packed sequences,
@@ -124,7 +126,7 @@ def rows_at(
     ):
         raise InvalidArgumentError("rows_at of a packed mixture's batches is not built yet")
     stream, index = _batch_stream(
-        streams, batch, epoch=epoch, rank=rank, world_size=world_size, workers=workers
+        streams, batch, pass_=epoch, rank=rank, world_size=world_size, workers=workers
     )
     if isinstance(streams, Budgeted):  # a token budget's: part of a group of rows
         return _budget_rows(streams, stream, index, sources[0], readers(0))

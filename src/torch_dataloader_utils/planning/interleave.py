@@ -41,6 +41,9 @@ class Interleave:
     Positions past ``R`` wrap (padding): position ``t`` is position ``t % R`` of the
     ``t // R``-th repeat of the sequence.
 
+    ``phase``: a weights schedule's phase (`phases.PhasedInterleave`), keying its own
+    ``"random"`` permutations.
+
     ``unit``: positions are given ``unit`` at a time (a packed mixture's: a sequence's tokens
     come from one source); each count a multiple of it. The windows, keys and permutations
     then count units.
@@ -55,6 +58,7 @@ class Interleave:
         epoch: int,
         leg: int = 0,
         unit: int = 1,
+        phase: int = 0,
     ) -> None:
         if mixing not in MIXINGS:
             raise InvalidArgumentError(f"mixing must be one of {MIXINGS}, got {mixing!r}")
@@ -66,7 +70,7 @@ class Interleave:
         self._units = tuple(c // unit for c in self.counts)
         self._unit_total = self.total // unit
         self.mixing = mixing
-        self._key = (seed, epoch, leg)
+        self._key = (seed, epoch, leg, phase)
         self._window = functools.lru_cache(maxsize=4)(self._window_labels)
         self._merged = functools.lru_cache(maxsize=64)(self._merged_counts)
 
@@ -88,6 +92,12 @@ class Interleave:
         if inside_unit:
             out[int(self._window(w)[inside])] += inside_unit
         return out
+
+    def ranges(self, start: int, stop: int) -> list[list[tuple[int, int]]]:
+        """The range of each source's sequence that positions ``[start, stop)`` hold (one
+        each here; a `phases.PhasedInterleave` gives one a phase)."""
+        lo, hi = self.prefix(start).tolist(), self.prefix(stop).tolist()
+        return [[(a, b)] if b > a else [] for a, b in zip(lo, hi, strict=True)]
 
     def labels(self, start: int, stop: int) -> np.ndarray:
         """The source of each position in ``[start, stop)`` (may pass ``R``: wraps)."""
@@ -127,8 +137,10 @@ class Interleave:
         ]
         labels = np.concatenate(sources) if sources else np.zeros(0, np.int16)
         if self.mixing == "random":
-            seed, epoch, leg = self._key
-            order = window_order(len(labels), seed=seed, epoch=epoch, leg=leg, window=w)
+            seed, epoch, leg, phase = self._key
+            order = window_order(
+                len(labels), seed=seed, epoch=epoch, leg=leg, window=w, phase=phase
+            )
             shuffled: np.ndarray = labels[order]
             return shuffled
         # The merged order inside the window: key (2j + 1) / (2 q_i), ties by source. (Float

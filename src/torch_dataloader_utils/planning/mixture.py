@@ -31,7 +31,9 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from .interleave import Interleave, Mixing
 from .layout import Layout
+from .phases import Labels, PhasedInterleave, Tiling, unit_layout
 from .resume import Leg, block_rest, consumed, stream_batches, stream_spans
+from .schedule import EpochPhases, Schedule, phase_split
 from .sequence import Deferred, Item, Run, cut, sequence_length
 from .shuffle import source_order
 from .strategy import EpochRows
@@ -107,6 +109,12 @@ class SourceEpoch(EpochRows):
 
     source: int = 0
     quota: int = 0
+    offset: int | None = None  # (a weights schedule's: rows delivered before the epoch)
+
+    @property
+    def start(self) -> int:
+        """The epoch's first position in the source's passes concatenated."""
+        return self.epoch * self.quota if self.offset is None else self.offset
 
     @cached_property
     def _passes(self) -> tuple[int, int, int]:
@@ -114,7 +122,7 @@ class SourceEpoch(EpochRows):
         total = int(np.sum(np.asarray(self.chunk_rows, dtype=np.int64)))
         if not self.quota or not total:
             return 0, 0, total
-        start = self.epoch * self.quota
+        start = self.start
         return start // total, -(-(start + self.quota) // total), total
 
     @cached_property
@@ -141,7 +149,7 @@ class SourceEpoch(EpochRows):
         first, _, total = self._passes
         if not self.quota:
             return []
-        start = self.epoch * self.quota - first * total
+        start = self.start - first * total
         return [Run(start, start + self.quota)]
 
 
@@ -189,6 +197,9 @@ class MixEpoch:
         epoch: the epoch.
         legs: earlier legs of the epoch (each an elastic resume's old topology).
         layout: the current leg's layout.
+        phases: a weights schedule's phases of the epoch (`schedule.EpochPhases`): then the
+            quotas and where each source begins are theirs.
+        readers: ``(world_size, num_workers)`` of the current leg (where phases are cut).
     """
 
     chunk_rows: tuple[np.ndarray, ...]
@@ -197,6 +208,8 @@ class MixEpoch:
     epoch: int
     legs: tuple[Leg, ...]
     layout: Layout
+    phases: EpochPhases | None = None
+    readers: tuple[int, int] = (1, 1)
 
     @property
     def first(self) -> Layout:
@@ -208,10 +221,25 @@ class MixEpoch:
         """Each source's epoch (its chunk order over the passes the epoch touches)."""
         # (With the legs: a source's chunk order is its first leg's, whatever layout it is
         # read with now.)
+        phases = self.phases
+        quotas = self.quotas if phases is None else phases.quotas
         return tuple(
-            SourceEpoch(rows, self.epoch, self.legs, self.layout, source=i, quota=q)
-            for i, (rows, q) in enumerate(zip(self.chunk_rows, self.quotas, strict=True))
+            SourceEpoch(
+                rows,
+                self.epoch,
+                self.legs,
+                self.layout,
+                source=i,
+                quota=q,
+                offset=None if phases is None else phases.offsets[i],
+            )
+            for i, (rows, q) in enumerate(zip(self.chunk_rows, quotas, strict=True))
         )
+
+    @property
+    def changes(self) -> bool:
+        """Whether the weights change inside the epoch (a schedule's)."""
+        return self.phases is not None and bool(self.phases.bounds)
 
     def interleave(self, items: Sequence[Sequence[Item]], depth: int) -> Interleave:
         """The interleave of leg ``depth``, whose sequence holds ``items`` of each source."""
@@ -229,14 +257,35 @@ class MixEpoch:
     def items(self) -> list[list[Item]]:
         """What the current leg reads of each source's epoch."""
         items: list[list[Item]] = [list(s.sequence) for s in self.sources]
+        if self.legs and self.changes:
+            raise InvalidArgumentError(
+                f"the mixture's weights change inside epoch {self.epoch} (weights_schedule): "
+                "resume the rest of this epoch on the topology it was saved on, or from the "
+                "next epoch on any"
+            )
         for depth, leg in enumerate(self.legs):
             items = self._remaining(items, leg, depth)
         return items
 
     @cached_property
-    def current(self) -> Interleave:
+    def current(self) -> Labels:
         """The current leg's interleave."""
-        return self.interleave(self.items, len(self.legs))
+        phases = self.phases
+        if phases is None or not phases.bounds:
+            return self.interleave(self.items, len(self.legs))
+        unit = max(1, self.layout.unit)
+        world_size, num_workers = self.readers
+        tiling = Tiling(
+            sum(phases.quotas) // unit, world_size, num_workers, unit_layout(self.layout)
+        )
+        return PhasedInterleave(
+            tiling.segments(phases.bounds),
+            phases.counts,
+            self.mixing,
+            seed=self.first.seed,
+            epoch=self.epoch,
+            unit=unit,
+        )
 
     @cached_property
     def layouts(self) -> list[Layout]:
@@ -256,10 +305,10 @@ class MixEpoch:
     def source_runs(self, start: int, stop: int) -> list[list[Run]]:
         """The runs of each source's sequence that positions ``[start, stop)`` of the current
         leg's sequence hold."""
-        lo, hi = self.current.prefix(start), self.current.prefix(stop)
+        ranges = self.current.ranges(start, stop)
         return [
-            cut(items, int(a), int(b))
-            for items, a, b in zip(self.items, lo.tolist(), hi.tolist(), strict=True)
+            [run for a, b in parts for run in cut(items, a, b)]
+            for items, parts in zip(self.items, ranges, strict=True)
         ]
 
     def _remaining(self, items: list[list[Item]], leg: Leg, depth: int) -> list[list[Item]]:
@@ -314,17 +363,54 @@ class Mixture:
 
     Attributes:
         chunk_rows: rows of each chunk of each source, in each source's plan order.
-        quotas: rows of each source an epoch (`quotas`).
+        quotas: rows of each source an epoch (`quotas`; a schedule's: its first weights').
         mixing: ``"random"`` or ``"stratified"``.
+        schedule: the weights by step (`schedule.Schedule`), if any.
     """
 
     chunk_rows: tuple[np.ndarray, ...]
     quotas: tuple[int, ...]
     mixing: Mixing
+    schedule: Schedule | None = None
 
-    def epoch(self, layout: Layout, epoch: int, legs: tuple[Leg, ...]) -> MixEpoch:
-        """The rows a pass over ``epoch`` reads after ``legs``, under ``layout``."""
-        return MixEpoch(self.chunk_rows, self.quotas, self.mixing, epoch, legs, layout)
+    def epoch(
+        self,
+        layout: Layout,
+        epoch: int,
+        legs: tuple[Leg, ...],
+        *,
+        readers: tuple[int, int] = (1, 1),
+        steps: tuple[int, int] = (1, 0),
+    ) -> MixEpoch:
+        """The rows a pass over ``epoch`` reads after ``legs``, under ``layout``, by
+        ``readers`` (``(world_size, num_workers)``); ``steps``: ``(world_size, batch_size)``
+        a schedule's steps count batches of (batch size 0: the layout's)."""
+        phases = None
+        if self.schedule is not None:
+            phases = self._phases(legs[0].layout if legs else layout, epoch, steps)
+        return MixEpoch(
+            self.chunk_rows, self.quotas, self.mixing, epoch, legs, layout, phases, readers
+        )
+
+    def _phases(self, layout: Layout, epoch: int, steps: tuple[int, int]) -> EpochPhases:
+        assert self.schedule is not None
+        unit = max(1, layout.unit)
+        world_size, batch_size = steps
+        counted = unit_layout(layout)
+        if batch_size:
+            counted = dataclasses.replace(counted, batch_size=batch_size // unit)
+        total = sum(self.quotas) // unit
+        tiling = Tiling(total, world_size, 1, counted)
+        rows = [int(np.sum(r)) // unit for r in self.chunk_rows]
+        return EpochPhases.of(
+            self.schedule,
+            epoch,
+            total=total,
+            steps=sum(tiling.ranks[0].counts),
+            before=tiling.before,
+            split=phase_split(self.schedule, rows, quotas),
+            unit=unit,
+        )
 
     def spans(self, mix: MixEpoch, rank: Topology) -> list[tuple[int, int]]:
         """Positions ``[a, b)`` of the current leg's sequence each worker of ``rank`` reads:

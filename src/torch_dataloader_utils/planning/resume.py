@@ -72,12 +72,15 @@ class Iteration:
         batches: batches this rank already delivered in the current leg (a resume).
         generation: counts passes in the main process; workers use it to tell whether their
             copy of this object describes the pass they are asked for.
+        steps: ``(world_size, batch_size)`` whose batches a mixture's weights schedule counts
+            in steps (``(0, 0)``: this pass's): the run's first, kept in its state.
     """
 
     epoch: int
     legs: tuple[Leg, ...] = ()
     batches: int = 0
     generation: int = 0
+    steps: tuple[int, int] = (0, 0)
 
     @property
     def resumed(self) -> bool:

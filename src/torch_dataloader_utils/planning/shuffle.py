@@ -55,9 +55,13 @@ def source_order(
     return np.random.default_rng(key).permutation(num_chunks)
 
 
-def window_order(n: int, *, seed: int, epoch: int, leg: int, window: int) -> np.ndarray:
-    """The order of the ``n`` positions of window ``window`` of a random interleave."""
-    return np.random.default_rng([seed, epoch, leg, window, INTERLEAVE]).permutation(n)
+def window_order(
+    n: int, *, seed: int, epoch: int, leg: int, window: int, phase: int = 0
+) -> np.ndarray:
+    """The order of the ``n`` positions of window ``window`` of a random interleave (of a
+    weights schedule's ``phase``)."""
+    key = [seed, epoch, leg, window, INTERLEAVE, *([phase] if phase else [])]
+    return np.random.default_rng(key).permutation(n)
 
 
 def block_bounds(length: int, *, block_rows: int, first_block_rows: int) -> list[tuple[int, int]]:

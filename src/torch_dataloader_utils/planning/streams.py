@@ -24,9 +24,9 @@ import numpy as np
 
 from .assign import Piece
 from .budget import BudgetPass, BudgetRows, Lengths, group_table, split_done
-from .interleave import Interleave
 from .layout import Layout
 from .mixture import MixEpoch, Mixture
+from .phases import Labels
 from .plan import Plan
 from .resume import Iteration, consumed
 from .sequence import Run, sequence_length
@@ -86,7 +86,7 @@ class Stream:
     length: int
     batches: int
     done: int
-    interleave: Interleave | None = None
+    interleave: Labels | None = None
     first: int = 0
     budget: BudgetPass | None = None
 
@@ -206,10 +206,22 @@ class Mixed:
     def epoch_rows(self) -> int:
         return sum(self.mixture.quotas)
 
+    @property
+    def scheduled(self) -> bool:
+        """Whether the weights follow a schedule (`planning.schedule`)."""
+        return self.mixture.schedule is not None
+
     def _spans(
         self, iteration: Iteration, rank: Topology
     ) -> tuple[MixEpoch, list[tuple[int, int]]]:
-        mix = self.mixture.epoch(self.layout, iteration.epoch, iteration.legs)
+        world_size, batch_size = iteration.steps
+        mix = self.mixture.epoch(
+            self.layout,
+            iteration.epoch,
+            iteration.legs,
+            readers=(rank.world_size, rank.num_workers),
+            steps=(world_size or rank.world_size, batch_size),
+        )
         return mix, self.mixture.spans(mix, rank)
 
     def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:

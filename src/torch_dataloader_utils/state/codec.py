@@ -82,7 +82,7 @@ def encode_state(
     them all, and ranks that save to one path (as accelerate's ``save_state`` does) write the
     same bytes.
     """
-    return {
+    state = {
         k.KIND: _KIND,
         k.VERSION: STATE_VERSION,
         k.EPOCH: iteration.epoch,
@@ -102,6 +102,9 @@ def encode_state(
         ],
         k.PLAN: _plan_facts(plan),
     }
+    if iteration.steps != (0, 0):
+        state[k.STEPS] = list(iteration.steps)
+    return state
 
 
 def with_read_failures(state: dict[str, Any], failures: int, rows: int) -> dict[str, Any]:
@@ -244,10 +247,11 @@ def _decode(
         batches=int(state[k.BATCHES]),
     )
     epoch = int(state[k.EPOCH])
+    steps = _steps(state)
     # A complete epoch resumes at its end (its pass yields nothing): set_epoch(epoch) in a
     # training loop's first turn must not read it again, set_epoch(epoch + 1) goes on.
     if (saved.world_size, saved.num_workers, saved.layout) == (world_size, num_workers, layout):
-        return Iteration(epoch, legs, saved.batches)
+        return Iteration(epoch, legs, saved.batches, steps=steps)
     # A topology that delivered nothing is no leg: it consumed no rows.
     legs = (*legs, saved) if saved.batches else legs
     for leg in (*legs, Leg(world_size, num_workers, layout, 0)) if legs else ():
@@ -257,7 +261,19 @@ def _decode(
                 f"options (saved: {saved.world_size} ranks x {saved.num_workers} workers, "
                 f"{saved.layout}; now: {world_size} x {num_workers}, {layout})"
             )
-    return Iteration(epoch, legs, 0)
+    return Iteration(epoch, legs, 0, steps=steps)
+
+
+def _steps(state: dict[str, Any]) -> tuple[int, int]:
+    """The ``(world_size, batch_size)`` a weights schedule counts steps in (`Iteration`)."""
+    steps = state.get(k.STEPS, (0, 0))
+    if (
+        not isinstance(steps, list | tuple)
+        or len(steps) != 2
+        or not all(isinstance(x, int) and x >= 0 for x in steps)
+    ):
+        raise StateMismatchError(f"malformed loader state: steps is {steps!r}, not [int, int]")
+    return int(steps[0]), int(steps[1])
 
 
 def encode_stream_state(

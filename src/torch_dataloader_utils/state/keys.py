@@ -30,6 +30,7 @@ __all__ = [
     "READ_FAILURES",
     "READ_FAILURE_KEYS",
     "STREAM_BATCHES",
+    "STEPS",
     "STREAM_KEYS",
     "TOPOLOGY",
     "TOPOLOGY_KEYS",
@@ -50,6 +51,7 @@ LEGS = "legs"  # earlier legs of this epoch (elastic resumes)
 PLAN = "plan"  # facts of the plan it was saved for
 READ_FAILURES = "read_failures"  # reads skipped under on_error="skip" (the loader's)
 SKIPS = "skips"  # batches not to deliver: {epoch: [[first, stop], ...]} (loader.skip)
+STEPS = "steps"  # [world_size, batch_size] a mixture's weights schedule counts steps in
 WORKER = "worker"  # a stream state's worker
 STREAM_BATCHES = "stream_batches"  # batches that worker's stream delivered
 WORLD_SIZE = "world_size"
@@ -63,7 +65,7 @@ PLAN_KEYS = frozenset({"fingerprint", "rows", "chunks", "files"})
 PLAN_OPTIONAL = frozenset({"file_versions", "snapshot_id"})
 READ_FAILURE_KEYS = frozenset({"failures", "rows"})
 LOADER_KEYS = frozenset({KIND, VERSION, EPOCH, BATCHES, COMPLETE, TOPOLOGY, LAYOUT, LEGS, PLAN})
-LOADER_OPTIONAL = frozenset({READ_FAILURES, SKIPS})
+LOADER_OPTIONAL = frozenset({READ_FAILURES, SKIPS, STEPS})
 STREAM_KEYS = LOADER_KEYS | {WORKER, STREAM_BATCHES}
 
 

@@ -26,7 +26,7 @@ from ..cache import CacheStats
 from ..errors import InvalidArgumentError, TorchDataloaderUtilsWarning
 from ..errors.on_error import FailureLog
 from ..planning import Iteration, Layout, Leg, Plan, Ranks, Topology
-from ..planning.streams import OneSource, Streams
+from ..planning.streams import Mixed, OneSource, Streams
 from .codec import (
     decode_state,
     decode_stream_state,
@@ -95,6 +95,17 @@ class Passes:
         self.num_workers = 1  # the workers of the loader reading these passes (its len())
         # Batches not to deliver, by epoch: ranges of the rank's batch numbers (`skip`).
         self.skips: dict[int, list[tuple[int, int]]] = {}
+        self.steps = (0, 0)  # a loaded state's `Iteration.steps`
+
+    def iteration(
+        self, epoch: int, legs: tuple[Leg, ...] = (), batches: int = 0, generation: int = 0
+    ) -> Iteration:
+        """A pass over ``epoch``, with the steps a weights schedule counts: a loaded state's,
+        else this run's own (world size and batch size)."""
+        steps = self.steps
+        if steps == (0, 0) and isinstance(self.streams, Mixed) and self.streams.scheduled:
+            steps = (self.ranks.resolve()[1], self.layout.batch_size)
+        return Iteration(epoch, legs, batches, generation, steps)
 
     @property
     def layout(self) -> Layout:
@@ -144,11 +155,11 @@ class Passes:
         epoch, generation = self.control.begin(for_workers=for_workers)
         pending, self.pending = self.pending, None
         if pending is not None and pending.epoch == epoch:
-            iteration = Iteration(pending.epoch, pending.legs, pending.batches, generation)
+            iteration = dataclasses.replace(pending, generation=generation)
             if self.pending_complete:
                 self.control.delivered()  # a complete epoch: the pass after it reads the next
         else:
-            iteration = Iteration(epoch, generation=generation)
+            iteration = self.iteration(epoch, generation=generation)
         self._begun, self._claimed = iteration, not for_workers
         return iteration
 
@@ -175,11 +186,11 @@ class Passes:
         epoch = self.control.begin_worker(topology.worker)
         generation = self.control.generation
         if epoch is not None:  # a pass no main process began (a plain DataLoader's)
-            return Iteration(epoch, generation=generation), None
+            return self.iteration(epoch, generation=generation), None
         mine = self._begun  # this copy of the pass the main process began, if it is this one
         if mine is not None and mine.generation == generation:
             return mine, None
-        return Iteration(self.epoch, generation=generation), None
+        return self.iteration(self.epoch, generation=generation), None
 
     # --- skipped batches ---------------------------------------------------------------------
 
@@ -258,8 +269,10 @@ class Passes:
                 self.pending, num_workers=num_workers, complete=self.pending_complete
             )
         if progress is None or progress.iteration.epoch != self.epoch:
-            return self.state_at(Iteration(self.epoch), num_workers=num_workers, complete=False)
-        now = Iteration(progress.iteration.epoch, progress.iteration.legs, progress.batches)
+            return self.state_at(
+                self.iteration(self.epoch), num_workers=num_workers, complete=False
+            )
+        now = dataclasses.replace(progress.iteration, batches=progress.batches, generation=0)
         return self.state_at(now, num_workers=num_workers, complete=progress.complete)
 
     def load_state(
@@ -275,6 +288,7 @@ class Passes:
             allow_changed_data=allow_changed_data,
         )
         self.skips = _skips(state)
+        self.steps = iteration.steps
         iteration = self._carry_skips(state, iteration, num_workers=num_workers)
         self.pending = iteration
         self.pending_complete = is_complete(state)
@@ -317,13 +331,13 @@ class Passes:
         else:
             legs = (*legs, dataclasses.replace(saved, skips=tuple(future)))
         self.skips[epoch] = []  # (rows now, left out of what the new topology reads)
-        return Iteration(epoch, legs, 0)
+        return self.iteration(epoch, legs)
 
     def stream_state(self, progress: Progress | None, topology: Topology) -> dict[str, Any]:
         """The state of a DataLoader worker's stream (``progress``: its pass, if begun)."""
         started = progress is not None
         if progress is None:  # asked before this worker began a pass: the next one, unread
-            progress = Progress(Iteration(self.epoch), 0, 0, topology)
+            progress = Progress(self.iteration(self.epoch), 0, 0, topology)
         return encode_stream_state(
             self.plan,
             progress.iteration,

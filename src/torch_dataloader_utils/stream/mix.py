@@ -16,7 +16,7 @@ import pyarrow as pa
 
 from ..convert.arrow_values import take
 from ..errors import DataError
-from ..planning.interleave import Interleave
+from ..planning.phases import Labels
 from .blocks import Segment
 from .fragments import Fragments
 
@@ -72,7 +72,7 @@ class _Rows:
 
 def interleaved(
     blocks: Sequence[Iterator[Segment] | None],
-    interleave: Interleave,
+    interleave: Labels,
     positions: tuple[int, int],
     batch_size: int,
     schema: pa.Schema,
@@ -117,7 +117,7 @@ def interleaved(
 
 def _sequences(
     rows: Sequence[_Rows | None],
-    interleave: Interleave,
+    interleave: Labels,
     positions: tuple[int, int],
     batch_size: int,
 ) -> Iterator[Segment]:

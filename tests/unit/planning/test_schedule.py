@@ -1,0 +1,168 @@
+"""A mixture's weights on a schedule, planning (pure), by brute force over small cases: every
+step's batch holds its phase's shares, each source continues its own order across phases and
+epochs with no position read twice, and a phase holds the same rows on any topology."""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+
+import numpy as np
+import pytest
+
+from torch_dataloader_utils.errors import InvalidArgumentError
+from torch_dataloader_utils.planning import Iteration, Layout, Topology
+from torch_dataloader_utils.planning.mixture import Mixture, quotas
+from torch_dataloader_utils.planning.resume import round_robin
+from torch_dataloader_utils.planning.schedule import Schedule
+from torch_dataloader_utils.planning.streams import Mixed
+
+
+def mixed(
+    rows, schedule, epoch_rows, *, batch_size, mixing="stratified", unit=0, **layout
+) -> Mixed:
+    """A mixture's streams (``unit``: a packed one's, of sequences of ``unit`` positions)."""
+    chunk_rows = tuple(np.full(r // 5, 5) for r in rows)
+    s = Schedule.of(schedule, len(rows))
+    u = max(1, unit)
+    first = tuple(u * q for q in quotas([r // u for r in rows], s.weights[0], epoch_rows // u))
+    options = {"drop_last": False, "remainder": "drop", **layout}
+    return Mixed(
+        Mixture(chunk_rows, first, mixing, s),
+        Layout(
+            batch_size * u, True, 3, options["drop_last"], options["remainder"], 40, 8, unit=unit
+        ),
+    )
+
+
+def delivered(streams: Mixed, epoch: int, world_size: int, workers: int, steps=(0, 0)):
+    """Each rank's batches in delivered order, as (source labels, source positions), and each
+    source's positions (absolute in its passes) the epoch reads."""
+    iteration = Iteration(epoch, steps=steps)
+    batches: dict[tuple[int, int], np.ndarray] = {}
+    positions: list[Counter[int]] = [Counter() for _ in streams.mixture.chunk_rows]
+    for rank in range(world_size):
+        counts, _ = streams.rank_streams(iteration, Topology(rank, world_size, 0, workers))
+        own = []
+        for worker in range(workers):
+            stream = streams.resolve(iteration, Topology(rank, world_size, worker, workers), done=0)
+            for i, source in enumerate(stream.sources):
+                first, _, total = source.epoch_rows._passes
+                for run in source.runs:
+                    positions[i].update(first * total + x for x in range(run.start, run.stop))
+            labels = stream.interleave.labels(stream.first, stream.first + stream.length)
+            size = streams.layout.batch_size
+            own.append([labels[k * size : (k + 1) * size] for k in range(stream.batches)])
+        taken = [0] * workers
+        for b, worker in enumerate(round_robin(counts, [0] * workers)):
+            batches[rank, b] = own[worker][taken[worker]]
+            taken[worker] += 1
+    return batches, positions
+
+
+CASES = [
+    # rows of each source, schedule, epoch_rows, batch_size
+    ((500, 300), [(0, [3, 1]), (7, [1, 1])], 400, 10),
+    ((500, 300, 200), [(0, [1, 0, 1]), (3, [1, 1, 1]), (9, [0, 2, 1])], 333, 7),
+    ((90, 60), [(0, [1, 1]), (2, [1, 3]), (5, [3, 1]), (26, [1, 1])], 240, 8),
+]
+
+
+@pytest.mark.parametrize("rows,schedule,epoch_rows,batch_size", CASES)
+@pytest.mark.parametrize("world_size", [1, 2, 3, 4])
+@pytest.mark.parametrize("workers", [1, 2, 3])
+def test_each_step_holds_its_phases_shares_and_sources_go_on_in_order(
+    rows, schedule, epoch_rows, batch_size, world_size, workers
+) -> None:
+    streams = mixed(rows, schedule, epoch_rows, batch_size=batch_size, remainder="uneven")
+    plan = Schedule.of(schedule, len(rows))
+    steps = streams.rank_batches(Topology(0, world_size), 0)
+    read: list[Counter[int]] = [Counter() for _ in rows]
+    for epoch in range(4):
+        batches, positions = delivered(streams, epoch, world_size, workers)
+        for (rank, b), labels in batches.items():
+            weights = np.asarray(plan.weights[plan.phase_at(epoch * steps + b)])
+            share = len(labels) * weights / weights.sum()
+            counts = np.bincount(labels, minlength=len(rows))
+            assert np.all(np.abs(counts - share) <= 2), (epoch, rank, b, counts, share)
+        for i, got in enumerate(positions):
+            assert max(got.values(), default=1) == 1  # no position twice in an epoch
+            read[i].update(got)
+    for i, got in enumerate(read):
+        # Each source's positions, over the epochs, are its sequence from 0 on, once each.
+        assert sorted(got) == list(range(len(got))), i
+        assert max(got.values()) == 1
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_phase_holds_the_same_rows_on_any_topology(seed: int) -> None:
+    rng = random.Random(seed)
+    rows = (rng.randint(20, 90) * 5, rng.randint(20, 90) * 5)
+    batch_size = rng.randint(2, 9)
+    saved = rng.randint(1, 4), batch_size
+    schedule = [(0, [1, 1]), (rng.randint(1, 12), [rng.randint(0, 3), rng.randint(1, 3)])]
+    layout = {"remainder": rng.choice(["uneven", "drop", "pad"]), "drop_last": rng.random() < 0.3}
+    mixing = rng.choice(["stratified", "random"])
+    streams = mixed(
+        rows, schedule, rng.randint(100, 400), batch_size=batch_size, mixing=mixing, **layout
+    )
+    reference = None
+    for world_size, workers in [(saved[0], 1), (rng.randint(1, 4), rng.randint(1, 3)), (3, 2)]:
+        per_epoch = []
+        for epoch in range(3):
+            mix = streams.mixture.epoch(
+                streams.layout, epoch, (), readers=(world_size, workers), steps=saved
+            )
+            assert mix.phases is not None
+            per_epoch.append((mix.phases.counts, mix.phases.offsets))
+            # The current leg's interleave holds each phase's counts.
+            assert list(mix.current.counts) == list(mix.phases.quotas)
+            _, positions = delivered(streams, epoch, world_size, workers, steps=saved)
+            for i, got in enumerate(positions):
+                offset, quota = mix.phases.offsets[i], mix.phases.quotas[i]
+                if layout["remainder"] != "pad":
+                    assert max(got.values(), default=1) == 1
+                assert all(offset <= x < offset + quota for x in got) or quota == 0
+        if reference is None:
+            reference = per_epoch
+        assert per_epoch == reference  # the same rows of each source in each phase
+
+
+@pytest.mark.parametrize("world_size,workers", [(1, 1), (2, 2), (3, 1)])
+def test_a_packed_mixtures_phases_are_whole_sequences(world_size: int, workers: int) -> None:
+    unit = 4
+    streams = mixed(
+        (400, 240), [(0, [1, 1]), (3, [1, 3])], 320, batch_size=2, unit=unit, remainder="uneven"
+    )
+    steps = streams.rank_batches(Topology(0, world_size), 0)
+    read: list[Counter[int]] = [Counter(), Counter()]
+    for epoch in range(3):
+        batches, positions = delivered(streams, epoch, world_size, workers)
+        for (_, b), labels in batches.items():
+            runs = labels.reshape(-1, unit)
+            assert np.all(runs == runs[:, :1])  # each sequence one source's
+            if epoch * steps + b >= 3:  # 1:3 by sequences, within a sequence or two
+                assert abs(np.sum(runs[:, 0] == 1) - 0.75 * len(runs)) <= 2
+        for i, got in enumerate(positions):
+            read[i].update(got)
+    for got in read:
+        assert sorted(got) == list(range(len(got))) and max(got.values()) == 1
+
+
+@pytest.mark.parametrize(
+    "given,message",
+    [
+        ([(5, [1, 1])], "begin at step 0"),
+        ([], "begin at step 0"),
+        ([(0, [1, 1]), (0, [1, 2])], "increasing"),
+        ([(0, [1, 1]), (3, [1])], "1 weights for 2 sources"),
+        ([(0, [1, -1])], ">= 0"),
+        ([(0, [0, 0])], "not all 0"),
+        ([(0, [1, float("nan")])], "finite"),
+        ("3:1", "list of"),
+        ([(0.5, [1, 1])], "begin at step 0"),
+    ],
+)
+def test_bad_schedules_are_refused(given, message) -> None:
+    with pytest.raises(InvalidArgumentError, match=message):
+        Schedule.of(given, 2)
