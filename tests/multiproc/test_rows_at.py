@@ -39,8 +39,12 @@ def make(root: Path, **options: Any) -> Any:
     return tdu.create_dataloader(str(root), batch_size=7, **options)
 
 
-@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (1, 2), (2, 0), (3, 2), (2, 3)])
-@pytest.mark.parametrize("shuffle", [False, True])
+# Shuffled: every world size 1-4 with every worker count 0-3; unshuffled, a few of them.
+GRID = [(w, n, True) for w in range(1, 5) for n in range(4)]
+GRID += [(1, 0, False), (1, 2, False), (2, 0, False), (3, 2, False), (2, 3, False)]
+
+
+@pytest.mark.parametrize(("world_size", "workers", "shuffle"), GRID)
 def test_every_batch_looked_up_is_the_batch_delivered(
     data: Path, world_size: int, workers: int, shuffle: bool
 ) -> None:

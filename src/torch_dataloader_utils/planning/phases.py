@@ -187,8 +187,8 @@ class PhasedInterleave:
         self._starts, self._stops, self._phase = seg[:, 0], seg[:, 1], seg[:, 2]
         lengths = self._stops - self._starts
         self._v = np.zeros(len(seg), np.int64)  # each run's first unit in its phase
-        for p in range(len(counts)):
-            mine = np.flatnonzero(self._phase == p)
+        self._runs = [np.flatnonzero(self._phase == p) for p in range(len(counts))]
+        for mine in self._runs:
             self._v[mine] = np.cumsum(lengths[mine]) - lengths[mine]
 
     def _pieces(self, start: int, stop: int) -> list[tuple[int, int, int, int]]:
@@ -221,9 +221,15 @@ class PhasedInterleave:
     def prefix(self, t: int) -> np.ndarray:
         """Rows of each source among positions ``[0, t)`` (``t`` may pass the end: wraps)."""
         u, inside = divmod(int(t), self.unit)
-        out = np.zeros(len(self.counts), np.int64)
-        for _, _, a, b in self.ranges_by_piece(0, u):
-            out += b - a
+        repeats, at = divmod(u, self.total // self.unit) if self.total else (0, 0)
+        out = repeats * np.asarray(self.counts, np.int64)
+        # Each phase's units before ``at``: one lookup a phase, not a walk over every stream.
+        for mine, interleave in zip(self._runs, self._phases, strict=True):
+            s = int(np.searchsorted(self._starts[mine], at, side="right")) - 1
+            if s >= 0:
+                seg = mine[s]
+                took = int(self._v[seg]) + min(at, int(self._stops[seg])) - int(self._starts[seg])
+                out += interleave.prefix(took * self.unit)
         if inside:
             out[int(self.unit_labels(u, u + 1)[0])] += inside
         return out
