@@ -215,3 +215,48 @@ def test_packed_batches_looked_up_are_the_pieces_delivered(
                 file = int(f.rsplit("part-", 1)[1].split(".")[0])
                 expected += [file * 100_000 + r * 100 + p + i for i in range(n)]
             assert expected == ids
+
+
+@pytest.mark.parametrize(("world_size", "workers"), [(1, 0), (2, 2), (3, 1)])
+@pytest.mark.parametrize("mixing", ["random", "stratified"])
+def test_a_packed_mixtures_batches_looked_up_are_the_pieces_delivered(
+    tmp_path: Path, world_size: int, workers: int, mixing: str
+) -> None:
+    """Two sources of unique token ids: id = source * 1,000,000 + row * 100 + position."""
+    rng = np.random.default_rng(5)
+    roots = []
+    for s in range(2):
+        root = tmp_path / f"source-{s}"
+        root.mkdir()
+        tokens = [
+            [s * 1_000_000 + r * 100 + p for p in range(int(n))]
+            for r, n in enumerate(rng.integers(1, 40, 90 - 30 * s))
+        ]
+        table = pa.table({"tokens": pa.array(tokens, pa.list_(pa.int64()))})
+        pq.write_table(table, root / "part.parquet", row_group_size=17)
+        roots.append(root)
+    for rank in range(world_size):
+        loader = tdu.create_dataloader(
+            [tdu.Source(str(r)) for r in roots],
+            packing=tdu.Packing("tokens", seq_len=16, pad_value=-1),
+            batch_size=3,
+            shuffle=True,
+            mixing=mixing,
+            rank=rank,
+            world_size=world_size,
+            num_workers=workers,
+        )
+        loader.set_epoch(1)
+        for b, batch in enumerate(loader):
+            ids = [t for t in batch["input_ids"].reshape(-1).tolist() if t >= 0]
+            table = loader.rows_at(b, epoch=1)
+            expected = []
+            for s, r, p, n in zip(
+                table.column("__source__").to_pylist(),
+                table.column("__row__").to_pylist(),
+                table.column("position").to_pylist(),
+                table.column("tokens").to_pylist(),
+                strict=True,
+            ):
+                expected += [s * 1_000_000 + r * 100 + p + i for i in range(n)]
+            assert expected == ids

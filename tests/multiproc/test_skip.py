@@ -122,6 +122,50 @@ def test_skips_not_reached_cross_to_another_topology_as_their_rows(
     assert not skipped & {i for b in again for i in b["id"].tolist()}
 
 
+@pytest.mark.parametrize("mixing", ["random", "stratified"])
+@pytest.mark.parametrize(("before", "after"), [((1, 2), (2, 0)), ((2, 0), (3, 2))])
+def test_a_mixtures_skips_cross_to_another_topology_as_their_rows(
+    data: Path, tmp_path: Path, mixing: str, before: tuple[int, int], after: tuple[int, int]
+) -> None:
+    other = tmp_path / "other"
+    other.mkdir()
+    pq.write_table(pa.table({"id": np.arange(10_000, 10_150)}), other / "o.parquet")
+
+    def mixture(rank: int, world_size: int, workers: int) -> Any:
+        sources = [tdu.Source(str(data)), tdu.Source(str(other))]
+        return tdu.create_dataloader(
+            sources,
+            batch_size=6,
+            shuffle=True,
+            mixing=mixing,
+            rank=rank,
+            world_size=world_size,
+            num_workers=workers,
+        )
+
+    (ranks, workers), (new_ranks, new_workers) = before, after
+    seen: list[int] = []
+    skipped: set[int] = set()
+    state = None
+    for rank in range(ranks):
+        loader = mixture(rank, ranks, workers)
+        loader.skip(epoch=0, batches=range(4, 7))
+        skipped |= {i for b in (4, 5, 6) for i in loader.rows_at(b, epoch=0)["id"].to_pylist()}
+        loader.set_epoch(0)
+        seen += [i for b in itertools.islice(loader, 3) for i in b["id"].tolist()]
+        if rank == 0:
+            state = loader.state_dict()
+    assert state is not None and len(skipped) == 3 * 6 * ranks and not skipped & set(seen)
+    for rank in range(new_ranks):
+        loader = mixture(rank, new_ranks, new_workers)
+        loader.load_state_dict(state)
+        seen += [i for b in loader for i in b["id"].tolist()]
+    assert not skipped & set(seen)  # the skipped batches' rows, never
+    assert len(seen) == len(set(seen))  # no row twice
+    every = set(range(240)) | set(range(10_000, 10_150))
+    assert len(every - skipped - set(seen)) < ranks + new_ranks  # ("drop")
+
+
 @pytest.mark.parametrize(
     ("batches", "message"),
     [(range(5, 5), "not empty"), (range(0, 1000), "inside it"), (range(0, 6, 2), "a range")],

@@ -10,6 +10,7 @@ order; one read of each chunk they are in.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Sequence
 
 import numpy as np
@@ -117,21 +118,19 @@ def rows_at(
     source ``i``'s reader; with a row filter, the chunk's filter columns once more, for the
     rows' numbers).
 
+    Packed sequences: the pieces of documents each batch holds (`_packed_rows`).
+
     Raises:
-        InvalidArgumentError: no such batch, or batches that are not rows (packed sequences,
-            token budgets: not built yet).
+        InvalidArgumentError: no such batch.
     """
-    if not isinstance(streams, OneSource | Mixed | Budgeted) or (
-        streams.layout.unit and not isinstance(streams, OneSource)
-    ):
-        raise InvalidArgumentError("rows_at of a packed mixture's batches is not built yet")
+    assert isinstance(streams, OneSource | Mixed | Budgeted), "every dataset's streams"
     stream, index = _batch_stream(
         streams, batch, pass_=epoch, rank=rank, world_size=world_size, workers=workers
     )
     if isinstance(streams, Budgeted):  # a token budget's: part of a group of rows
         return _budget_rows(streams, stream, index, sources[0], readers(0))
     if stream.layout.unit:  # packed sequences: the documents' pieces the batch holds
-        return _packed_rows(stream, index, sources[0], readers(0))
+        return _packed_rows(stream, index, sources, readers)
     size = stream.layout.batch_size
     first = index * size
     count = min(size, stream.length - first)
@@ -184,15 +183,48 @@ def _budget_rows(
     return _read(rows, positions[order[bounds[within] : bounds[within + 1]]], source, reader)
 
 
-def _packed_rows(stream: Stream, index: int, source: PlannedSource, reader: Reads) -> pa.Table:
+def _packed_rows(
+    stream: Stream,
+    index: int,
+    sources: Sequence[PlannedSource],
+    readers: Callable[[int], Reads],
+) -> pa.Table:
     """Packed batch ``index`` of ``stream`` as the pieces of documents it holds, in order: each
     piece's ``tokens`` (how many), ``position`` (its first token's position in its document),
-    the document's file and row. The blocks the batch is in are read (a block's document order
-    depends on its documents' lengths)."""
-    (rows,) = stream.sources
-    layout = stream.layout
-    first = index * layout.batch_size
-    stop = min(first + layout.batch_size, rows.length)
+    the document's file and row, and in a mixture its source (each sequence is one source's).
+    The blocks the batch is in are read (a block's document order depends on its documents'
+    lengths)."""
+    first = index * stream.layout.batch_size
+    stop = min(first + stream.layout.batch_size, stream.length)
+    if stream.interleave is None:
+        return _pieces(stream, stream.sources[0], first, stop, source=sources[0], reader=readers(0))
+    at = stream.first + first
+    labels = stream.interleave.labels(at, stream.first + stop)
+    before = (stream.interleave.prefix(at) - stream.interleave.prefix(stream.first)).tolist()
+    bounds = [0, *(np.flatnonzero(np.diff(labels)) + 1).tolist(), len(labels)]
+    tables = []
+    for a, b in itertools.pairwise(bounds):  # each run of one source's sequences
+        i = int(labels[a])
+        rows = stream.sources[i]
+        end = before[i] + b - a
+        table = _pieces(stream, rows, before[i], end, source=sources[i], reader=readers(i))
+        tables.append(table.append_column(SOURCE_COLUMN, pa.array(np.full(len(table), i))))
+        before[i] += b - a
+    return pa.concat_tables(tables)
+
+
+def _pieces(
+    stream: Stream,
+    rows: SourceRows,
+    first: int,
+    stop: int,
+    *,
+    source: PlannedSource,
+    reader: Reads,
+) -> pa.Table:
+    """The pieces of documents of ``rows``' tokens ``[first, stop)``, counted in the order the
+    stream delivers them (`_packed_rows`)."""
+    layout = rows.epoch_rows.layout
     pieces: list[Fragments] = []
     at = first
     while at < stop:
@@ -215,6 +247,7 @@ def _packed_rows(stream: Stream, index: int, source: PlannedSource, reader: Read
                 epoch=stream.iteration.epoch,
                 stream=stream.topology.stream,
                 block=block,
+                source=rows.source,
             )
             tokens = tokens.permuted(order)
         pieces.append(tokens.slice(at - start, min(end, stop) - at))

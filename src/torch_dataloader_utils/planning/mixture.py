@@ -20,8 +20,7 @@ The model, for sources ``0..k-1`` (docs/concepts/mixtures.md, ADR 0013):
 from __future__ import annotations
 
 import dataclasses
-import functools
-import math
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -31,10 +30,11 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from .interleave import Interleave, Mixing
 from .layout import Layout
-from .phases import Labels, PhasedInterleave, Tiling, unit_layout
-from .resume import Leg, block_rest, consumed, stream_batches, stream_spans
+from .mixture_legs import leg_rest, mixture_spans, source_layouts
+from .phases import Labels, PhaseCounts, PhasedInterleave, Tiling, unit_layout
+from .resume import Leg
 from .schedule import EpochPhases, Schedule, phase_split
-from .sequence import Deferred, Item, Run, cut, sequence_length
+from .sequence import Item, Run, cut, sequence_length
 from .shuffle import source_order
 from .strategy import EpochRows
 from .topology import Topology
@@ -153,38 +153,6 @@ class SourceEpoch(EpochRows):
         return [Run(start, start + self.quota)]
 
 
-def source_layouts(layout: Layout, counts: Sequence[int]) -> list[Layout]:
-    """Each source's blocks in a leg whose sequence holds ``counts`` rows of each: its share of
-    the mixture's block sizes (a worker holds a block of every source at once: about one
-    mixture block in all), at least one row. A source's rows are then shuffled over the same
-    stretch of the global sequence as every other source's."""
-    total = sum(counts)
-    out = []
-    for count in counts:
-        share = count / total if total else 0.0
-        block = max(1, math.ceil(layout.block_rows * share))
-        first = max(1, min(block, math.ceil(layout.first_block_rows * share)))
-        out.append(dataclasses.replace(layout, block_rows=block, first_block_rows=first))
-    return out
-
-
-def mixture_spans(
-    total: int, *, rank: int, world_size: int, num_workers: int, layout: Layout
-) -> list[tuple[int, int]]:
-    """`stream_spans` of a mixture's sequence: a packed mixture's cut at whole sequences
-    (``layout.unit`` positions), which are each one source's."""
-    unit = max(1, layout.unit)
-    if unit == 1:
-        return stream_spans(
-            total, rank=rank, world_size=world_size, num_workers=num_workers, layout=layout
-        )
-    units = dataclasses.replace(layout, batch_size=layout.batch_size // unit)
-    spans = stream_spans(
-        total // unit, rank=rank, world_size=world_size, num_workers=num_workers, layout=units
-    )
-    return [(a * unit, b * unit) for a, b in spans]
-
-
 @dataclass(frozen=True, eq=False)
 class MixEpoch:
     """The rows a pass over a mixture's epoch reads: each source's epoch, and after elastic
@@ -241,51 +209,48 @@ class MixEpoch:
         """Whether the weights change inside the epoch (a schedule's)."""
         return self.phases is not None and bool(self.phases.bounds)
 
-    def interleave(self, items: Sequence[Sequence[Item]], depth: int) -> Interleave:
-        """The interleave of leg ``depth``, whose sequence holds ``items`` of each source."""
-        counts = [sequence_length(x) for x in items]
-        return Interleave(
-            counts,
-            self.mixing,
-            seed=self.first.seed,
-            epoch=self.epoch,
-            leg=depth,
-            unit=max(1, self.layout.unit),  # (a packed mixture's sequences: one source each)
-        )
+    def interleave(
+        self,
+        items: Sequence[Sequence[Item]],
+        depth: int,
+        phases: PhaseCounts = None,
+        readers: tuple[int, int, Layout] | None = None,
+    ) -> Labels:
+        """The interleave of leg ``depth``, whose sequence holds ``items`` of each source
+        (``phases``: in an epoch whose weights change, each phase's positions of each source,
+        cut as ``readers``, ``(world_size, num_workers, layout)``, read them; default: the
+        current leg's)."""
+        unit = max(1, self.layout.unit)  # (a packed mixture's sequences: one source each)
+        key = {"seed": self.first.seed, "epoch": self.epoch, "leg": depth, "unit": unit}
+        if phases is None:
+            return Interleave([sequence_length(x) for x in items], self.mixing, **key)
+        world_size, num_workers, layout = readers or (*self.readers, self.layout)
+        totals = [sum(c) // unit for c in phases]
+        tiling = Tiling(sum(totals), world_size, num_workers, unit_layout(layout))
+        bounds = list(itertools.accumulate(totals))[:-1]
+        return PhasedInterleave(tiling.segments(bounds), phases, self.mixing, **key)
 
     @cached_property
+    def _legs(self) -> tuple[list[list[Item]], PhaseCounts]:
+        """What the current leg reads of each source's epoch, and (an epoch whose weights
+        change) how many of each phase's positions each source holds."""
+        items: list[list[Item]] = [list(s.sequence) for s in self.sources]
+        phases = None
+        if self.phases is not None and self.phases.bounds:
+            phases = [list(c) for c in self.phases.counts]
+        for depth, leg in enumerate(self.legs):
+            items, phases = leg_rest(self.interleave, items, phases, leg, depth, epoch=self.epoch)
+        return items, phases
+
+    @property
     def items(self) -> list[list[Item]]:
         """What the current leg reads of each source's epoch."""
-        items: list[list[Item]] = [list(s.sequence) for s in self.sources]
-        if self.legs and self.changes:
-            raise InvalidArgumentError(
-                f"the mixture's weights change inside epoch {self.epoch} (weights_schedule): "
-                "resume the rest of this epoch on the topology it was saved on, or from the "
-                "next epoch on any"
-            )
-        for depth, leg in enumerate(self.legs):
-            items = self._remaining(items, leg, depth)
-        return items
+        return self._legs[0]
 
     @cached_property
     def current(self) -> Labels:
         """The current leg's interleave."""
-        phases = self.phases
-        if phases is None or not phases.bounds:
-            return self.interleave(self.items, len(self.legs))
-        unit = max(1, self.layout.unit)
-        world_size, num_workers = self.readers
-        tiling = Tiling(
-            sum(phases.quotas) // unit, world_size, num_workers, unit_layout(self.layout)
-        )
-        return PhasedInterleave(
-            tiling.segments(phases.bounds),
-            phases.counts,
-            self.mixing,
-            seed=self.first.seed,
-            epoch=self.epoch,
-            unit=unit,
-        )
+        return self.interleave(self.items, len(self.legs), self._legs[1])
 
     @cached_property
     def layouts(self) -> list[Layout]:
@@ -310,51 +275,6 @@ class MixEpoch:
             [run for a, b in parts for run in cut(items, a, b)]
             for items, parts in zip(self.items, ranges, strict=True)
         ]
-
-    def _remaining(self, items: list[list[Item]], leg: Leg, depth: int) -> list[list[Item]]:
-        """What is left of each source's ``items`` after ``leg`` (its streams' unread rows:
-        the rest of the block each stopped in, and the rows after it)."""
-        layout = leg.layout
-        interleave = self.interleave(items, depth)
-        layouts = source_layouts(layout, interleave.counts)
-        left: list[list[Item]] = [[] for _ in items]
-        for rank in range(leg.world_size):
-            spans = mixture_spans(
-                interleave.total,
-                rank=rank,
-                world_size=leg.world_size,
-                num_workers=leg.num_workers,
-                layout=layout,
-            )
-            lengths = [b - a for a, b in spans]
-            done = consumed(stream_batches(lengths, layout), leg.batches)
-            for worker, (a, b) in enumerate(spans):
-                read = min(done[worker] * layout.batch_size, b - a)
-                if read >= b - a:
-                    continue
-                starts = interleave.prefix(a).tolist()
-                reads = interleave.prefix(a + read).tolist()
-                stops = interleave.prefix(b).tolist()
-                for i, source_items in enumerate(items):
-                    span = (starts[i], stops[i])
-                    length, got = stops[i] - starts[i], reads[i] - starts[i]
-                    if got >= length:
-                        continue
-                    key = {
-                        "seed": layout.seed,
-                        "epoch": self.epoch,
-                        "stream": rank * leg.num_workers + worker,
-                        "leg": depth,
-                        "source": i,
-                    }
-                    partial, untouched = block_rest(source_items, span, got, layouts[i], key)
-                    left[i].extend(partial)
-                    if untouched < length:
-                        lo, hi = span[0] + untouched, span[1]
-                        left[i].append(
-                            Deferred(hi - lo, functools.partial(cut, source_items, lo, hi))
-                        )
-        return left
 
 
 @dataclass(frozen=True, eq=False)

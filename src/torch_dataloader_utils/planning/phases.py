@@ -30,7 +30,9 @@ from .interleave import Interleave, Mixing
 from .layout import Layout
 from .resume import consumed, stream_spans
 
-__all__ = ["Labels", "PhasedInterleave", "Tiling", "unit_layout"]
+__all__ = ["Labels", "PhaseCounts", "PhasedInterleave", "Tiling", "unit_layout"]
+
+PhaseCounts = list[list[int]] | None  # each phase's positions of each source (None: one phase)
 
 
 @dataclass(frozen=True)
@@ -175,6 +177,7 @@ class PhasedInterleave:
     ) -> None:
         self.unit = unit
         self.mixing = mixing
+        self.phases = [list(c) for c in counts]
         self._phases = [
             Interleave(c, mixing, seed=seed, epoch=epoch, leg=leg, unit=unit, phase=p)
             for p, c in enumerate(counts)

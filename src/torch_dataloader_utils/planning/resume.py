@@ -234,7 +234,7 @@ def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> lis
         lengths = [b - a for a, b in spans]
         counts = stream_batches(lengths, layout)
         done = consumed(counts, leg.batches)
-        skipped = _skipped_batches(counts, leg)
+        skipped = skipped_batches(counts, leg)
         for worker, span in enumerate(spans):
             length = lengths[worker]
             read = min(done[worker] * layout.batch_size, length)
@@ -247,7 +247,9 @@ def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> lis
                 "leg": depth,
             }
             if skipped[worker]:  # the stream's rows, less those read and those skipped
-                left.extend(_unskipped(items, span, read, skipped[worker], layout=layout, key=key))
+                size = layout.batch_size
+                gone = [np.arange(b * size, min((b + 1) * size, length)) for b in skipped[worker]]
+                left.extend(unskipped(items, span, read, gone, layout=layout, key=key))
                 continue
             partial, untouched = block_rest(items, span, read, layout, key)
             left.extend(partial)
@@ -257,7 +259,7 @@ def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> lis
     return left
 
 
-def _skipped_batches(counts: Sequence[int], leg: Leg) -> list[list[int]]:
+def skipped_batches(counts: Sequence[int], leg: Leg) -> list[list[int]]:
     """The batches of each stream (of a rank with ``counts``) that ``leg.skips`` leaves out."""
     out: list[list[int]] = [[] for _ in counts]
     for first, stop in leg.skips:
@@ -270,23 +272,20 @@ def _skipped_batches(counts: Sequence[int], leg: Leg) -> list[list[int]]:
     return out
 
 
-def _unskipped(
+def unskipped(
     items: Sequence[Item],
     span: tuple[int, int],
     read: int,
-    skipped: Sequence[int],
+    skipped: Sequence[np.ndarray],
     *,
     layout: Layout,
     key: dict[str, int],
 ) -> list[Item]:
     """The rows of a stream (positions ``span`` of ``items``) neither among its first ``read``
-    delivered nor in its batches ``skipped``, in position order."""
+    delivered nor ``skipped`` (offsets in the order the stream delivers its rows), in
+    position order."""
     length = span[1] - span[0]
-    gone = [np.arange(read)]
-    gone += [
-        np.arange(b * layout.batch_size, min((b + 1) * layout.batch_size, length)) for b in skipped
-    ]
-    offsets = np.unique(np.concatenate(gone))  # (delivered order)
+    offsets = np.unique(np.concatenate([np.arange(read), *skipped]))  # (delivered order)
     if layout.shuffle:  # to the stream's rows, through their blocks' permutations
         rows = np.empty_like(offsets)
         for index, (a, b) in enumerate(

@@ -319,11 +319,11 @@ class Passes:
         ]
         if not future or (saved.world_size, saved.num_workers, saved.layout) == now:
             return iteration
-        if not isinstance(self.streams, OneSource) or self.layout.unit:
+        if not isinstance(self.streams, OneSource | Mixed) or self.layout.unit:
             raise InvalidArgumentError(
                 f"the state skips batches of epoch {epoch} it had not reached, numbered for the "
-                "topology it was saved on: a mixture, packed sequences or token budgets resume "
-                "them only on that topology"
+                "topology it was saved on: packed sequences and token budgets resume them only "
+                "on that topology"
             )
         legs = iteration.legs
         if saved.batches:  # (the saved topology is the last leg)

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from torch_dataloader_utils.errors import InvalidArgumentError
-from torch_dataloader_utils.planning import Iteration, Layout, Topology
+from torch_dataloader_utils.planning import Iteration, Layout, Leg, Topology, consumed
 from torch_dataloader_utils.planning.mixture import Mixture, quotas
 from torch_dataloader_utils.planning.resume import round_robin
 from torch_dataloader_utils.planning.schedule import Schedule
@@ -19,7 +19,7 @@ from torch_dataloader_utils.planning.streams import Mixed
 
 
 def mixed(
-    rows, schedule, epoch_rows, *, batch_size, mixing="stratified", unit=0, **layout
+    rows, schedule, epoch_rows, *, batch_size, mixing="stratified", unit=0, shuffle=True, **layout
 ) -> Mixed:
     """A mixture's streams (``unit``: a packed one's, of sequences of ``unit`` positions)."""
     chunk_rows = tuple(np.full(r // 5, 5) for r in rows)
@@ -30,7 +30,7 @@ def mixed(
     return Mixed(
         Mixture(chunk_rows, first, mixing, s),
         Layout(
-            batch_size * u, True, 3, options["drop_last"], options["remainder"], 40, 8, unit=unit
+            batch_size * u, shuffle, 3, options["drop_last"], options["remainder"], 40, 8, unit=unit
         ),
     )
 
@@ -126,6 +126,53 @@ def test_a_phase_holds_the_same_rows_on_any_topology(seed: int) -> None:
         if reference is None:
             reference = per_epoch
         assert per_epoch == reference  # the same rows of each source in each phase
+
+
+@pytest.mark.parametrize("seed", range(16))
+def test_an_elastic_resume_inside_a_change_reads_every_row_once(seed: int) -> None:
+    """Leg 0 delivers some steps on one topology; the rest of the epoch, on another, reads
+    each source's other positions once, and its phases hold what leg 0 left of each."""
+    rng = random.Random(seed)
+    rows = (rng.randint(30, 90) * 5, rng.randint(30, 90) * 5)
+    batch_size = rng.randint(2, 7)
+    schedule = [(0, [1, 1]), (rng.randint(1, 8), [rng.randint(0, 3), rng.randint(1, 3)])]
+    streams = mixed(
+        rows,
+        schedule,
+        rng.randint(150, 400),
+        batch_size=batch_size,
+        shuffle=False,
+        remainder="uneven",
+        mixing=rng.choice(["stratified", "random"]),
+    )
+    (w0, n0), (w1, n1) = [(rng.randint(1, 4), rng.randint(1, 3)) for _ in range(2)]
+    steps = streams.rank_batches(Topology(0, w0), 0)
+    done = rng.randint(1, max(1, steps - 1))
+    fresh = Iteration(0, steps=(w0, batch_size))
+    read: list[Counter[int]] = [Counter(), Counter()]
+    for rank in range(w0):
+        counts, _ = streams.rank_streams(fresh, Topology(rank, w0, 0, n0))
+        for worker, batches in enumerate(consumed(counts, done)):
+            stream = streams.resolve(fresh, Topology(rank, w0, worker, n0), done=0)
+            at = stream.first + min(batches * batch_size, stream.length)
+            got = stream.interleave.prefix(at) - stream.interleave.prefix(stream.first)
+            for i, source in enumerate(stream.sources):
+                positions = [x for run in source.runs for x in range(run.start, run.stop)]
+                read[i].update(positions[: int(got[i])])
+    legs = (Leg(w0, n0, streams.layout, done),)
+    after = Iteration(0, legs, steps=(w0, batch_size))
+    mix = streams.mixture.epoch(streams.layout, 0, legs, readers=(w1, n1), steps=(w0, batch_size))
+    for rank in range(w1):
+        for worker in range(n1):
+            stream = streams.resolve(after, Topology(rank, w1, worker, n1), done=0)
+            for i, source in enumerate(stream.sources):
+                read[i].update(x for run in source.runs for x in range(run.start, run.stop))
+    quotas_ = mix.sources[0].quota, mix.sources[1].quota
+    for i, got in enumerate(read):
+        assert sorted(got) == list(range(quotas_[i])), i  # every position of the epoch once
+        assert max(got.values(), default=1) == 1
+    # The new leg's phases hold, of each source, what is left of it.
+    assert list(mix.current.counts) == [sum(r.num_rows for r in x) for x in mix.items]
 
 
 @pytest.mark.parametrize("world_size,workers", [(1, 1), (2, 2), (3, 1)])

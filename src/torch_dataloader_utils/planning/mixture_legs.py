@@ -1,0 +1,193 @@
+"""A mixture's legs (pure): how its sequence is cut into streams, each source's blocks, and what
+an elastic resume leaves of each source (`leg_rest`).
+
+A leg's streams are cut from the mixture's sequence as one source's are; each stream's rows of
+a source are the ranges of that source's items its positions hold (one range, or one a phase
+in an epoch whose weights change: `phases.PhasedInterleave.ranges`). What the leg left of them
+is worked out as for one source (`resume.block_rest`, `resume.unskipped`), and, in an epoch
+whose weights change, so is how many of each phase's positions each source still holds.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import math
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+from .layout import Layout
+from .phases import Labels, PhaseCounts, PhasedInterleave
+from .resume import (
+    Leg,
+    block_rest,
+    consumed,
+    skipped_batches,
+    stream_batches,
+    stream_spans,
+    unskipped,
+)
+from .sequence import Deferred, Item, cut
+
+__all__ = ["leg_rest", "mixture_spans", "source_layouts"]
+
+
+def source_layouts(layout: Layout, counts: Sequence[int]) -> list[Layout]:
+    """Each source's blocks in a leg whose sequence holds ``counts`` rows of each: its share of
+    the mixture's block sizes (a worker holds a block of every source at once: about one
+    mixture block in all), at least one row. A source's rows are then shuffled over the same
+    stretch of the global sequence as every other source's."""
+    total = sum(counts)
+    out = []
+    for count in counts:
+        share = count / total if total else 0.0
+        block = max(1, math.ceil(layout.block_rows * share))
+        first = max(1, min(block, math.ceil(layout.first_block_rows * share)))
+        out.append(dataclasses.replace(layout, block_rows=block, first_block_rows=first))
+    return out
+
+
+def mixture_spans(
+    total: int, *, rank: int, world_size: int, num_workers: int, layout: Layout
+) -> list[tuple[int, int]]:
+    """`stream_spans` of a mixture's sequence: a packed mixture's cut at whole sequences
+    (``layout.unit`` positions), which are each one source's."""
+    unit = max(1, layout.unit)
+    if unit == 1:
+        return stream_spans(
+            total, rank=rank, world_size=world_size, num_workers=num_workers, layout=layout
+        )
+    units = dataclasses.replace(layout, batch_size=layout.batch_size // unit)
+    spans = stream_spans(
+        total // unit, rank=rank, world_size=world_size, num_workers=num_workers, layout=units
+    )
+    return [(a * unit, b * unit) for a, b in spans]
+
+
+def leg_rest(
+    interleave_of: Callable[..., Labels],
+    items: list[list[Item]],
+    phases: PhaseCounts,
+    leg: Leg,
+    depth: int,
+    *,
+    epoch: int,
+) -> tuple[list[list[Item]], PhaseCounts]:
+    """What is left of each source's ``items`` after ``leg`` (its streams' unread rows: the
+    rest of the block each stopped in, and the rows after it, less its skipped batches'), and
+    of ``phases`` (each phase's positions of each source, in an epoch whose weights change).
+
+    ``interleave_of(items, depth, phases, readers)``: the leg's interleave (`MixEpoch`).
+    """
+    layout = leg.layout
+    size = layout.batch_size
+    interleave = interleave_of(items, depth, phases, (leg.world_size, leg.num_workers, layout))
+    layouts = source_layouts(layout, interleave.counts)
+    left: list[list[Item]] = [[] for _ in items]
+    unread = None if phases is None else np.zeros((len(phases), len(items)), np.int64)
+    for rank in range(leg.world_size):
+        spans = mixture_spans(
+            interleave.total,
+            rank=rank,
+            world_size=leg.world_size,
+            num_workers=leg.num_workers,
+            layout=layout,
+        )
+        counts = stream_batches([b - a for a, b in spans], layout)
+        done = consumed(counts, leg.batches)
+        skipped = skipped_batches(counts, leg)
+        for worker, (a, b) in enumerate(spans):
+            read = min(done[worker] * size, b - a)
+            if read >= b - a:
+                continue
+            got = (interleave.prefix(a + read) - interleave.prefix(a)).tolist()
+            # The rows of each source in the stream's skipped batches (`Leg.skips`), counted
+            # in the order the stream delivers that source's rows.
+            gone = _source_offsets(interleave, a, b, skipped[worker], size)
+            if unread is not None:
+                assert isinstance(interleave, PhasedInterleave)
+                unread += _unread(interleave, (a, a + read, b), skipped[worker], size)
+            for i, ranges in enumerate(interleave.ranges(a, b)):
+                source_items, span = _stream_rows(items[i], ranges)
+                length = span[1] - span[0]
+                if got[i] >= length:
+                    continue
+                key = {
+                    "seed": layout.seed,
+                    "epoch": epoch,
+                    "stream": rank * leg.num_workers + worker,
+                    "leg": depth,
+                    "source": i,
+                }
+                if gone[i]:
+                    kept = unskipped(
+                        source_items, span, got[i], gone[i], layout=layouts[i], key=key
+                    )
+                    left[i].extend(kept)
+                    continue
+                partial, untouched = block_rest(source_items, span, got[i], layouts[i], key)
+                left[i].extend(partial)
+                if untouched < length:
+                    lo, hi = span[0] + untouched, span[1]
+                    left[i].append(Deferred(hi - lo, functools.partial(cut, source_items, lo, hi)))
+    return left, None if unread is None else unread.tolist()
+
+
+def _stream_rows(
+    items: list[Item], ranges: Sequence[tuple[int, int]]
+) -> tuple[list[Item], tuple[int, int]]:
+    """A stream's rows of a source as items and the span of them it reads: the source's
+    items and the one range, or (one range a phase) each range as an item of its own."""
+    if len(ranges) <= 1:
+        return items, ranges[0] if ranges else (0, 0)
+    parts: list[Item] = [Deferred(b - a, functools.partial(cut, items, a, b)) for a, b in ranges]
+    return parts, (0, sum(b - a for a, b in ranges))
+
+
+def _source_offsets(
+    interleave: Labels, start: int, stop: int, batches: Sequence[int], batch_size: int
+) -> list[list[np.ndarray]]:
+    """Each source's rows in ``batches`` of the stream at positions ``[start, stop)``, as
+    offsets in the order the stream delivers that source's rows."""
+    out: list[list[np.ndarray]] = [[] for _ in interleave.counts]
+    first = interleave.prefix(start)
+    for batch in batches:
+        lo = interleave.prefix(start + batch * batch_size) - first
+        hi = interleave.prefix(min(start + (batch + 1) * batch_size, stop)) - first
+        for i, (a, b) in enumerate(zip(lo.tolist(), hi.tolist(), strict=True)):
+            if b > a:
+                out[i].append(np.arange(a, b))
+    return out
+
+
+def _unread(
+    interleave: PhasedInterleave,
+    stream: tuple[int, int, int],
+    skipped: Sequence[int],
+    batch_size: int,
+) -> np.ndarray:
+    """Each phase's positions of each source that a stream (``(start, read to, stop)``) did
+    not deliver, its skipped batches' left out."""
+    start, at, stop = stream
+    cuts = sorted(
+        (start + b * batch_size, min(start + (b + 1) * batch_size, stop)) for b in skipped
+    )
+    out = np.zeros((len(interleave.phases), len(interleave.counts)), np.int64)
+    for lo, hi in _between(at, stop, cuts):
+        unit = interleave.unit
+        for _, phase, first, last in interleave.ranges_by_piece(lo // unit, hi // unit):
+            out[phase] += last - first
+    return out
+
+
+def _between(start: int, stop: int, holes: Sequence[tuple[int, int]]) -> list[tuple[int, int]]:
+    """``[start, stop)`` less the sorted ``holes``."""
+    out, at = [], start
+    for a, b in holes:
+        if a > at:
+            out.append((at, min(a, stop)))
+        at = max(at, b)
+    if at < stop:
+        out.append((at, stop))
+    return [(a, b) for a, b in out if b > a]
