@@ -243,6 +243,7 @@ def _cache_line(stats: Any) -> str:
 def _cache(args: argparse.Namespace) -> int:
     """Show or clear a node-local cache."""
     from .cache import CacheConfig, open_store
+    from .sources.kept import kept_plans
 
     config = CacheConfig.of(args.dir, None)
     if config is None:
@@ -250,13 +251,18 @@ def _cache(args: argparse.Namespace) -> int:
     store = open_store(config)
     if args.action == "clear":
         before = store.summary()
+        plans = kept_plans(config.directory, clear=True)
         store.clear()
-        print(f"cleared {config.directory}: {before.ranges:,} ranges, {before.bytes / 1e6:,.1f} MB")
+        print(
+            f"cleared {config.directory}: {before.ranges:,} ranges, "
+            f"{before.bytes / 1e6:,.1f} MB, {plans} kept plans"
+        )
         return 0
     held = store.summary()
     print(
         f"{held.directory}: {held.bytes / 1e6:,.1f} MB in {held.ranges:,} ranges of "
-        f"{held.files:,} files, {held.metadata:,} metadata entries"
+        f"{held.files:,} files, {held.metadata:,} metadata entries, "
+        f"{kept_plans(config.directory)} kept plans"
         + (f", {held.leftovers} unfinished writes" if held.leftovers else "")
     )
     return 0

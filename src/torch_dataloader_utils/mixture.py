@@ -22,6 +22,7 @@ from .planning.interleave import MIXINGS, Mixing
 from .planning.mixture import Mixture, quotas
 from .planning.schedule import Schedule
 from .planning.streams import Mixed
+from .sources.broadcast import Spread
 from .sources.files import Planned
 from .sources.planned import PlannedSource
 
@@ -127,10 +128,10 @@ class MixtureDataset(StructuredDataset):
     def _format(self, source: Source) -> Format:
         return table_format() if source.table is not None else super()._format(source)
 
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
+    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec, spread: Spread) -> Planned:
         if source.table is not None:
-            return plan_table(source, fs, **self._counting())
-        return super()._plan(source, fmt, fs)
+            return spread.from_rank0(lambda: plan_table(source, fs, **self._counting()))
+        return super()._plan(source, fmt, fs, spread)
 
     def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
         """One plan of every source's chunks, the quotas, and the streams of the interleave."""

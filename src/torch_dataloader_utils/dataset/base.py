@@ -23,6 +23,7 @@ from ..options import Options, Source
 from ..planning import Iteration, Layout, Piece, Plan, Ranks, Topology, strategy_of
 from ..planning.budget import group_rows
 from ..planning.streams import Budgeted, OneSource, Stream, Streams
+from ..sources.broadcast import Spread
 from ..sources.files import Planned
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
@@ -88,7 +89,7 @@ class PlannedDataset(IterableDataset[Any]):
         # up (the others receive the result), else here.
         planned = plan_sources(
             len(sources),
-            lambda i: self._plan(sources[i], formats[i], filesystems[i]),
+            lambda i, spread: self._plan(sources[i], formats[i], filesystems[i], spread),
             explicit=options.rank is not None,
         )
         self.sources: tuple[PlannedSource, ...] = tuple(
@@ -182,8 +183,8 @@ class PlannedDataset(IterableDataset[Any]):
         """The format ``source`` is read with (on every rank)."""
         raise NotImplementedError
 
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
-        """Plan ``source`` (on rank 0 only)."""
+    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec, spread: Spread) -> Planned:
+        """Plan ``source`` on every rank of ``spread`` (each step on the ranks it says)."""
         raise NotImplementedError
 
     def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:

@@ -16,8 +16,11 @@ from ..fs import FileSystemSpec, Paths, RetryPolicy, StorageBackend, StorageOpti
 from ..loader import TabularDataLoader
 from ..options import LOADER_KEYWORDS, LoaderOptions, Options, Source, ranks_of
 from ..planning import Remainder, SplitStrategy
-from ..sources.files import Planned, plan_source
+from ..sources.broadcast import Spread
+from ..sources.files import Planned
+from ..sources.kept import KeptPlans
 from ..sources.planned import PlannedSource
+from ..sources.steps import plan_files
 from ..stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES
 from .base import PlannedDataset
 
@@ -196,25 +199,35 @@ class StructuredDataset(PlannedDataset):
         """The format ``source`` is read with (on every rank)."""
         return get_format(source.format, source.format_options)
 
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
-        """Plan ``source``: list, read footers, count filtered rows (on rank 0 only)."""
+    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec, spread: Spread) -> Planned:
+        """Plan ``source``: list, read footers (a share on each rank), count filtered rows;
+        from the plan kept in ``cache_dir`` when the listing is unchanged (`sources.steps`)."""
         if source.table is not None:
             raise InvalidArgumentError(
                 f"{type(self).__name__} reads files; read the table {source.label!r} with "
                 "IcebergDataset, or as a tdu.Source of a mixture"
             )
         assert source.path is not None
-        return plan_source(
+        options = {
+            "columns": source.columns,
+            "filters": source.filters,
+            "partitioning": source.partitioning,
+            "split_bytes": source.split_bytes,
+            "split_rows": source.split_rows,
+            **self._counting(),
+        }
+        kept = None
+        if self.cache is not None:  # (what changes the plan keys it)
+            given = {**options, "filters": None if source.filters is None else str(source.filters)}
+            kept = KeptPlans.of(self.cache.directory, fmt, fs.protocol, source.path, given)
+        return plan_files(
             source.path,
             fmt,
             fs,
-            columns=source.columns,
-            filters=source.filters,
-            partitioning=source.partitioning,
-            split_bytes=source.split_bytes,
-            split_rows=source.split_rows,
+            spread=spread,
+            kept=kept,
             cached=self._cached if self.cache is not None else None,
-            **self._counting(),
+            **options,
         )
 
     def _counting(self) -> dict[str, Any]:

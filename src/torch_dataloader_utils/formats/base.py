@@ -102,6 +102,33 @@ class Format(ABC):
             CorruptFileError: the file cannot be parsed.
         """
 
+    # Whether ``plan`` is ``assemble`` over each file's ``facts``: planning may then read the
+    # facts on several ranks and keep them between runs (`sources.spread`, `sources.store`).
+    per_file: bool = False
+
+    def facts(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> list[Any]:
+        """What planning reads of each of ``files`` (picklable, small), in order; a
+        ``per_file`` format's. Errors as `plan`'s."""
+        raise NotImplementedError(f"{type(self).__name__} plans its files together")
+
+    def assemble(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        facts: Sequence[Any],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> FormatPlan:
+        """The plan of ``files`` from their ``facts`` (read now, or on other ranks, or kept from
+        an earlier run); a ``per_file`` format's. Errors as `plan`'s."""
+        raise NotImplementedError(f"{type(self).__name__} plans its files together")
+
     @abstractmethod
     def plan(
         self,

@@ -12,6 +12,7 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from pyarrow import orc
@@ -326,9 +327,31 @@ class OrcFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> FormatPlan:
-        facts = each_file(lambda f: _read_facts(f, fs), files)
+        return self.assemble(
+            files, partitions, self.facts(files, partitions, fs, options), fs, options
+        )
+
+    per_file = True
+
+    def facts(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> list[Any]:
+        return each_file(lambda f: _read_facts(f, fs), files)
+
+    def assemble(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        facts: Sequence[Any],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> FormatPlan:
         for f, fact in zip(files, facts, strict=True):
-            warn_renamed(fs.url(f.path), fact.schema.names, stacklevel=3)
+            warn_renamed(fs.url(f.path), fact.schema.names, stacklevel=4)
         schema = check_schemas(
             files,
             [FileSchema(unique_schema(f.schema), bool(f.stripes)) for f in facts],

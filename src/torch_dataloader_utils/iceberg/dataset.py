@@ -14,6 +14,7 @@ from ..formats import Format
 from ..fs import FileSystemSpec
 from ..loader import TabularDataLoader
 from ..options import Options, Source
+from ..sources.broadcast import Spread
 from ..sources.files import Planned
 from .catalog import TableName, require_pyiceberg, table_name
 from .snapshots import SnapshotSelector
@@ -172,8 +173,8 @@ class IcebergDataset(StructuredDataset):
     def _format(self, source: Source) -> Format:
         return table_format()
 
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec) -> Planned:
-        return plan_table(source, fs, **self._counting())
+    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec, spread: Spread) -> Planned:
+        return spread.from_rank0(lambda: plan_table(source, fs, **self._counting()))
 
     @property
     def snapshot_id(self) -> int | None:

@@ -24,17 +24,18 @@ import logging
 import os
 import pickle
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any, TypeVar, cast
 
 import torch.distributed as dist
 
 from ..errors import InvalidArgumentError, PlanTimeoutError
 
-__all__ = ["PLAN_TIMEOUT_ENV", "plan_once", "plan_timeout"]
+__all__ = ["PLAN_TIMEOUT_ENV", "Gathered", "Spread", "plan_once", "plan_timeout"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
+U = TypeVar("U")
 
 # Seconds the other ranks wait for rank 0 to plan, from this environment variable.
 PLAN_TIMEOUT_ENV = "TDU_PLAN_TIMEOUT"
@@ -97,8 +98,12 @@ def plan_once(make: Callable[[], T], *, explicit: bool) -> T:
     if dist.get_world_size() == 1:
         return make()
     timeout = plan_timeout()  # on every rank: a bad value fails before any collective
+    return _from_rank0(make, _default_store(), timeout)
+
+
+def _from_rank0(make: Callable[[], T], store: Any, timeout: float) -> T:
+    """`plan_once` in a process group of several ranks."""
     key = f"torch_dataloader_utils/plan/{next(_calls)}"
-    store = _default_store()
     box: list[object] = [None]
     if dist.get_rank() == 0:
         try:
@@ -119,6 +124,92 @@ def plan_once(make: Callable[[], T], *, explicit: bool) -> T:
     if kind == "error":
         raise value
     return cast(T, value)
+
+
+class Gathered(list[tuple[str, Any]]):
+    """What each rank's share of some work gave (`Spread.share`), in rank order."""
+
+    def values(self) -> list[Any]:
+        """Every rank's results, concatenated in rank order.
+
+        Raises:
+            Exception: the first rank's error, if any rank failed.
+        """
+        out: list[Any] = []
+        for kind, value in self:
+            if kind == "error":
+                raise value
+            out.extend(value)
+        return out
+
+
+class Spread:
+    """Planning over the ranks of the default process group: steps rank 0 takes for every rank
+    (`from_rank0`, as `plan_once`) and work each rank does a share of (`share`). Without a
+    group of several ranks (or with an ``explicit`` rank), both run here."""
+
+    def __init__(self, *, explicit: bool) -> None:
+        self.active = (
+            not explicit
+            and dist.is_available()
+            and dist.is_initialized()
+            and dist.get_world_size() > 1
+        )
+        self.rank = dist.get_rank() if self.active else 0
+        self.world_size = dist.get_world_size() if self.active else 1
+        # On every rank: a bad value fails before any collective.
+        self._timeout = plan_timeout() if self.active else 0.0
+        self._store = _default_store() if self.active else None
+
+    def from_rank0(self, make: Callable[[], T]) -> T:
+        """``make()`` on rank 0, its value (or error) on every rank (see `plan_once`)."""
+        if not self.active:
+            return make()
+        return _from_rank0(make, self._store, self._timeout)
+
+    def share(self, items: Sequence[T], work: Callable[[Sequence[T]], list[U]]) -> Gathered:
+        """``work`` of each rank's share of ``items`` (a contiguous part, by rank), gathered on
+        rank 0 (the others get nothing back). A rank that fails sends its error instead; rank
+        0 raises it with `Gathered.values`, inside its next `from_rank0`, so every rank learns.
+
+        The ranks wait for each other outside any collective (a count in the store, for up to
+        ``$TDU_PLAN_TIMEOUT`` seconds), then gather.
+        """
+        if not self.active:
+            return Gathered([("ok", work(items))])
+        n = len(items)
+        mine = items[n * self.rank // self.world_size : n * (self.rank + 1) // self.world_size]
+        try:
+            box: tuple[str, Any] = ("ok", work(mine))
+        except Exception as exc:
+            box = ("error", _portable(exc))
+        key = f"torch_dataloader_utils/share/{next(_calls)}"
+        if self._store is not None:
+            self._store.add(key, 1)
+            _await_count(self._store, key, self.world_size, self._timeout)
+        got: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(box, got, dst=0)
+        return Gathered(got or [])
+
+
+def _await_count(store: Any, key: str, count: int, timeout: float) -> None:
+    """Poll the counter ``key`` until ``count`` ranks added to it.
+
+    Raises:
+        PlanTimeoutError: not within ``timeout`` seconds.
+    """
+    start = time.monotonic()
+    pause = 0.01
+    while (done := int(store.add(key, 0))) < count:
+        waited = time.monotonic() - start
+        if waited >= timeout:
+            raise PlanTimeoutError(
+                f"rank {dist.get_rank()}: {count - done} of {count} ranks did not finish their "
+                f"share of planning within {timeout:.0f} s; set {PLAN_TIMEOUT_ENV} (seconds) to "
+                "wait longer"
+            )
+        time.sleep(min(pause, timeout - waited))
+        pause = min(pause * 2, _POLL_MAX)
 
 
 def _default_store() -> Any:

@@ -28,7 +28,16 @@ from ..planning import Chunk, Chunks, Plan
 from .counting import count_lengths, count_rows, count_tokens
 from .filters import filter_columns
 
-__all__ = ["Planned", "check_tokens", "decoded_row_bytes", "plan_source"]
+__all__ = [
+    "Planned",
+    "Prepared",
+    "check_tokens",
+    "decoded_row_bytes",
+    "finish_source",
+    "list_source",
+    "plan_source",
+    "prepare_source",
+]
 
 # Rows read at plan time to measure the decoded size of a row: at most this many, and about
 # `_SAMPLE_BYTES` of them by the plan's estimate (the footers' encoded sizes).
@@ -72,8 +81,54 @@ class Planned:
     row_lengths: np.ndarray | None = None
 
 
-def plan_source(
+@dataclass(frozen=True)
+class Prepared:
+    """A source as rank 0 found it before any file's metadata is planned (picklable: it goes
+    to every rank, which plans a share of its files, `sources.spread`).
+
+    Attributes:
+        path: the source as given.
+        files: the listed files, in canonical order.
+        partitions: each file's hive partition.
+        read_options: what the format plans with.
+        wanted: the columns batches carry (all: ``None`` until the plan says).
+        needed: the filter's columns.
+        partition_schema: the hive keys' schema.
+        counting: what planning also counts (``tokens``, ``eos``, ``lengths``).
+    """
+
+    path: Paths
+    files: list[SourceFile]
+    partitions: list[tuple[tuple[str, object], ...]]
+    read_options: ReadOptions
+    wanted: list[str] | None
+    needed: tuple[str, ...]
+    partition_schema: pa.Schema
+    filters: Any
+    partitioning: str | None
+    counting: dict[str, Any]
+
+    @property
+    def identities(self) -> dict[str, tuple[int, str]]:
+        """Each listed file's size and version."""
+        return {f.path: (f.size, f.version) for f in self.files}
+
+
+def list_source(path: Paths, fmt: Format) -> Callable[[FileSystemSpec], list[SourceFile]]:
+    """How to list ``path``'s files of ``fmt`` (its companions left out)."""
+
+    def listing(fs: FileSystemSpec) -> list[SourceFile]:
+        files = [f for f in list_files(path, fs) if not fmt.companion(f.path)]
+        if not files:
+            raise InvalidSourceError(f"{path!r} lists no {fmt.name} files, only their companions")
+        return files
+
+    return listing
+
+
+def prepare_source(
     path: Paths,
+    files: list[SourceFile],
     fmt: Format,
     fs: FileSystemSpec,
     *,
@@ -82,29 +137,16 @@ def plan_source(
     partitioning: str | None,
     split_bytes: int | None,
     split_rows: int | None,
-    cached: Callable[..., FileSystemSpec] | None = None,
     tokens: str | None = None,
     eos: bool = False,
     lengths: str | None = None,
-) -> Planned:
-    """List, read footers, count filtered rows, measure rows: everything planning reads.
-
-    ``tokens``: a list column whose values in each chunk's rows are counted (a packed
-    dataset's), with one more for each document that is not null when ``eos``.
-    ``lengths``: a list column whose every row's length is kept (a token budget's index).
-    ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local cache, so a
-    second plan of the same files reads their footers, indexes and scans from it.
+) -> Prepared:
+    """The listed ``files`` checked and the read options worked out: one file's schema read.
 
     Raises:
-        StorageNotFoundError: ``path`` does not exist.
         ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
-        SchemaMismatchError: files disagree on the columns read, or a hive key is a column.
+        SchemaMismatchError: a hive key is a column.
     """
-    files = [f for f in list_files(path, fs) if not fmt.companion(f.path)]
-    if not files:
-        raise InvalidSourceError(f"{path!r} lists no {fmt.name} files, only their companions")
-    if cached is not None:  # (the listing just told each identity: nothing to check)
-        fs = cached(fs, {f.path: (f.size, f.version) for f in files}, trusted=True)
     # The column names come from the first file with bytes: an empty text file has none.
     probe = next((f for f in files if f.size), files[0])
     if partitioning == "hive":
@@ -146,42 +188,114 @@ def plan_source(
         partition_schema=partition_schema,
         tokens=tokens,  # (a format may count them from its metadata: planning only)
     )
-    planned = fmt.plan(files, partitions, fs, read_options)
+    return Prepared(
+        path=path,
+        files=files,
+        partitions=list(partitions),
+        read_options=read_options,
+        wanted=wanted if columns is not None else None,
+        needed=needed,
+        partition_schema=partition_schema,
+        filters=filters,
+        partitioning=partitioning,
+        counting={"tokens": tokens, "eos": eos, "lengths": lengths},
+    )
+
+
+def finish_source(
+    prepared: Prepared, planned: FormatPlan, fmt: Format, fs: FileSystemSpec
+) -> Planned:
+    """The source's plan from its format's: the rows a filter passes, tokens and lengths
+    counted, a row's decoded size measured.
+
+    Raises:
+        SchemaMismatchError: the columns read are not readable together.
+    """
+    p = prepared
     # With what the plan learned; the token column is planning's, not the reads'.
-    read_options = dataclasses.replace(planned.read_options or read_options, tokens=None)
-    if columns is None:
-        # All columns: the plan's, which may be more than the first file's (WebDataset shards
-        # with other extensions).
-        wanted = [*planned.schema.names, *partition_schema.names]
+    read_options = dataclasses.replace(planned.read_options or p.read_options, tokens=None)
+    partition_schema = p.partition_schema
+    # All columns (none asked): the plan's, which may be more than the first file's
+    # (WebDataset shards with other extensions).
+    wanted = p.wanted or [*planned.schema.names, *partition_schema.names]
     filtered_rows, chunk_tokens, row_lengths = _counted(
         planned,
         fmt,
         fs,
         read_options,
-        needed=[c for c in needed if c not in partition_schema.names],
-        filtered=filters is not None,
-        tokens=tokens,
-        eos=eos,
-        lengths=lengths,
+        needed=[c for c in p.needed if c not in partition_schema.names],
+        filtered=p.filters is not None,
+        **p.counting,
     )
     schema = pa.schema(list(planned.schema) + list(partition_schema))
-    check_readable(schema, str(path))
+    check_readable(schema, str(p.path))
     plan = Plan(
         chunks=Chunks.of(planned.chunks),
         schema=pa.schema([schema.field(c) for c in wanted]),
         row_bytes=planned.row_bytes,
-        details=Plan.details_of(format=fmt.name, columns=wanted, filter=filters, hive=partitioning),
+        details=Plan.details_of(
+            format=fmt.name, columns=wanted, filter=p.filters, hive=p.partitioning
+        ),
         filtered_rows=filtered_rows,
-        files={f.path: (f.size, f.version) for f in files},
+        files=p.identities,
     )
     return Planned(
         read_options=read_options,
         plan=plan,
-        output_columns=tuple(wanted) if needed or columns is not None else None,
+        output_columns=tuple(wanted) if p.needed or p.wanted is not None else None,
         decoded_row_bytes=decoded_row_bytes(plan.chunks, plan.row_bytes, read_options, fmt, fs),
         chunk_tokens=chunk_tokens,
         row_lengths=row_lengths,
     )
+
+
+def plan_source(
+    path: Paths,
+    fmt: Format,
+    fs: FileSystemSpec,
+    *,
+    columns: Sequence[str] | None,
+    filters: Any,
+    partitioning: str | None,
+    split_bytes: int | None,
+    split_rows: int | None,
+    cached: Callable[..., FileSystemSpec] | None = None,
+    tokens: str | None = None,
+    eos: bool = False,
+    lengths: str | None = None,
+) -> Planned:
+    """List, read footers, count filtered rows, measure rows: everything planning reads, here.
+
+    ``tokens``: a list column whose values in each chunk's rows are counted (a packed
+    dataset's), with one more for each document that is not null when ``eos``.
+    ``lengths``: a list column whose every row's length is kept (a token budget's index).
+    ``cached(fs, identities, trusted=True)``: ``fs`` reading through a node-local cache, so a
+    second plan of the same files reads their footers, indexes and scans from it.
+
+    Raises:
+        StorageNotFoundError: ``path`` does not exist.
+        ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
+        SchemaMismatchError: files disagree on the columns read, or a hive key is a column.
+    """
+    files = list_source(path, fmt)(fs)
+    if cached is not None:  # (the listing just told each identity: nothing to check)
+        fs = cached(fs, {f.path: (f.size, f.version) for f in files}, trusted=True)
+    prepared = prepare_source(
+        path,
+        files,
+        fmt,
+        fs,
+        columns=columns,
+        filters=filters,
+        partitioning=partitioning,
+        split_bytes=split_bytes,
+        split_rows=split_rows,
+        tokens=tokens,
+        eos=eos,
+        lengths=lengths,
+    )
+    planned = fmt.plan(prepared.files, prepared.partitions, fs, prepared.read_options)
+    return finish_source(prepared, planned, fmt, fs)
 
 
 def _counted(

@@ -12,7 +12,7 @@ import numpy as np
 from ..formats import Format, ReadOptions
 from ..fs import FileSystemSpec
 from ..planning import Plan
-from .broadcast import plan_once
+from .broadcast import Spread
 from .files import Planned
 
 __all__ = ["PlannedSource", "plan_sources", "planned_source"]
@@ -53,21 +53,19 @@ class PlannedSource:
 
 def plan_sources(
     count: int,
-    plan: Callable[[int], Planned],
+    plan: Callable[[int, Spread], Planned],
     *,
     explicit: bool,
 ) -> list[Planned]:
-    """``plan(i)`` for each of ``count`` sources, in threads, once: on rank 0 when
-    torch.distributed is up and the rank was not ``explicit`` (the others receive the plans in
-    one broadcast, `plan_once`), else here."""
-
-    def plan_all() -> list[Planned]:
-        if count == 1:
-            return [plan(0)]
-        with ThreadPoolExecutor(min(count, _PLAN_SOURCES), "tdu-sources") as pool:
-            return list(pool.map(plan, range(count)))
-
-    return plan_once(plan_all, explicit=explicit)
+    """``plan(i, spread)`` for each of ``count`` sources. When torch.distributed is up and the
+    rank was not ``explicit``, on every rank, one source after another (each plan's steps run
+    on the ranks its `Spread` says: rank 0 lists, every rank reads a share of the footers);
+    else here, the sources in threads."""
+    spread = Spread(explicit=explicit)
+    if spread.active or count == 1:
+        return [plan(i, spread) for i in range(count)]
+    with ThreadPoolExecutor(min(count, _PLAN_SOURCES), "tdu-sources") as pool:
+        return list(pool.map(lambda i: plan(i, spread), range(count)))
 
 
 def planned_source(

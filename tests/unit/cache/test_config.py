@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
@@ -60,7 +62,9 @@ def test_a_local_source_is_read_uncached(tmp_path: Path) -> None:
     assert sorted(i for b in loader for i in b["id"].tolist()) == list(range(100))
     stats = loader.cache_stats
     assert stats is not None and (stats.hits, stats.misses) == (0, 0)
-    assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and "lock" not in str(p)]
+    # No data cached, only the plan kept (local sources' plans are kept too: sources.kept).
+    held = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and "lock" not in str(p)]
+    assert [p.parent.name for p in held] == ["tdu-plans-v1"]
 
 
 def test_tdu_cache_shows_and_clears(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -69,9 +73,15 @@ def test_tdu_cache_shows_and_clears(tmp_path: Path, capsys: pytest.CaptureFixtur
         key = file_key(f"s3://b/{i}", 10**6, "v")
         store.put(key, 0, b"a" * 1000)
         store.put(key, 1000, b"b" * 1000)
+    data = tmp_path / "data"
+    data.mkdir()
+    pq.write_table(pa.table({"id": list(range(10))}), data / "a.parquet")
+    tdu.create_dataloader(str(data), batch_size=5, cache_dir=tmp_path)  # (a kept plan)
     assert main(["cache", "--dir", str(tmp_path)]) == 0
-    assert "6 ranges of 3 files" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "6 ranges of 3 files" in out and "1 kept plans" in out
     assert main(["cache", "clear", "--dir", str(tmp_path)]) == 0
     assert "cleared" in capsys.readouterr().out
     assert main(["cache", "show", "--dir", str(tmp_path)]) == 0
-    assert "0 ranges of 0 files" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "0 ranges of 0 files" in out and "0 kept plans" in out

@@ -9,6 +9,7 @@ format), both parsed from their flatbuffers by `layout`.
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 import pyarrow as pa
 from pyarrow import ipc
@@ -96,9 +97,32 @@ class IpcFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> FormatPlan:
-        layouts = each_file(lambda f: _layout(f, fs), files)
+        return self.assemble(
+            files, partitions, self.facts(files, partitions, fs, options), fs, options
+        )
+
+    per_file = True
+
+    def facts(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> list[Any]:
+        return each_file(lambda f: _layout(f, fs), files)
+
+    def assemble(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        facts: Sequence[Any],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> FormatPlan:
+        layouts = facts
         for f, x in zip(files, layouts, strict=True):
-            warn_renamed(fs.url(f.path), x.schema.names, stacklevel=3)
+            warn_renamed(fs.url(f.path), x.schema.names, stacklevel=4)
         schema = check_schemas(
             files,
             [FileSchema(unique_schema(x.schema), any(b.rows for b in x.batches)) for x in layouts],

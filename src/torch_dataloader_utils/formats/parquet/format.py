@@ -23,7 +23,7 @@ from ..opening import open_input, parsing, slice_batches
 from .facts import chunk_ranges, leaf_owners
 from .footer import Footer, footer_file, read_footer
 from .leafless import ParquetReadOptions, put_back
-from .planning import plan_files
+from .planning import assemble, plan_files, read_all
 from .renaming import Renaming, asked
 
 __all__ = ["ParquetFormat"]
@@ -114,6 +114,27 @@ class ParquetFormat(Format):
         options: ReadOptions,
     ) -> FormatPlan:
         return plan_files(files, partitions, fs, options)
+
+    per_file = True
+
+    def facts(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> list[Any]:
+        return list(read_all(files, partitions, fs, options))
+
+    def assemble(
+        self,
+        files: Sequence[SourceFile],
+        partitions: Sequence[tuple[tuple[str, object], ...]],
+        facts: Sequence[Any],
+        fs: FileSystemSpec,
+        options: ReadOptions,
+    ) -> FormatPlan:
+        return assemble(files, partitions, facts, fs, options)
 
     def _file(self, path: str, fs: FileSystemSpec) -> tuple[pq.ParquetFile, Renaming | None]:
         def open_file() -> tuple[pq.ParquetFile, Renaming | None]:

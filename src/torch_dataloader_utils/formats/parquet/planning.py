@@ -19,7 +19,7 @@ from .facts import FileFacts, read_facts
 from .leafless import read_options
 from .tokens import Told, chunk_tokens
 
-__all__ = ["plan_files"]
+__all__ = ["assemble", "plan_files", "read_all"]
 
 # Why these values, with the numbers measured: docs/adr/0019-format-measurements.md.
 # Files per planning task, at most (progress is counted per task; one file a task costs more).
@@ -35,7 +35,17 @@ def plan_files(
     options: ReadOptions,
 ) -> FormatPlan:
     """`ParquetFormat.plan`: the footers of ``files`` read into chunks of row groups."""
-    facts = _read_all(files, partitions, fs, options)
+    return assemble(files, partitions, read_all(files, partitions, fs, options), fs, options)
+
+
+def assemble(
+    files: Sequence[SourceFile],
+    partitions: Sequence[tuple[tuple[str, object], ...]],
+    facts: Sequence[FileFacts],
+    fs: FileSystemSpec,
+    options: ReadOptions,
+) -> FormatPlan:
+    """The plan of ``files`` from their footers' facts (`read_all`): chunks of row groups."""
     for f, fact in zip(files, facts, strict=True):
         if fact.renamed is not None:
             # (one frame deeper than ParquetFormat.plan, which warned with stacklevel=3)
@@ -68,7 +78,7 @@ def plan_files(
     )
 
 
-def _read_all(
+def read_all(
     files: Sequence[SourceFile],
     partitions: Sequence[tuple[tuple[str, object], ...]],
     fs: FileSystemSpec,
