@@ -1,9 +1,10 @@
 """Plans kept between runs in ``cache_dir`` (rank 0's): a restart plans from them.
 
 A source's planning options and this library's version key a file of its own
-(``<cache_dir>/tdu-plans-v1/<key>.pickle``). It holds the plan of the last run's listing and,
-for a format planned file by file (`Format.per_file`), each file's facts by its identity (size
-and version: ETag, generation or mtime). A restart whose listing is unchanged takes the plan
+(``<cache_dir>/tdu-plans-v1/<key>.pickle``). It holds the plan of the last run's listing;
+beside it (``.facts``), for a format planned file by file (`Format.per_file`), each file's
+facts by its identity (size and version: ETag, generation or mtime), read only when the
+listing changed. A restart whose listing is unchanged takes the plan
 as it is: no footer read, no row counted. A changed listing reads the facts of the files
 whose identity is new, and only those; a file's old facts are never used for a new identity.
 A file that cannot be read or unpickled is planned from scratch (and rewritten).
@@ -25,7 +26,7 @@ from typing import Any
 
 from ..fs import SourceFile
 
-__all__ = ["KEPT_FOLDER", "Kept", "KeptPlans", "kept_plans", "listing_digest"]
+__all__ = ["KEPT_FOLDER", "Kept", "KeptPlans", "facts_of", "kept_plans", "listing_digest"]
 
 logger = logging.getLogger(__name__)
 
@@ -70,21 +71,23 @@ class Kept:
     Attributes:
         listing: the listing's digest (`listing_digest`).
         planned: the source's plan (`files.Planned`).
-        facts: each file's facts by path, with the identity they were read at.
+        facts: each file's facts by path, with the identity they were read at (kept apart:
+            read only when the listing changed).
     """
 
     listing: str
     planned: Any
     facts: dict[str, tuple[int, str, Any]] = field(default_factory=dict)
 
-    def facts_of(self, files: Sequence[SourceFile]) -> dict[str, Any]:
-        """The kept facts of those of ``files`` whose identity is unchanged."""
-        out = {}
-        for f in files:
-            kept = self.facts.get(f.path)
-            if kept is not None and kept[:2] == (f.size, f.version):
-                out[f.path] = kept[2]
-        return out
+
+def facts_of(kept: dict[str, tuple[int, str, Any]], files: Sequence[SourceFile]) -> dict[str, Any]:
+    """The ``kept`` facts of those of ``files`` whose identity is unchanged."""
+    out = {}
+    for f in files:
+        old = kept.get(f.path)
+        if old is not None and old[:2] == (f.size, f.version):
+            out[f.path] = old[2]
+    return out
 
 
 @dataclass(frozen=True)
@@ -106,30 +109,46 @@ class KeptPlans:
 
     @property
     def path(self) -> str:
+        """The file of the plan (its facts: beside it, ``.facts``)."""
         return os.path.join(self.directory, KEPT_FOLDER, f"{self.key}.pickle")
 
     def load(self) -> Kept | None:
-        """The last run's, if any (and readable)."""
+        """The last run's plan, if any (and readable); its facts are read by `facts`."""
+        kept = self._read(self.path)
+        return kept if isinstance(kept, Kept) else None
+
+    def facts(self, listing: str) -> dict[str, tuple[int, str, Any]]:
+        """The last run's facts of each file (none where unreadable, or of another listing
+        than the plan's: a run that stopped between the two writes)."""
+        got = self._read(self.path + ".facts")
+        if isinstance(got, tuple) and len(got) == 2 and got[0] == listing:
+            return dict(got[1])
+        return {}
+
+    def save(self, kept: Kept) -> None:
+        """Keep ``kept``: its facts, then its plan (each written whole, then renamed into place:
+        a reader never sees half)."""
+        self._write(self.path + ".facts", (kept.listing, kept.facts))
+        self._write(self.path, Kept(kept.listing, kept.planned))
+
+    def _read(self, path: str) -> Any:
         try:
-            with open(self.path, "rb") as file:
-                kept = pickle.load(file)
+            with open(path, "rb") as file:
+                return pickle.load(file)
         except FileNotFoundError:
             return None
         except Exception as exc:  # a torn or foreign file: plan from scratch
-            logger.warning("kept plan %s is unreadable (%s): planning from scratch", self.path, exc)
+            logger.warning("kept plan %s is unreadable (%s): planning from scratch", path, exc)
             return None
-        return kept if isinstance(kept, Kept) else None
 
-    def save(self, kept: Kept) -> None:
-        """Keep ``kept`` (written whole, then renamed into place: a reader never sees half)."""
-        folder = os.path.dirname(self.path)
-        tmp = f"{self.path}.{os.getpid()}-{threading.get_ident()}.tmp"
+    def _write(self, path: str, value: Any) -> None:
+        tmp = f"{path}.{os.getpid()}-{threading.get_ident()}.tmp"
         try:
-            os.makedirs(folder, exist_ok=True)
+            os.makedirs(os.path.dirname(path), exist_ok=True)
             with open(tmp, "wb") as file:
-                pickle.dump(kept, file, protocol=pickle.HIGHEST_PROTOCOL)
-            os.replace(tmp, self.path)
+                pickle.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL)
+            os.replace(tmp, path)
         except OSError as exc:  # a full or read-only disk: the next run plans from scratch
-            logger.warning("cannot keep the plan in %s: %s", self.path, exc)
+            logger.warning("cannot keep the plan in %s: %s", path, exc)
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

@@ -23,7 +23,7 @@ from ..formats import Format
 from ..fs import FileSystemSpec, Paths, SourceFile
 from .broadcast import Spread
 from .files import Planned, Prepared, finish_source, list_source, prepare_source
-from .kept import Kept, KeptPlans, listing_digest
+from .kept import Kept, KeptPlans, facts_of, listing_digest
 
 __all__ = ["plan_files"]
 
@@ -69,8 +69,8 @@ def plan_files(
             logger.info("%s: planned from the plan kept in %s", path, kept and kept.path)
             return _Begun(old.planned)
         prepared = prepare_source(path, files, fmt, _through(cached, fs, files), **options)
-        if old is not None and fmt.per_file:
-            known.update(old.facts_of(files))
+        if old is not None and kept is not None and fmt.per_file:
+            known.update(facts_of(kept.facts(old.listing), files))
         missing = tuple(i for i, f in enumerate(files) if f.path not in known)
         if known:
             logger.info(

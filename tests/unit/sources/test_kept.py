@@ -106,8 +106,12 @@ def test_an_unreadable_kept_plan_is_planned_from_scratch(
 ) -> None:
     cache = tmp_path / "cache"
     load(data, cache, reads)
-    (stored,) = (cache / kept.KEPT_FOLDER).iterdir()
+    (stored,) = (cache / kept.KEPT_FOLDER).glob("*.pickle")
     stored.write_bytes(b"not a pickle")
     assert len(load(data, cache, reads)[0]) == FILES
     assert "unreadable" in caplog.text
     assert load(data, cache, reads)[0] == []  # (and kept again)
+    # Facts unreadable, or of another listing: the changed listing reads every file.
+    Path(f"{stored}.facts").write_bytes(b"torn")
+    rewrite(data / "part-1.parquet", 5)
+    assert len(load(data, cache, reads)[0]) == FILES
