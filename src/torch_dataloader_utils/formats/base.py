@@ -70,7 +70,7 @@ class FormatPlan:
             told.
     """
 
-    chunks: list[Chunk]
+    chunks: Sequence[Chunk]  # (`Chunks`, columns, where a format builds them so)
     schema: pa.Schema
     row_bytes: float
     read_options: ReadOptions | None = None
