@@ -14,6 +14,10 @@ Three sections (issue 15), each selectable with ``--only``:
       read), in time and peak traced memory (tracemalloc, a second run);
   (d) elastic resume: a state taken in the middle of an epoch on 4,096 ranks x 8 workers,
       resumed on 2,048, 64 and 8 ranks x 8 workers: one new worker's ``resolve`` plus pieces.
+  (e) a mixture's elastic resume: N chunks as 3 sources (40/30/30%), ``"random"`` mixing, a
+      state taken mid-epoch on 512 ranks x 8 workers, resumed on 256, 64 and 8 ranks x 8
+      workers: one new worker's ``resolve`` plus pieces, and apart its part that works out what
+      the old leg left of each source (``MixEpoch.items``: every old stream), best of 3.
 
   Times are this process's CPU time by default (``--clock cpu``: steady on a shared machine;
   the section is single-threaded), each the best of up to 3 runs (1 past a second; the stream
@@ -353,6 +357,7 @@ class Synthetic:
         self.plan_rows: list[list[str]] = []
         self.stream_rows: list[list[str]] = []
         self.resume_rows: list[list[str]] = []
+        self.mix_rows: list[list[str]] = []
         self.law: dict[str, dict[int, float | None]] = {}
 
     def timed(self, run: Callable[[], T], *, repeat: int = 1) -> tuple[float, T]:
@@ -371,6 +376,9 @@ class Synthetic:
         for r in sorted(self.args.ranks):
             self.stream(n, plan, r)
         self.resume(n, plan, total)
+        del plan
+        gc.collect()
+        self.mixture_resume(n)
 
     def plan(self, n: int, inputs: dict[str, Any], total: int) -> Any:
         """(a) build and fingerprint, (b) pickle: one row of the plan table."""
@@ -484,6 +492,56 @@ class Synthetic:
             self.resume_rows.append([*cells, secs(t_resume), f"{count(pieces):,}"])
             self.keep(f"elastic resume -> {r} ranks", n, t_resume)
 
+    def mixture_resume(self, n: int) -> None:
+        """(e) a mixture of 3 sources saved mid-epoch on ``--mix-resume-from`` ranks, resumed on
+        each of ``--mix-resume-to``: the first worker of the last new rank resolves its stream
+        (best of 3, each with nothing cached), and apart works out the old leg's rest."""
+        from torch_dataloader_utils.planning import Iteration, Leg, Topology
+        from torch_dataloader_utils.planning.mixture import Mixture, quotas
+        from torch_dataloader_utils.planning.streams import Mixed
+
+        args, skips, layout = self.args, self.skips, self.layout
+        rows = synthetic_inputs(n)["rows"]
+        cuts = [n * 4 // 10, n * 7 // 10]
+        sources = tuple(np.asarray(part) for part in np.split(rows, cuts))
+        sizes = [int(part.sum()) for part in sources]
+        mixture = Mixture(sources, tuple(quotas(sizes, None, None)), "random")
+        streams = Mixed(mixture, layout)
+        old, workers = args.mix_resume_from, args.workers_per_rank
+        middle = streams.rank_batches(Topology(0, old, 0, workers)) // 2
+        leg = Leg(world_size=old, num_workers=workers, layout=layout, batches=middle)
+        iteration = Iteration(1, legs=(leg,))
+        parts = "/".join(
+            short(len(part)) if len(part) >= 1000 else str(len(part)) for part in sources
+        )
+        for r in sorted(args.mix_resume_to, reverse=True):  # cheapest first
+            key = f"mixture resume {r}"
+            cells = [short(n), parts, f"{old} x {workers} -> {r} x {workers}", f"{middle}"]
+            if any(skips.skipped(f"mixture resume {q}", n) for q in args.mix_resume_to if q >= r):
+                self.mix_rows.append([*cells, skips.cell(), "-", "-"])
+                skips.hit(key, n)
+                continue
+            topology = Topology(rank=r - 1, world_size=r, worker=0, num_workers=workers)
+
+            def resumed(topology: Any = topology) -> Any:
+                stream = streams.resolve(iteration, topology)
+                return [p for rows in stream.sources for p in rows.pieces()]
+
+            def rest(topology: Any = topology) -> Any:
+                steps = (topology.world_size, 0)
+                readers = (topology.world_size, workers)
+                return mixture.epoch(layout, 1, (leg,), readers=readers, steps=steps).items
+
+            try:
+                t_resume, pieces = min((self.timed(resumed) for _ in range(3)), key=lambda x: x[0])
+                t_rest = min(self.timed(rest)[0] for _ in range(3))
+            except Timeout:
+                skips.hit(key, n)
+                self.mix_rows.append([*cells, skips.cell(), "-", "-"])
+                continue
+            self.mix_rows.append([*cells, secs(t_resume), secs(t_rest), f"{count(pieces):,}"])
+            self.keep(f"mixture elastic resume -> {r} ranks", n, t_resume)
+
 
 def run_synthetic(args: argparse.Namespace) -> None:
     sizes = sorted(args.chunks)
@@ -543,6 +601,24 @@ def run_synthetic(args: argparse.Namespace) -> None:
         run.resume_rows,
     )
     print(f"Target at 1M chunks: elastic resume {old} -> 8 ranks <= 2 s per worker.\n")
+    mix_old = args.mix_resume_from
+    print(
+        f"### (e) A mixture's elastic resume: 3 sources, state taken mid-epoch on {mix_old} x "
+        f"{workers}, one new worker (the first of the last rank) resolves its stream\n"
+    )
+    table(
+        [
+            "chunks",
+            "sources' chunks",
+            "old -> new (ranks x workers)",
+            "batches per rank at save",
+            "resolve + pieces",
+            "of which the old leg's rest",
+            "pieces",
+        ],
+        run.mix_rows,
+    )
+    print(f"Target at 1M chunks: a mixture's elastic resume from {mix_old} x {workers} <= 1 s.\n")
     print("### Growth laws (each a ratio between consecutive chunk counts)\n")
     for name, values in law.items():
         if len(sizes) > 1:
@@ -880,6 +956,10 @@ def main() -> None:
     synthetic.add_argument("--workers-per-rank", type=int, default=8)
     synthetic.add_argument("--resume-from", type=int, default=4096, help="ranks at the save")
     synthetic.add_argument("--resume-to", type=ints, default=[2048, 64, 8])
+    synthetic.add_argument(
+        "--mix-resume-from", type=int, default=512, help="ranks at a mixture's save"
+    )
+    synthetic.add_argument("--mix-resume-to", type=ints, default=[256, 64, 8])
     synthetic.add_argument(
         "--block-rows",
         type=int,

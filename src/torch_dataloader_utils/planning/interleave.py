@@ -11,6 +11,7 @@ when drawing rows at random, while each window still holds its share).
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from typing import Literal
 
@@ -19,7 +20,7 @@ import numpy as np
 from ..errors import InvalidArgumentError
 from .shuffle import window_order
 
-__all__ = ["MIXINGS", "WINDOW", "Interleave", "Mixing"]
+__all__ = ["MIXINGS", "WINDOW", "Interleave", "Mixing", "merged_counts"]
 
 Mixing = Literal["random", "stratified"]
 MIXINGS: tuple[Mixing, ...] = ("random", "stratified")
@@ -93,11 +94,47 @@ class Interleave:
             out[int(self._window(w)[inside])] += inside_unit
         return out
 
+    def prefixes(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        """`prefix` of each of ``positions``, one row each: every window they fall in is
+        computed once, and the merge at every window's edges in one vectorised search (an
+        elastic resume asks for three positions of every old stream)."""
+        k = len(self.counts)
+        t = np.asarray(positions, np.int64).reshape(-1)
+        if not self.total:
+            return np.zeros((len(t), k), np.int64)
+        repeats, at = np.divmod(t, self.total)
+        u, inside_unit = np.divmod(at, self.unit)
+        w, inside = np.divmod(u, WINDOW)
+        windows, which = np.unique(w, return_inverse=True)
+        edges = merged_counts(
+            self._units,
+            np.concatenate(
+                [windows * WINDOW, np.minimum((windows + 1) * WINDOW, self._unit_total)]
+            ),
+        )
+        first, last = edges[: len(windows)], edges[len(windows) :]
+        out: np.ndarray = repeats[:, None] * np.asarray(self.counts, np.int64)
+        out += self.unit * first[which]
+        # Only positions inside a window need its labels: one window's, at a time.
+        by_window: dict[int, list[int]] = {}
+        for p in np.flatnonzero((inside > 0) | (inside_unit > 0)).tolist():
+            by_window.setdefault(int(which[p]), []).append(p)
+        for index, mine in by_window.items():
+            values, bounds = self._ranked(int(windows[index]), first[index], last[index])
+            for p in mine:
+                m, rest = int(inside[p]), int(inside_unit[p])
+                if m:
+                    head = values[:m]
+                    below = [0, *(int(np.count_nonzero(head < b)) for b in bounds[:-1]), m]
+                    out[p] += [self.unit * (b - a) for a, b in itertools.pairwise(below)]
+                if rest:
+                    out[p, int(np.searchsorted(bounds, values[m], side="right"))] += rest
+        return out
+
     def ranges(self, start: int, stop: int) -> list[list[tuple[int, int]]]:
         """The range of each source's sequence that positions ``[start, stop)`` hold (one
         each here; a `phases.PhasedInterleave` gives one a phase)."""
-        lo, hi = self.prefix(start).tolist(), self.prefix(stop).tolist()
-        return [[(a, b)] if b > a else [] for a, b in zip(lo, hi, strict=True)]
+        return source_ranges(self.prefix(start), self.prefix(stop))
 
     def labels(self, start: int, stop: int) -> np.ndarray:
         """The source of each position in ``[start, stop)`` (may pass ``R``: wraps)."""
@@ -130,18 +167,27 @@ class Interleave:
         """The sources of the units of window ``w`` (``[w*WINDOW, (w+1)*WINDOW)`` cut at the
         sequence's end)."""
         lo, hi = w * WINDOW, min((w + 1) * WINDOW, self._unit_total)
-        first, last = self._merged(lo), self._merged(hi)
-        sources = [
-            np.full(int(b - a), i, np.int16)
-            for i, (a, b) in enumerate(zip(first, last, strict=True))
-        ]
-        labels = np.concatenate(sources) if sources else np.zeros(0, np.int16)
+        return self._labels(w, self._merged(lo), self._merged(hi))
+
+    def _ranked(self, w: int, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Window ``w``'s units as values that tell their sources (unit ``m`` is source
+        ``i``'s where ``bounds[i-1] <= values[m] < bounds[i]``): a random window's order
+        (which of the sorted labels each unit takes: counted without gathering them), a
+        stratified window's labels."""
         if self.mixing == "random":
-            seed, epoch, leg, phase = self._key
-            order = window_order(
-                len(labels), seed=seed, epoch=epoch, leg=leg, window=w, phase=phase
-            )
-            shuffled: np.ndarray = labels[order]
+            sizes = last - first
+            return self._order(w, int(sizes.sum())), np.cumsum(sizes)
+        return self._labels(w, first, last), np.arange(1, len(self.counts) + 1)
+
+    def _order(self, w: int, n: int) -> np.ndarray:
+        seed, epoch, leg, phase = self._key
+        return window_order(n, seed=seed, epoch=epoch, leg=leg, window=w, phase=phase)
+
+    def _labels(self, w: int, first: np.ndarray, last: np.ndarray) -> np.ndarray:
+        """The sources of window ``w``'s units, given the merge's counts at its edges."""
+        labels = np.repeat(np.arange(len(self.counts), dtype=np.int16), last - first)
+        if self.mixing == "random":
+            shuffled: np.ndarray = labels[self._order(w, len(labels))]
             return shuffled
         # The merged order inside the window: key (2j + 1) / (2 q_i), ties by source. (Float
         # keys may order two keys closer than a float tells apart the other way round: the
@@ -189,3 +235,50 @@ class Interleave:
                     hi = mid
             out.append(lo)
         return np.asarray(out, np.int64)
+
+
+def source_ranges(
+    lo: Sequence[int] | np.ndarray, hi: Sequence[int] | np.ndarray
+) -> list[list[tuple[int, int]]]:
+    """Each source's range ``[lo, hi)`` of its sequence, as `Interleave.ranges` gives them
+    (none where empty), from the prefix counts at a span's ends."""
+    lo, hi = np.asarray(lo).tolist(), np.asarray(hi).tolist()
+    return [[(a, b)] if b > a else [] for a, b in zip(lo, hi, strict=True)]
+
+
+def merged_counts(units: Sequence[int], ts: Sequence[int] | np.ndarray) -> np.ndarray:
+    """`Interleave._merged_counts` of every ``t`` of ``ts`` at once (one row each): a binary
+    search per source, vectorised over ``ts``, in exact integers (int64 where the products
+    fit, Python integers past that)."""
+    q = [int(x) for x in units]
+    top = max(q, default=0)
+    dtype: type = np.int64 if 2 * (2 * top + 1) * top < 2**62 else object
+    t: np.ndarray = np.clip(np.asarray(ts, np.int64).reshape(-1), 0, sum(q)).astype(dtype)
+    out = np.zeros((len(t), len(q)), np.int64)
+    for i, qi in enumerate(q):
+        lo: np.ndarray = np.zeros(len(t), dtype)
+        hi: np.ndarray = np.full(len(t), qi, dtype)
+        while True:
+            active = lo < hi
+            if not active.any():
+                break
+            mid = (lo + hi) // 2
+            less = _keys_before(q, i, mid) < t
+            lo = np.where(active & less, mid + 1, lo)
+            hi = np.where(active & ~less, mid, hi)
+        out[:, i] = lo
+    return out
+
+
+def _keys_before(q: Sequence[int], i: int, j: np.ndarray) -> np.ndarray:
+    """Keys of the merge before key ``(i, j)`` for each ``j`` (`Interleave._merged_counts`)."""
+    x = 2 * j + 1
+    n = j
+    for i2, q2 in enumerate(q):
+        if i2 == i or not q2:
+            continue
+        xq = x * q2
+        n = n + np.minimum(q2, (-(-xq // q[i])) // 2)
+        if i2 < i:  # an equal key of an earlier source
+            n = n + ((xq % q[i] == 0) & ((xq // q[i]) % 2 == 1))
+    return n

@@ -14,9 +14,11 @@ import dataclasses
 import functools
 import math
 from collections.abc import Callable, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
+from .interleave import source_ranges
 from .layout import Layout
 from .phases import Labels, PhaseCounts, PhasedInterleave
 from .resume import (
@@ -86,52 +88,77 @@ def leg_rest(
     layouts = source_layouts(layout, interleave.counts)
     left: list[list[Item]] = [[] for _ in items]
     unread = None if phases is None else np.zeros((len(phases), len(items)), np.int64)
+    streams = _unfinished(leg, interleave.total)
+    # Each stream's prefix counts at its start, where it stopped and its end, all at once.
+    marks = sorted({x for s in streams for x in (s.start, s.start + s.read, s.stop)})
+    at = dict(zip(marks, interleave.prefixes(marks).tolist(), strict=True))
+    for stream in streams:
+        a, read, b = stream.start, stream.read, stream.stop
+        got = [y - x for x, y in zip(at[a], at[a + read], strict=True)]
+        # The rows of each source in the stream's skipped batches (`Leg.skips`), counted
+        # in the order the stream delivers that source's rows.
+        gone = _source_offsets(interleave, a, b, stream.skipped, size)
+        if unread is not None:
+            assert isinstance(interleave, PhasedInterleave)
+            unread += _unread(interleave, (a, a + read, b), stream.skipped, size)
+        ranges = (
+            interleave.ranges(a, b)  # (one range a phase)
+            if isinstance(interleave, PhasedInterleave)
+            else source_ranges(at[a], at[b])
+        )
+        for i, parts in enumerate(ranges):
+            source_items, span = _stream_rows(items[i], parts)
+            length = span[1] - span[0]
+            if got[i] >= length:
+                continue
+            key = {
+                "seed": layout.seed,
+                "epoch": epoch,
+                "stream": stream.stream,
+                "leg": depth,
+                "source": i,
+            }
+            if gone[i]:
+                kept = unskipped(source_items, span, got[i], gone[i], layout=layouts[i], key=key)
+                left[i].extend(kept)
+                continue
+            partial, untouched = block_rest(source_items, span, got[i], layouts[i], key)
+            left[i].extend(partial)
+            if untouched < length:
+                lo, hi = span[0] + untouched, span[1]
+                left[i].append(Deferred(hi - lo, functools.partial(cut, source_items, lo, hi)))
+    return left, None if unread is None else unread.tolist()
+
+
+class _OldStream(NamedTuple):
+    stream: int  # rank * num_workers + worker
+    start: int  # its span of the leg's sequence, [start, stop)
+    read: int  # positions it delivered
+    stop: int
+    skipped: list[int]  # its batches `Leg.skips` leaves out
+
+
+def _unfinished(leg: Leg, total: int) -> list[_OldStream]:
+    """The streams of ``leg`` (over a sequence of ``total`` positions) that left rows."""
+    size = leg.layout.batch_size
+    out = []
     for rank in range(leg.world_size):
         spans = mixture_spans(
-            interleave.total,
+            total,
             rank=rank,
             world_size=leg.world_size,
             num_workers=leg.num_workers,
-            layout=layout,
+            layout=leg.layout,
         )
-        counts = stream_batches([b - a for a, b in spans], layout)
+        counts = stream_batches([b - a for a, b in spans], leg.layout)
         done = consumed(counts, leg.batches)
         skipped = skipped_batches(counts, leg)
         for worker, (a, b) in enumerate(spans):
             read = min(done[worker] * size, b - a)
-            if read >= b - a:
-                continue
-            got = (interleave.prefix(a + read) - interleave.prefix(a)).tolist()
-            # The rows of each source in the stream's skipped batches (`Leg.skips`), counted
-            # in the order the stream delivers that source's rows.
-            gone = _source_offsets(interleave, a, b, skipped[worker], size)
-            if unread is not None:
-                assert isinstance(interleave, PhasedInterleave)
-                unread += _unread(interleave, (a, a + read, b), skipped[worker], size)
-            for i, ranges in enumerate(interleave.ranges(a, b)):
-                source_items, span = _stream_rows(items[i], ranges)
-                length = span[1] - span[0]
-                if got[i] >= length:
-                    continue
-                key = {
-                    "seed": layout.seed,
-                    "epoch": epoch,
-                    "stream": rank * leg.num_workers + worker,
-                    "leg": depth,
-                    "source": i,
-                }
-                if gone[i]:
-                    kept = unskipped(
-                        source_items, span, got[i], gone[i], layout=layouts[i], key=key
-                    )
-                    left[i].extend(kept)
-                    continue
-                partial, untouched = block_rest(source_items, span, got[i], layouts[i], key)
-                left[i].extend(partial)
-                if untouched < length:
-                    lo, hi = span[0] + untouched, span[1]
-                    left[i].append(Deferred(hi - lo, functools.partial(cut, source_items, lo, hi)))
-    return left, None if unread is None else unread.tolist()
+            if read < b - a:
+                stream = rank * leg.num_workers + worker
+                out.append(_OldStream(stream, a, read, b, skipped[worker]))
+    return out
 
 
 def _stream_rows(
@@ -151,6 +178,8 @@ def _source_offsets(
     """Each source's rows in ``batches`` of the stream at positions ``[start, stop)``, as
     offsets in the order the stream delivers that source's rows."""
     out: list[list[np.ndarray]] = [[] for _ in interleave.counts]
+    if not batches:
+        return out
     first = interleave.prefix(start)
     for batch in batches:
         lo = interleave.prefix(start + batch * batch_size) - first

@@ -237,6 +237,25 @@ class PhasedInterleave:
             out[int(self.unit_labels(u, u + 1)[0])] += inside
         return out
 
+    def prefixes(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
+        """`prefix` of each of ``positions``, one row each (each phase's in one call)."""
+        t = np.asarray(positions, np.int64).reshape(-1)
+        u, inside = np.divmod(t, self.unit)
+        if self.total:
+            repeats, at = np.divmod(u, self.total // self.unit)
+        else:
+            repeats, at = np.zeros_like(u), np.zeros_like(u)
+        out = repeats[:, None] * np.asarray(self.counts, np.int64)
+        for mine, interleave in zip(self._runs, self._phases, strict=True):
+            s = np.searchsorted(self._starts[mine], at, side="right") - 1
+            has = np.flatnonzero(s >= 0)
+            seg = mine[s[has]]
+            took = self._v[seg] + np.minimum(at[has], self._stops[seg]) - self._starts[seg]
+            out[has] += interleave.prefixes(took * self.unit)
+        for p in np.flatnonzero(inside).tolist():
+            out[p, int(self.unit_labels(int(u[p]), int(u[p]) + 1)[0])] += inside[p]
+        return out
+
     def ranges_by_piece(
         self, start: int, stop: int
     ) -> list[tuple[int, int, np.ndarray, np.ndarray]]:

@@ -191,15 +191,27 @@ def block_rest(
         left = DocumentRest(key_items, read - first, 0, stop - read, ranges)
         return [Run(ranges[0][0], ranges[-1][1], rest=left)], stop
     skipped = 0 if also is None else len(also)
-
-    def rest() -> list[Run]:
-        perm = block_permutation(block=index, n=stop - first, **key)
-        unread = perm[read - first :]
-        if also is not None:
-            unread = np.delete(unread, also)
-        return _rest_runs(items, span[0] + first, span[0] + stop, np.sort(unread))
-
+    # A partial, not a closure: an elastic resume keeps one per old stream and source, and a
+    # closure's cells are that many more objects for the garbage collector to walk.
+    block = (span[0] + first, span[0] + stop, read - first, index)
+    rest = functools.partial(_block_rest, items, block, key, also)
     return [Deferred(stop - read - skipped, rest)], stop
+
+
+def _block_rest(
+    items: Sequence[Item],
+    block: tuple[int, int, int, int],
+    key: dict[str, int],
+    also: np.ndarray | None,
+) -> list[Run]:
+    """The rows of a block (``(start, stop, read, index)``: positions ``[start, stop)``, block
+    ``index`` of its stream) after its first ``read`` in the block's order, less ``also``."""
+    start, stop, read, index = block
+    perm = block_permutation(block=index, n=stop - start, **key)
+    unread = perm[read:]
+    if also is not None:
+        unread = np.delete(unread, also)
+    return _rest_runs(items, start, stop, np.sort(unread))
 
 
 def _rest_runs(items: Sequence[Item], start: int, stop: int, offsets: np.ndarray) -> list[Run]:

@@ -118,6 +118,40 @@ def test_window_counts_are_the_exact_merge(
             assert labels.tolist() == reference  # one window: the merge itself
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_merged_counts_are_the_merges_counts_at_every_t(seed: int) -> None:
+    counts = random_counts(random.Random(seed))
+    reference = merged(counts)
+    ts = list(range(-2, sum(counts) + 3))
+    expect = [np.bincount(reference[: max(t, 0)], minlength=len(counts)).tolist() for t in ts]
+    assert il.merged_counts(counts, ts).tolist() == expect
+
+
+@pytest.mark.parametrize("counts", [[3_000_000_000, 2_000_000_001, 7], [900_000_007, 5, 0, 8]])
+def test_merged_counts_of_large_sources_are_exact(counts: list[int]) -> None:
+    # (The first's products pass int64: counted in Python integers.) At window edges a
+    # prefix is the merge's counts, one position at a time.
+    inter = Interleave(counts, "random", seed=0, epoch=0)
+    total, w = sum(counts), il.WINDOW
+    ts = [0, w, 7 * w, (total // 3) // w * w, (total - 1) // w * w, total]
+    assert il.merged_counts(counts, ts).tolist() == [inter.prefix(t).tolist() for t in ts]
+
+
+@pytest.mark.parametrize("mixing", il.MIXINGS)
+@pytest.mark.parametrize("unit", [1, 3])
+def test_prefixes_are_each_positions_prefix(
+    monkeypatch: pytest.MonkeyPatch, mixing: il.Mixing, unit: int
+) -> None:
+    monkeypatch.setattr(il, "WINDOW", 16)  # many windows, some positions sharing one
+    rng = random.Random(unit)
+    for counts in [*(random_counts(rng) for _ in range(12)), [0, 0]]:
+        inter = Interleave([unit * c for c in counts], mixing, seed=2, epoch=1, leg=1, unit=unit)
+        positions = [rng.randrange(3 * inter.total + 1) for _ in range(30)]
+        positions += list(range(0, 2 * inter.total + 2, 5))
+        got = inter.prefixes(positions).tolist()
+        assert got == [inter.prefix(t).tolist() for t in positions]
+
+
 @pytest.mark.parametrize("seed", range(30))
 def test_stratified_batches_hold_each_share_within_two_rows(seed: int) -> None:
     rng = random.Random(seed)

@@ -13,6 +13,7 @@ import pytest
 from torch_dataloader_utils.errors import InvalidArgumentError
 from torch_dataloader_utils.planning import Iteration, Layout, Leg, Topology, consumed
 from torch_dataloader_utils.planning.mixture import Mixture, quotas
+from torch_dataloader_utils.planning.phases import PhasedInterleave
 from torch_dataloader_utils.planning.resume import round_robin
 from torch_dataloader_utils.planning.schedule import Schedule
 from torch_dataloader_utils.planning.streams import Mixed
@@ -194,6 +195,19 @@ def test_a_packed_mixtures_phases_are_whole_sequences(world_size: int, workers: 
             read[i].update(got)
     for got in read:
         assert sorted(got) == list(range(len(got))) and max(got.values()) == 1
+
+
+@pytest.mark.parametrize("unit", [0, 4])
+@pytest.mark.parametrize("mixing", ["random", "stratified"])
+def test_a_phased_interleaves_prefixes_are_each_positions_prefix(unit: int, mixing) -> None:
+    streams = mixed(
+        (400, 240), [(0, [1, 1]), (3, [1, 3])], 320, batch_size=2, unit=unit, mixing=mixing
+    )
+    mix = streams.mixture.epoch(streams.layout, 0, (), readers=(2, 3), steps=(2, 0))
+    inter = mix.current
+    assert isinstance(inter, PhasedInterleave)
+    positions = range(2 * inter.total + 3)
+    assert inter.prefixes(positions).tolist() == [inter.prefix(t).tolist() for t in positions]
 
 
 @pytest.mark.parametrize(
