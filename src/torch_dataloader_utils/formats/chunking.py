@@ -4,10 +4,41 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from ..planning import Chunk
+import numpy as np
+
+from ..fs import SourceFile
+from ..planning import Chunk, Chunks
 from .base import ReadOptions
 
-__all__ = ["group_units"]
+__all__ = ["group_units", "unit_chunks"]
+
+
+def unit_chunks(
+    files: Sequence[SourceFile],
+    partitions: Sequence[tuple[tuple[str, object], ...]],
+    units: Sequence[Sequence[tuple[int, int, int]]],
+) -> Chunks:
+    """A chunk of each unit of each file (``units``: each file's ``(index, rows, bytes)``, as
+    `group_units` takes them), built as columns: a million units make no `Chunk` object. The
+    columns are those `Chunks.of` makes of `group_units`' chunks without split targets (files
+    and partitions numbered in the order their first chunk comes), so is the fingerprint."""
+    counts = np.fromiter((len(u) for u in units), np.int64, count=len(units))
+    flat = np.asarray([u for each in units for u in each], dtype=np.int64).reshape(-1, 3)
+    kept = np.flatnonzero(counts)
+    numbers: dict[tuple[tuple[str, object], ...], int] = {}
+    partition = [numbers.setdefault(partitions[i], len(numbers)) for i in kept.tolist()]
+    return Chunks.from_arrays(
+        paths=[files[i].path for i in kept.tolist()],
+        file=np.repeat(np.arange(len(kept)), counts[kept]),
+        start=flat[:, 0],
+        stop=flat[:, 0] + 1,
+        num_rows=flat[:, 1],
+        num_bytes=flat[:, 2],
+        unit_rows=flat[:, 1],
+        unit_offsets=np.arange(len(flat) + 1),
+        partitions=list(numbers) or [()],
+        partition=np.repeat(np.asarray(partition, np.int64), counts[kept]),
+    )
 
 
 def group_units(

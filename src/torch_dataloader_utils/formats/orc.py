@@ -22,7 +22,7 @@ from ..fs import FileSystemSpec, SourceFile
 from ..fs.ranges import RangeFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
-from .chunking import group_units
+from .chunking import group_units, unit_chunks
 from .handles import HandleCache
 from .magic import refuse_other_format
 from .names import unique_names, unique_schema, warn_renamed
@@ -358,10 +358,16 @@ class OrcFormat(Format):
             fs,
             options,
         )
-        chunks: list[Chunk] = []
-        for f, fact, partition in zip(files, facts, partitions, strict=True):
-            units = [(i, rows, size) for i, (rows, size) in enumerate(fact.stripes)]
-            chunks.extend(group_units(f.path, units, partition, options))
+        units = [[(i, rows, size) for i, (rows, size) in enumerate(x.stripes)] for x in facts]
+        chunks: Sequence[Chunk]
+        if options.split_rows is None and options.split_bytes is None:
+            chunks = unit_chunks(files, partitions, units)  # (columns: no object a stripe)
+        else:
+            chunks = [
+                c
+                for f, u, partition in zip(files, units, partitions, strict=True)
+                for c in group_units(f.path, u, partition, options)
+            ]
         return FormatPlan(chunks=chunks, schema=schema, row_bytes=_row_bytes(schema, facts))
 
     def _file(self, path: str, fs: FileSystemSpec) -> orc.ORCFile:

@@ -18,7 +18,7 @@ from ...errors import CorruptFileError
 from ...fs import FileSystemSpec, SourceFile
 from ...planning import Chunk
 from ..base import Format, FormatPlan, ReadOptions
-from ..chunking import group_units
+from ..chunking import group_units, unit_chunks
 from ..handles import HandleCache
 from ..magic import refuse_other_format
 from ..names import unique_names, unique_schema, warn_renamed
@@ -129,13 +129,18 @@ class IpcFormat(Format):
             fs,
             options,
         )
-        chunks: list[Chunk] = []
-        rows = size = 0
-        for f, layout, partition in zip(files, layouts, partitions, strict=True):
-            units = [(i, b.rows, b.size) for i, b in enumerate(layout.batches)]
-            chunks.extend(group_units(f.path, units, partition, options))
-            rows += sum(b.rows for b in layout.batches)
-            size += sum(b.size for b in layout.batches)
+        units = [[(i, b.rows, b.size) for i, b in enumerate(x.batches)] for x in layouts]
+        chunks: Sequence[Chunk]
+        if options.split_rows is None and options.split_bytes is None:
+            chunks = unit_chunks(files, partitions, units)  # (columns: no object a batch)
+        else:
+            chunks = [
+                c
+                for f, u, partition in zip(files, units, partitions, strict=True)
+                for c in group_units(f.path, u, partition, options)
+            ]
+        rows = sum(b.rows for x in layouts for b in x.batches)
+        size = sum(b.size for x in layouts for b in x.batches)
         # Uncompressed bodies are the decoded buffers; compressed ones make this a low estimate.
         row_bytes = max(size / rows if rows else 1.0, 1.0)
         return FormatPlan(chunks=chunks, schema=schema, row_bytes=row_bytes)

@@ -7,14 +7,12 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 from ...fs import FileSystemSpec, SourceFile
 from ...fs.progress import Progress
 from ...fs.threads import PLAN_THREADS
-from ...planning import Chunk, Chunks
+from ...planning import Chunk
 from ..base import FormatPlan, ReadOptions
-from ..chunking import group_units
+from ..chunking import group_units, unit_chunks
 from ..names import warn_renamed
 from ..schemas import FileSchema, check_schemas
 from .facts import FileFacts, read_facts
@@ -58,11 +56,13 @@ def assemble(
         told = None  # (a filter changes which rows count: `FormatPlan.token_counts`)
     if told is None and options.split_rows is None and options.split_bytes is None:
         # A chunk a row group, built as columns: a million row groups make no `Chunk` object.
-        columns, row_bytes = _row_group_chunks(files, partitions, facts)
+        kept = [[(rg, n, size) for rg, n, size, _ in f.row_groups] for f in facts]
+        rows = sum(r[1] for f in facts for r in f.row_groups)
+        uncompressed = sum(r[3] for f in facts for r in f.row_groups)
         return FormatPlan(
-            chunks=columns,
+            chunks=unit_chunks(files, partitions, kept),
             schema=schema,
-            row_bytes=max(row_bytes, 1.0),
+            row_bytes=max(uncompressed / rows if rows else 1.0, 1.0),
             read_options=read_options(options, schema),
         )
     chunks: list[Chunk] = []
@@ -87,37 +87,6 @@ def assemble(
         read_options=read_options(options, schema),
         token_counts=told,
     )
-
-
-def _row_group_chunks(
-    files: Sequence[SourceFile],
-    partitions: Sequence[tuple[tuple[str, object], ...]],
-    facts: Sequence[FileFacts],
-) -> tuple[Chunks, float]:
-    """A chunk of each kept row group, as `Chunks.of` would hold `group_units`' chunks (files
-    and partitions numbered in the order their first chunk comes), and the decoded bytes of a
-    row by the footers."""
-    counts = np.fromiter((len(f.row_groups) for f in facts), np.int64, count=len(facts))
-    groups = np.asarray([r for fact in facts for r in fact.row_groups], dtype=np.int64).reshape(
-        -1, 4
-    )  # (id, rows, compressed, uncompressed)
-    kept = np.flatnonzero(counts)
-    numbers: dict[tuple[tuple[str, object], ...], int] = {}
-    partition = [numbers.setdefault(partitions[i], len(numbers)) for i in kept.tolist()]
-    chunks = Chunks.from_arrays(
-        paths=[files[i].path for i in kept.tolist()],
-        file=np.repeat(np.arange(len(kept)), counts[kept]),
-        start=groups[:, 0],
-        stop=groups[:, 0] + 1,
-        num_rows=groups[:, 1],
-        num_bytes=groups[:, 2],
-        unit_rows=groups[:, 1],
-        unit_offsets=np.arange(len(groups) + 1),
-        partitions=list(numbers) or [()],
-        partition=np.repeat(np.asarray(partition, np.int64), counts[kept]),
-    )
-    rows = int(groups[:, 1].sum())
-    return chunks, float(groups[:, 3].sum()) / rows if rows else 1.0
 
 
 def read_all(
