@@ -73,6 +73,37 @@ def test_each_rank_reads_its_share_and_the_plan_is_one_ranks(
             assert shares == [FILES * (k + 1) // world - FILES * k // world for k in range(world)]
 
 
+def test_counting_is_shared_too_and_counts_as_one_rank(tmp_path: Path) -> None:
+    """A filter's passing rows and a token budget's lengths are counted a share of the chunks
+    a rank; the plan (which holds the counts) is one rank's."""
+    data = tmp_path / "tokens"
+    data.mkdir()
+    for f in range(FILES):
+        ids = np.arange(ROWS) + ROWS * f
+        tokens = pa.array([[int(i)] * (int(i) % 5 + 1) for i in ids], pa.list_(pa.int64()))
+        table = pa.table({"id": ids, "x": np.arange(ROWS) * 0.5, "tokens": tokens})
+        pq.write_table(table, data / f"part-{f:02d}.parquet", row_group_size=10)
+    cases = [
+        {"name": "filter", "data": str(data), "filter": 7.0},
+        {"name": "budget", "data": str(data), "budget": 40},
+    ]
+    by_world = {world: run(world, cases, tmp_path) for world in (1, 2, 3)}
+    passing = [i for i in range(FILES * ROWS) if (i % ROWS) * 0.5 < 7.0]
+    for name in ("filter", "budget"):
+        assert len({r["fingerprint"] for w in by_world.values() for r in w[name]}) == 1, name
+        for world, results in by_world.items():
+            ranks = results[name]
+            # Row groups of 10 of 37 rows; x < 7 (rows 0-13) prunes all but 2 a file.
+            chunks = FILES * (2 if name == "filter" else 4)
+            assert sum(r["counted"] for r in ranks) == chunks  # each chunk counted once ...
+            assert all(r["counted"] for r in ranks)  # ... a share on every rank
+            every = ids_of(batch for rank in ranks for batch in rank["ids"])
+            if name == "filter":
+                assert_exactly_once(every, passing, missing=len(passing) % world)
+            else:  # (ids of rows, each once: a budget's batches are whole rows)
+                assert set(every) <= set(range(FILES * ROWS)) and max(every.values()) == 1
+
+
 def test_a_restart_reuses_the_kept_plan_and_rereads_a_changed_file_alone(
     formats_dir: dict[str, Path], tmp_path: Path
 ) -> None:

@@ -29,9 +29,11 @@ from .counting import count_lengths, count_rows, count_tokens
 from .filters import filter_columns
 
 __all__ = [
+    "Counts",
     "Planned",
     "Prepared",
     "check_tokens",
+    "count_chunks",
     "decoded_row_bytes",
     "finish_source",
     "list_source",
@@ -203,30 +205,30 @@ def prepare_source(
 
 
 def finish_source(
-    prepared: Prepared, planned: FormatPlan, fmt: Format, fs: FileSystemSpec
+    prepared: Prepared,
+    planned: FormatPlan,
+    fmt: Format,
+    fs: FileSystemSpec,
+    counts: Counts | None = None,
 ) -> Planned:
     """The source's plan from its format's: the rows a filter passes, tokens and lengths
-    counted, a row's decoded size measured.
+    counted (``counts``, when counted already: `count_chunks`), a row's decoded size measured.
 
     Raises:
         SchemaMismatchError: the columns read are not readable together.
     """
     p = prepared
-    # With what the plan learned; the token column is planning's, not the reads'.
-    read_options = dataclasses.replace(planned.read_options or p.read_options, tokens=None)
+    read_options = _final(p, planned)
     partition_schema = p.partition_schema
     # All columns (none asked): the plan's, which may be more than the first file's
     # (WebDataset shards with other extensions).
     wanted = p.wanted or [*planned.schema.names, *partition_schema.names]
-    filtered_rows, chunk_tokens, row_lengths = _counted(
-        planned,
-        fmt,
-        fs,
-        read_options,
-        needed=[c for c in p.needed if c not in partition_schema.names],
-        filtered=p.filters is not None,
-        **p.counting,
-    )
+    rows, tokens, lengths = counts if counts is not None else count_chunks(p, planned, fmt, fs)
+    filtered_rows = None if rows is None else tuple(rows)
+    chunk_tokens = None if tokens is None else tuple(tokens)
+    row_lengths = None
+    if lengths is not None:
+        row_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
     schema = pa.schema(list(planned.schema) + list(partition_schema))
     check_readable(schema, str(p.path))
     plan = Plan(
@@ -298,43 +300,53 @@ def plan_source(
     return finish_source(prepared, planned, fmt, fs)
 
 
-def _counted(
+Counts = tuple[list[int] | None, list[int] | None, list[np.ndarray] | None]
+
+
+def count_chunks(
+    prepared: Prepared,
     planned: FormatPlan,
     fmt: Format,
     fs: FileSystemSpec,
-    read_options: ReadOptions,
-    *,
-    needed: Sequence[str],
-    filtered: bool,
-    tokens: str | None,
-    eos: bool,
-    lengths: str | None,
-) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, np.ndarray | None]:
-    """What planning counts by reading (``needed``: the filter's file columns): each chunk's
-    rows that pass the filter, its tokens (a packed dataset's), every row's length (a token
-    budget's), each ``None`` where not asked."""
+    chunks: Sequence[int] | None = None,
+) -> Counts:
+    """What planning counts by reading, of each of the plan's ``chunks`` (indexes; all by
+    default): the rows that pass the filter, the tokens (a packed dataset's), every row's
+    length (a token budget's), each ``None`` where not asked."""
+    read_options = _final(prepared, planned)
+    needed = [c for c in prepared.needed if c not in prepared.partition_schema.names]
+    counting = prepared.counting
+    tokens, lengths = counting["tokens"], counting["lengths"]
+    picked: Sequence[Chunk] = planned.chunks
+    told = planned.token_counts
+    if chunks is not None:
+        picked = [planned.chunks[i] for i in chunks]
+        told = None if told is None else [told[i] for i in chunks]
 
     def reading(*column: str) -> ReadOptions:
         return dataclasses.replace(read_options, columns=tuple(dict.fromkeys([*column, *needed])))
 
-    filtered_rows = None
-    if filtered:
+    rows = None
+    if prepared.filters is not None:
         # Count the rows that pass, reading only the filter's columns: equal batch counts
         # per rank and resuming at a batch need them (docs/concepts/model.md).
-        filtered_rows = tuple(count_rows(planned.chunks, fmt, fs, reading()))
-    chunk_tokens = None
+        rows = count_rows(picked, fmt, fs, reading())
+    counted = None
     if tokens is not None:
         # A packed dataset's order is one of tokens: each chunk's, exact, before any stream.
         counted = count_tokens(
-            planned.chunks, fmt, fs, reading(tokens), tokens, eos=eos, told=planned.token_counts
+            picked, fmt, fs, reading(tokens), tokens, eos=counting["eos"], told=told
         )
-        chunk_tokens = tuple(counted)
-    row_lengths = None
+    each = None
     if lengths is not None:
         # A token budget's batches are made from every row's length, before any stream.
-        parts = count_lengths(planned.chunks, fmt, fs, reading(lengths), lengths)
-        row_lengths = np.concatenate(parts) if parts else np.zeros(0, np.int32)
-    return filtered_rows, chunk_tokens, row_lengths
+        each = count_lengths(picked, fmt, fs, reading(lengths), lengths)
+    return rows, counted, each
+
+
+def _final(prepared: Prepared, planned: FormatPlan) -> ReadOptions:
+    """The read options with what the plan learned; the token column is planning's."""
+    return dataclasses.replace(planned.read_options or prepared.read_options, tokens=None)
 
 
 def decoded_row_bytes(

@@ -19,10 +19,18 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ..formats import Format
+from ..formats import Format, FormatPlan
 from ..fs import FileSystemSpec, Paths, SourceFile
-from .broadcast import Spread
-from .files import Planned, Prepared, finish_source, list_source, prepare_source
+from .broadcast import Gathered, Spread
+from .files import (
+    Counts,
+    Planned,
+    Prepared,
+    count_chunks,
+    finish_source,
+    list_source,
+    prepare_source,
+)
 from .kept import Kept, KeptPlans, facts_of, listing_digest
 
 __all__ = ["plan_files"]
@@ -93,24 +101,54 @@ def plan_files(
         return fmt.facts(files, parts, _through(cached, fs, files), prepared.read_options)
 
     gathered = spread.share(begun.missing, read) if fmt.per_file else None
+    facts: list[Any] = []  # (rank 0's: every file's, to keep)
 
-    def finish() -> Planned:
+    def assemble() -> FormatPlan:
         files, partitions = prepared.files, prepared.partitions
         here = _through(cached, fs, files)
-        facts: list[Any] = []
         if gathered is None:
-            planned = fmt.plan(files, partitions, here, prepared.read_options)
-        else:
-            fresh = iter(gathered.values())
-            facts = [known[f.path] if f.path in known else next(fresh) for f in files]
-            planned = fmt.assemble(files, partitions, facts, here, prepared.read_options)
-        result = finish_source(prepared, planned, fmt, here)
+            return fmt.plan(files, partitions, here, prepared.read_options)
+        fresh = iter(gathered.values())
+        facts.extend(known[f.path] if f.path in known else next(fresh) for f in files)
+        return fmt.assemble(files, partitions, facts, here, prepared.read_options)
+
+    counting = prepared.counting
+    counts: Gathered | None = None
+    if spread.active and (
+        prepared.filters is not None or counting["tokens"] or counting["lengths"]
+    ):
+        # Counting reads data: every rank counts a share of the chunks, from the plan.
+        planned = spread.from_rank0(assemble)
+
+        def count(chunks: Sequence[int]) -> list[Counts]:
+            here = _through(cached, fs, prepared.files)
+            return [count_chunks(prepared, planned, fmt, here, chunks)]
+
+        counts = spread.share(range(len(planned.chunks)), count)
+
+    def finish() -> Planned:
+        done = planned if counts is not None else assemble()
+        here = _through(cached, fs, prepared.files)
+        counted = None if counts is None else _joined(counts.values())
+        result = finish_source(prepared, done, fmt, here, counted)
         if kept is not None:
+            files = prepared.files
             by_path = {f.path: (f.size, f.version, x) for f, x in zip(files, facts, strict=False)}
             kept.save(Kept(begun.listing, result, by_path))
         return result
 
     return spread.from_rank0(finish)
+
+
+def _joined(parts: Sequence[Counts]) -> Counts:
+    """The counts of each rank's share of the chunks, in order, as one."""
+
+    def join(k: int) -> list[Any] | None:
+        if parts[0][k] is None:
+            return None
+        return [x for part in parts for x in (part[k] or ())]
+
+    return join(0), join(1), join(2)
 
 
 def _through(cached: Cached | None, fs: FileSystemSpec, files: Sequence[SourceFile]) -> Any:

@@ -16,10 +16,12 @@ from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import torch.distributed as dist
 
 import torch_dataloader_utils as tdu
+import torch_dataloader_utils.sources.files as files_module
 from tests.distributed.scripts.ranks import gather, ids, join, leave, spec, write
 from torch_dataloader_utils.formats import get_format
 
@@ -38,6 +40,18 @@ def counting(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
         return method(self, *args, **kwargs)
 
     return wrapper
+
+
+def patch_counting() -> None:
+    """Count the chunks whose passing rows or lengths this rank counts."""
+    for name in ("count_rows", "count_lengths"):
+        method = getattr(files_module, name)
+
+        def counted(chunks: Any, *args: Any, _method: Any = method, **kwargs: Any) -> Any:
+            CALLS["counted"] += len(chunks)
+            return _method(chunks, *args, **kwargs)
+
+        setattr(files_module, name, counted)
 
 
 def patch_formats() -> None:
@@ -59,6 +73,7 @@ def main() -> None:
     job = spec()
     rank, _ = join()
     patch_formats()
+    patch_counting()
     results = {}
     for case in job["cases"]:
         if case.get("change") and rank == 0:
@@ -66,18 +81,26 @@ def main() -> None:
         dist.barrier()
         READ.clear()
         CALLS.clear()
+        options: dict[str, Any] = {}
+        if case.get("filter"):  # rows with x below this
+            options["filters"] = pc.field("x") < case["filter"]
+        if case.get("budget"):  # token-budget batches over the "tokens" lists
+            options["batching"] = tdu.TokenBudget("tokens", max_tokens=case["budget"])
+        else:
+            options["batch_size"] = 16
         loader = tdu.create_dataloader(
             case["data"],
             format=case.get("format", "parquet"),
-            batch_size=16,
             shuffle=True,
             cache_dir=case.get("cache_dir"),
+            **options,
         )
         result = {
             "fingerprint": loader.dataset.plan.fingerprint,
             "facts": sorted(READ),
             "schema": CALLS["schema"],
             "plans": CALLS["plan"],
+            "counted": CALLS["counted"],
             "ids": ids(loader),
         }
         results[case["name"]] = gather(result)
