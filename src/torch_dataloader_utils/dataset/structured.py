@@ -86,8 +86,9 @@ class StructuredDataset(PlannedDataset):
         cache_dir: a node-local directory where what is read from object storage is kept
             (byte ranges of the files, footers, tar indexes), shared by every rank and worker
             on the machine, so later epochs and runs read it from disk (docs/how-to/cache.md).
-            Default: ``$TDU_CACHE_DIR``, else no cache; ``""`` turns it off. Local files are
-            never cached.
+            Default: ``$TDU_CACHE_DIR``, else no cache; ``""`` turns it off. Local files' bytes
+            are never cached. Each source's plan is kept there too (local files included), so
+            a restart whose listing is unchanged reads no footer (docs/concepts/scale.md).
         cache_limit: bytes the cache may hold: an int or ``"50GB"``, ``"512MiB"`` (default:
             ``$TDU_CACHE_LIMIT``, else what the disk holds while a tenth of it stays free).
         packing: a `Packing`: the documents of a token-list column concatenated and cut into
