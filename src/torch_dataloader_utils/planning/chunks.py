@@ -18,7 +18,7 @@ from typing import Any, overload
 
 import numpy as np
 
-from .columns import Columns, smallest, string_at, strings
+from .columns import Columns, smallest, strings
 
 __all__ = ["Chunk", "Chunks", "Files"]
 
@@ -273,11 +273,12 @@ class Files(Mapping[str, tuple[int, str]]):
     """Each listed file's identity as pinned by the plan, ``path → (size, version)``, as
     columns (a lookup builds its index once per process)."""
 
-    __slots__ = ("_columns", "_index")
+    __slots__ = ("_columns", "_index", "_versions")
 
     def __init__(self, columns: Columns) -> None:
         self._columns = columns
-        self._index: dict[str, int] | None = None
+        self._index: dict[str, int] | None = None  # path -> position, per process
+        self._versions = b""  # the versions' text, made with the index
 
     @classmethod
     def of(cls, files: Mapping[str, tuple[int, str]]) -> Files:
@@ -307,12 +308,15 @@ class Files(Mapping[str, tuple[int, str]]):
                 text[lo:hi].decode("utf-8", "surrogateescape"): i
                 for i, (lo, hi) in enumerate(itertools.pairwise(ends))
             }
+            self._versions = bytes(a["version_data"])  # (a slice of bytes: a reader's lookup)
         return self._index
 
     def __getitem__(self, path: str) -> tuple[int, str]:
         i = self._paths()[path]
         a = self._columns.arrays
-        return int(a["size"][i]), string_at(a["version_data"], a["version_offsets"], i)
+        offsets = a["version_offsets"]
+        version = self._versions[offsets.item(i) : offsets.item(i + 1)]
+        return a["size"].item(i), version.decode("utf-8", "surrogateescape")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths())
@@ -324,4 +328,4 @@ class Files(Mapping[str, tuple[int, str]]):
         return self._columns
 
     def __setstate__(self, state: Columns) -> None:
-        self._columns, self._index = state, None
+        self._columns, self._index, self._versions = state, None, b""

@@ -16,7 +16,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-__all__ = ["Columns", "smallest", "string_at", "strings"]
+__all__ = ["Columns", "smallest", "strings"]
 
 _ALIGN = 8
 _CODEC = "zstd" if pa.Codec.is_available("zstd") else None
@@ -135,11 +135,6 @@ def strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
     offsets = np.zeros(len(encoded) + 1, np.int64)
     np.cumsum([len(b) for b in encoded], out=offsets[1:])
     return np.frombuffer(b"".join(encoded), np.uint8), offsets
-
-
-def string_at(data: np.ndarray, offsets: np.ndarray, i: int) -> str:
-    """String ``i`` of those `strings` gave ``data`` and ``offsets`` for."""
-    return bytes(data[offsets[i] : offsets[i + 1]]).decode("utf-8", "surrogateescape")
 
 
 def smallest(values: np.ndarray) -> np.ndarray:
