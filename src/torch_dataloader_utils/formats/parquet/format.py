@@ -80,6 +80,7 @@ class ParquetFormat(Format):
         self._open: HandleCache[str, tuple[pq.ParquetFile, Renaming | None]] = HandleCache(
             _OPEN_FILES, lambda opened: opened[0].close()
         )
+        self._renamed: tuple[pq.ParquetSchema, Renaming | None] | None = None  # the last file's
         # Remote reads: footers and file sizes, row groups fetched ahead (by row group), the
         # fetch threads. Open files, reads ahead and fetch threads are per process (a forked
         # child starts its own: `fs.forks`); footers are facts, a child may use its parent's.
@@ -126,12 +127,22 @@ class ParquetFormat(Format):
                         buffer_size=_STREAM_BUFFER,
                         page_checksum_verification=self.verify_checksums,
                     )
-                    return handle, Renaming.of(handle.schema_arrow)
+                    return handle, self._renaming(handle)
             except BaseException:  # corrupt, or the storage failed mid-parse
                 source.close()
                 raise
 
         return self._open.get(path, open_file)
+
+    def _renaming(self, handle: pq.ParquetFile) -> Renaming | None:
+        """The renaming of ``handle``'s columns; the last file's when the Parquet schema is the
+        same (the Arrow schema made for each of 20,000 small files took ~2.5 µs a file)."""
+        schema, last = handle.schema, self._renamed
+        if last is not None and schema.equals(last[0]):
+            return last[1]
+        renaming = Renaming.of(handle.schema_arrow)
+        self._renamed = (schema, renaming)
+        return renaming
 
     def read(
         self,
