@@ -29,9 +29,11 @@ Three sections (issue 15), each selectable with ``--only``:
   across files and a float), written once under ``benchmarks/.data``. Against the floor measured
   in the same run: planning (``create_dataloader(..., shuffle=True, num_workers=2,
   multiprocessing_context="spawn")``) against ``pq.read_metadata`` of every file in one thread;
-  time to the first batch (next to a plain DataLoader's over a list with the same workers: the
-  start-up floor); an epoch against a raw ``pyarrow.dataset(...).to_batches()`` epoch; the bytes
-  of the dataset pickled for each spawn worker; every id read exactly once. Wall times.
+  time to the first batch, and how far past a plain DataLoader's over a list with the same
+  workers (the start-up floor); an epoch against a raw ``pyarrow.dataset(...).to_batches()``
+  epoch; the bytes of the dataset pickled for each spawn worker; every id read exactly once.
+  Wall times; the floor, our epoch and the raw epoch are measured in turn for ``--rounds``
+  rounds, each reported as its best.
 
 - ``remote`` (``--remote``, off by default): ``--remote-files`` files on SeaweedFS on loopback
   (the test suite's server tooling) behind the test suite's proxy adding ``--latency-ms`` to
@@ -754,9 +756,11 @@ def run_files(args: argparse.Namespace) -> bool:
     paths = sorted(root.glob("*.parquet"))
     total = args.files * args.file_rows
     how = f"{args.workers} {args.context} workers" if args.workers else "in-process"
+    rounds = max(1, args.rounds)
     print(
         f"## Small local files: {args.files:,} Parquet files of {args.file_rows} rows "
-        f"({total:,} rows), shuffle on, {how}, batch {args.batch_size}\n"
+        f"({total:,} rows), shuffle on, {how}, batch {args.batch_size}; each time the best "
+        f"of {rounds} rounds (start-up floor, our epoch, raw epoch, one after another)\n"
     )
 
     def footers() -> int:
@@ -765,17 +769,27 @@ def run_files(args: argparse.Namespace) -> bool:
     floor, rows = timed(footers, limit=None)
     assert rows == total, (rows, total)
     discovery, dataset = timed(lambda: ds.dataset(str(root), format="parquet"), limit=None)
-    raw, raw_rows = timed(lambda: sum(b.num_rows for b in dataset.to_batches()), limit=None)
-    assert raw_rows == total, (raw_rows, total)
 
     start = time.perf_counter()
     loader = tdu.create_dataloader(str(root), **loader_options(args))
     planning = time.perf_counter() - start
     pickles = dataset_pickles(loader.dataset)
-    first, epoch, ids = read_epoch(loader)
-    floor_start = startup_floor(args)
-    ok, verdict = exactly_once(ids, total)
+    # Interleaved, so that a busy machine slows the references as much as the loader.
+    firsts, epochs, raws, floors, verdicts = [], [], [], [], []
+    for _ in range(rounds):
+        floors.append(startup_floor(args))
+        first, epoch, ids = read_epoch(loader)
+        firsts.append(first)
+        epochs.append(epoch)
+        verdicts.append(exactly_once(ids, total))
+        del ids
+        raw, raw_rows = timed(lambda: sum(b.num_rows for b in dataset.to_batches()), limit=None)
+        assert raw_rows == total, (raw_rows, total)
+        raws.append(raw)
     del loader
+    first, epoch, raw = min(firsts), min(epochs), min(raws)
+    floor_start = min((f for f in floors if f is not None), default=None)
+    over = None if floor_start is None else first - floor_start
 
     table(
         ["measure", "time / size", "ratio", "target"],
@@ -796,6 +810,12 @@ def run_files(args: argparse.Namespace) -> bool:
                 "",
             ],
             [
+                "first batch past the start-up floor",
+                "n/a" if over is None else f"{over * 1000:+.0f} ms",
+                "",
+                "<= 300 ms",
+            ],
+            [
                 "epoch (from iter, first batch included)",
                 secs(epoch),
                 f"{ratio(epoch, raw)} raw",
@@ -806,7 +826,17 @@ def run_files(args: argparse.Namespace) -> bool:
         ],
         align="lrrr",
     )
-    print(f"Exactly once: {verdict}\n")
+    print(
+        "Rounds: first batch "
+        + ", ".join(secs(f) for f in firsts)
+        + "; start-up floor "
+        + ", ".join(secs(f) for f in floors)
+        + "; epoch "
+        + ", ".join(f"{secs(e)} ({ratio(e, r)})" for e, r in zip(epochs, raws, strict=True))
+        + ".\n"
+    )
+    ok = all(good for good, _ in verdicts)
+    print(f"Exactly once, each round: {'; '.join(v for _, v in verdicts)}\n")
     return ok
 
 
@@ -979,6 +1009,9 @@ def main() -> None:
     files.add_argument("--file-rows", type=int, default=50)
     files.add_argument("--workers", type=int, default=2, help="DataLoader workers")
     files.add_argument("--context", default="spawn", help="multiprocessing start method")
+    files.add_argument(
+        "--rounds", type=int, default=3, help="files: rounds of floor, epoch and raw epoch"
+    )
     files.add_argument("--remote-files", type=int, default=2_000)
     files.add_argument("--remote-rows", type=int, default=100)
     files.add_argument("--latency-ms", type=float, default=20.0)

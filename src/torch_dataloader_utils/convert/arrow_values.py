@@ -22,6 +22,7 @@ __all__ = [
     "holds_interval",
     "intervals",
     "load_numpy_conversion",
+    "numpy_view",
     "outside_python",
     "python_type",
     "string_arrays",
@@ -37,6 +38,22 @@ def load_numpy_conversion() -> None:
     first batch (docs/adr/0020-measurements-behind-constants.md#converting-rows). Loading it at
     import would cost every process, the CLI's too."""
     pa.array(np.zeros(1, np.int64)).to_numpy(zero_copy_only=True)
+
+
+def numpy_view(array: pa.Array) -> np.ndarray:
+    """``array.to_numpy(zero_copy_only=True)``, for a null-free integer or float array read
+    straight from its buffer: pyarrow's own conversion loads pandas on its first call, 0.25 s
+    of a spawned worker's first batch (docs/adr/0016-main-process-share.md#spawned-workers)."""
+    t = array.type
+    if array.null_count or not (pa.types.is_integer(t) or pa.types.is_floating(t)):
+        converted: np.ndarray = array.to_numpy(zero_copy_only=True)
+        return converted
+    dtype = np.dtype(t.to_pandas_dtype())
+    if not len(array):
+        return np.empty(0, dtype)
+    view = np.frombuffer(array.buffers()[1], dtype, len(array), array.offset * dtype.itemsize)
+    view.flags.writeable = False  # (Arrow memory, as to_numpy gives it)
+    return view
 
 
 def temporal_int(t: pa.DataType) -> pa.DataType | None:

@@ -12,7 +12,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError, NullValueError, UnsupportedTypeError
-from .arrow_values import as_plain, holds_interval, intervals, python_type, take, temporal_int
+from .arrow_values import (
+    as_plain,
+    holds_interval,
+    intervals,
+    numpy_view,
+    python_type,
+    take,
+    temporal_int,
+)
 from .fields import Field, Gather
 from .lists import ListRows, fixed_values
 
@@ -92,7 +100,7 @@ class ColumnRules:
                     return self._primitive(name, a, r, n)
                 if r is None:
                     return [Field(name, a, (n,))]
-                return [Field(name, Gather(a.to_numpy(zero_copy_only=True), r), (n,))]
+                return [Field(name, Gather(numpy_view(a), r), (n,))]
 
             return plain, []
         if is_numeric(t) or pa.types.is_boolean(t):
@@ -168,7 +176,7 @@ class ColumnRules:
         elif rows is None:
             fields.insert(0, Field(name, array, (n,)))
         else:
-            fields.insert(0, Field(name, Gather(array.to_numpy(zero_copy_only=True), rows), (n,)))
+            fields.insert(0, Field(name, Gather(numpy_view(array), rows), (n,)))
         return fields
 
     def _fill_list_nulls(self, name: str, values: pa.Array) -> tuple[pa.Array, np.ndarray | None]:
@@ -210,7 +218,7 @@ class ColumnRules:
             masks.append(Field(f"{name}_values_valid", values_valid.reshape(n, size), (n, size)))
         if rows is None:
             return [Field(name, values, (n, size)), *masks]
-        source = values.to_numpy(zero_copy_only=True).reshape(len(array), size)
+        source = numpy_view(values).reshape(len(array), size)
         return [Field(name, Gather(source, rows), (n, size)), *masks]
 
     def _list_parts(
@@ -231,7 +239,7 @@ class ColumnRules:
             null = ~array.is_valid().to_numpy(zero_copy_only=False)[index]
             lengths[null] = 0
         if not values.null_count and self.null_policy != "mask":
-            return values.to_numpy(zero_copy_only=True), starts, lengths, None
+            return numpy_view(values), starts, lengths, None
         begins = np.zeros(n, dtype=np.int64)
         np.cumsum(lengths[:-1], out=begins[1:])
         total = int(lengths.sum())
@@ -241,7 +249,7 @@ class ColumnRules:
             taken, valid = self._fill_list_nulls(name, taken)
         elif self.null_policy == "mask":
             valid = np.ones(total, dtype=np.bool_)
-        return taken.to_numpy(zero_copy_only=True), begins, lengths, valid
+        return numpy_view(taken), begins, lengths, valid
 
     def _offsets(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
         values, starts, lengths, valid = self._list_parts(name, array, rows, n)

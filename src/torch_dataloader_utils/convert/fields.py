@@ -10,6 +10,7 @@ import pyarrow as pa
 import torch
 from torch.utils.dlpack import from_dlpack
 
+from .arrow_values import numpy_view
 from .lists import ListRows
 from .parts import GatherParts
 
@@ -59,7 +60,7 @@ def as_numpy(field: Field) -> Any:
         data.into(out)
         return out
     if isinstance(data, pa.Array):
-        data = data.to_numpy(zero_copy_only=True)
+        data = numpy_view(data)
     return np.asarray(data).reshape(field.shape)
 
 

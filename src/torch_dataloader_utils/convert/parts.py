@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from .arrow_values import Picks
+from .arrow_values import Picks, numpy_view
 
 __all__ = ["BlockParts", "GatherParts", "Picks"]
 
@@ -56,11 +56,10 @@ class BlockParts:
                 if any(v.null_count for v in values):
                     continue
                 arrays = [
-                    v.to_numpy(zero_copy_only=True).reshape(len(c), size)
-                    for v, c in zip(values, chunks, strict=True)
+                    numpy_view(v).reshape(len(c), size) for v, c in zip(values, chunks, strict=True)
                 ]
             else:
-                arrays = [c.to_numpy(zero_copy_only=True) for c in chunks]
+                arrays = [numpy_view(c) for c in chunks]
             self.sources[name] = tuple(arrays)
 
     def joined(self, name: str) -> pa.Array:

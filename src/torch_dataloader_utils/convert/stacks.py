@@ -13,6 +13,8 @@ import numpy as np
 import pyarrow as pa
 import torch
 
+from .arrow_values import numpy_view
+
 __all__ = ["STACK_ROWS", "Stacks"]
 
 # Batches of fewer rows than this take their numeric columns from stacks. Stacking copies
@@ -35,7 +37,7 @@ class Stacks:
             usable = [(name, batch.column(name)) for name in names]
             usable = [(name, array) for name, array in usable if not array.null_count]
             if usable:  # (a column with nulls in this block goes through its rule)
-                values = [array.to_numpy(zero_copy_only=True) for _, array in usable]
+                values = [numpy_view(array) for _, array in usable]
                 self._stacks.append(([name for name, _ in usable], np.stack(values)))
 
     def take(self, rows: np.ndarray, *, tensors: bool) -> dict[str, Any]:

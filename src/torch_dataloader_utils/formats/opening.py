@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from types import TracebackType
 from typing import TypeVar
 
 import pyarrow as pa
@@ -50,23 +50,42 @@ def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:
         raise translate_os_error(exc, fs.url(path)) from exc
 
 
-@contextmanager
-def parsing(where: str, kind: str = "a readable Parquet file") -> Iterator[None]:
+def parsing(where: str, kind: str = "a readable Parquet file") -> _Parsing:
     """Errors while parsing an opened file: bad bytes (`CorruptFileError`, saying the file is
     not ``kind``), unless the storage failed mid-read (a `StorageError`, which `fs.request`
-    retries when it is transient)."""
-    try:
-        yield
-    except StorageError:
-        raise  # a request failed (after its retries), e.g. inside a range read
-    except UnicodeDecodeError as exc:  # a corrupt footer's column names
-        raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
-    except (OSError, pa.ArrowException) as exc:
-        if isinstance(exc, OSError) and (is_transient(exc) or is_missing(exc) or is_refused(exc)):
-            raise translate_os_error(exc, where) from exc  # storage, never bad bytes
-        if is_transient(exc):
-            raise StorageError(f"{where}: {exc}") from exc
-        raise CorruptFileError(f"{where}: not {kind} ({exc})") from exc
+    retries when it is transient). A context manager."""
+    return _Parsing(where, kind)
+
+
+class _Parsing:
+    """`parsing`'s context manager (a class: entered twice a file, a generator's cost showed
+    among 20,000 small files' reads; benchmarks/scale.py, files)."""
+
+    __slots__ = ("kind", "where")
+
+    def __init__(self, where: str, kind: str) -> None:
+        self.where = where
+        self.kind = kind
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(
+        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        where = self.where
+        if exc is None or isinstance(exc, StorageError):
+            return  # (a request failed after its retries, e.g. inside a range read: as it is)
+        if isinstance(exc, UnicodeDecodeError):  # a corrupt footer's column names
+            raise CorruptFileError(f"{where}: not {self.kind} ({exc})") from exc
+        if isinstance(exc, OSError | pa.ArrowException):
+            if isinstance(exc, OSError) and (
+                is_transient(exc) or is_missing(exc) or is_refused(exc)
+            ):
+                raise translate_os_error(exc, where) from exc  # storage, never bad bytes
+            if is_transient(exc):
+                raise StorageError(f"{where}: {exc}") from exc
+            raise CorruptFileError(f"{where}: not {self.kind} ({exc})") from exc
 
 
 def arrow_owned(data: bytes) -> pa.Buffer:
@@ -105,10 +124,11 @@ def slice_batches(
     """
     pos = 0
     for batch in batches:
-        lo, hi = max(start, pos), min(stop, pos + batch.num_rows)
+        rows = batch.num_rows
+        lo, hi = max(start, pos), min(stop, pos + rows)
         if lo < hi:
-            yield batch.slice(lo - pos, hi - lo)
-        pos += batch.num_rows
+            yield batch if hi - lo == rows else batch.slice(lo - pos, hi - lo)
+        pos += rows
         if pos >= stop:
             return
     raise CorruptFileError(f"{where}: decoded {pos} rows, fewer than the footer's count")

@@ -4,9 +4,7 @@ million Python objects.
 A million Python `Chunk` objects took seconds to pickle and unpickle on every rank and hundreds of
 MB in every process (docs/adr/0020-measurements-behind-constants.md#chunks-as-columns). As columns
 the same plan is a few numpy arrays: built, fingerprinted and sliced in vectorised code, pickled as
-their bytes. A spawned DataLoader worker receives them as one shared-memory buffer
-(`multiprocessing.reduction.ForkingPickler` is given a handle, not the bytes), so a plan reaches
-each process once.
+their bytes (`planning.columns`: a spawned DataLoader worker gets one shared-memory buffer).
 
 `Chunks` is a sequence of `Chunk`: ``plan.chunks[i]`` is a `Chunk` made on demand.
 """
@@ -16,17 +14,13 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from multiprocessing.reduction import ForkingPickler
 from typing import Any, overload
 
 import numpy as np
-import pyarrow as pa
-import torch
+
+from .columns import Columns, smallest, strings
 
 __all__ = ["Chunk", "Chunks", "Files"]
-
-_ALIGN = 8
-_CODEC = "zstd" if pa.Codec.is_available("zstd") else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,115 +46,6 @@ class Chunk:
     partition: tuple[tuple[str, Any], ...] = ()
 
 
-class _Columns:
-    """Named numpy arrays that pickle as their bytes, and as one shared buffer to a process
-    started by multiprocessing (a spawned DataLoader worker)."""
-
-    __slots__ = ("_buffer", "arrays")
-
-    def __init__(self, arrays: dict[str, np.ndarray], buffer: torch.Tensor | None = None) -> None:
-        for array in arrays.values():
-            array.flags.writeable = False  # a plan is shared: nobody writes to it
-        self.arrays = arrays
-        self._buffer = buffer  # the shared buffer the arrays view, once made
-
-    def __getstate__(self) -> tuple[str | None, list[tuple[str, str, tuple[int, ...]]], bytes]:
-        # The arrays' bytes, zstd-compressed when pyarrow has the codec (to a third, in
-        # milliseconds): what torch.distributed broadcasts to every rank
-        # (docs/adr/0020-measurements-behind-constants.md#chunks-as-columns).
-        layout = [(k, a.dtype.str, a.shape) for k, a in self.arrays.items()]
-        raw = b"".join(np.ascontiguousarray(a).tobytes() for a in self.arrays.values())
-        if _CODEC is None:
-            return None, layout, raw
-        return _CODEC, layout, pa.compress(raw, codec=_CODEC, asbytes=True)
-
-    def __setstate__(
-        self, state: tuple[str | None, list[tuple[str, str, tuple[int, ...]]], bytes]
-    ) -> None:
-        codec, layout, blob = state
-        sizes = [int(np.prod(shape)) * np.dtype(dtype).itemsize for _, dtype, shape in layout]
-        if codec is not None:
-            blob = pa.decompress(blob, decompressed_size=sum(sizes), codec=codec, asbytes=True)
-        self._buffer = None
-        self.arrays = {}
-        at = 0
-        for (key, dtype, shape), size in zip(layout, sizes, strict=True):
-            self.arrays[key] = np.frombuffer(
-                blob, np.dtype(dtype), size // np.dtype(dtype).itemsize, at
-            ).reshape(shape)
-            at += size
-
-    def shared(self) -> tuple[torch.Tensor, list[tuple[str, str, tuple[int, ...], int]]]:
-        """One shared-memory buffer holding every array, and where each lies in it."""
-        layout: list[tuple[str, str, tuple[int, ...], int]] = []
-        offset = 0
-        for key, array in self.arrays.items():
-            layout.append((key, array.dtype.str, array.shape, offset))
-            offset += -(-array.nbytes // _ALIGN) * _ALIGN
-        if self._buffer is None:
-            buffer = torch.empty(max(offset, _ALIGN), dtype=torch.uint8)
-            target = buffer.numpy()
-            for (_, _, _, at), array in zip(layout, self.arrays.values(), strict=True):
-                target[at : at + array.nbytes] = np.ascontiguousarray(array).view(np.uint8).ravel()
-            buffer.share_memory_()  # type: ignore[no-untyped-call]
-            self._buffer = buffer
-            self.arrays = _views(buffer, layout)  # the process's own copy is the shared one
-        return self._buffer, layout
-
-
-def _views(
-    buffer: torch.Tensor, layout: list[tuple[str, str, tuple[int, ...], int]]
-) -> dict[str, np.ndarray]:
-    raw = buffer.numpy()
-    out = {}
-    for key, dtype, shape, at in layout:
-        dt = np.dtype(dtype)
-        count = int(np.prod(shape)) if shape else 1
-        view = raw[at : at + count * dt.itemsize].view(dt).reshape(shape)
-        view.flags.writeable = False
-        out[key] = view
-    return out
-
-
-def _rebuild_shared(
-    buffer: torch.Tensor, layout: list[tuple[str, str, tuple[int, ...], int]]
-) -> _Columns:
-    return _Columns(_views(buffer, layout), buffer)
-
-
-def _reduce_shared(columns: _Columns) -> tuple[Any, tuple[Any, ...]]:
-    return _rebuild_shared, columns.shared()
-
-
-# Only processes started by multiprocessing (spawn and forkserver DataLoader workers, mp.spawn
-# ranks) get the handle; pickle, torch.save and torch.distributed get the bytes.
-ForkingPickler.register(_Columns, _reduce_shared)
-
-
-def _strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:
-    """UTF-8 bytes of ``values`` concatenated, and their ``len + 1`` offsets."""
-    encoded = [v.encode("utf-8", "surrogateescape") for v in values]
-    offsets = np.zeros(len(encoded) + 1, np.int64)
-    np.cumsum([len(b) for b in encoded], out=offsets[1:])
-    return np.frombuffer(b"".join(encoded), np.uint8), offsets
-
-
-def _string_at(data: np.ndarray, offsets: np.ndarray, i: int) -> str:
-    return bytes(data[offsets[i] : offsets[i + 1]]).decode("utf-8", "surrogateescape")
-
-
-def _smallest(values: np.ndarray) -> np.ndarray:
-    """``values`` (integers) in the smallest signed dtype that holds them."""
-    if not len(values):
-        return values.astype(np.int32)
-    low, high = int(values.min()), int(values.max())
-    for dtype in (np.int8, np.int16, np.int32):
-        info = np.iinfo(dtype)
-        if info.min <= low and high <= info.max:
-            return values.astype(dtype)
-    return values.astype(np.int64)
-
-
 class Chunks(Sequence[Chunk]):
     """The plan's chunks as columns; a sequence of `Chunk` (each made when asked for).
 
@@ -170,7 +55,7 @@ class Chunks(Sequence[Chunk]):
 
     __slots__ = ("_columns", "_derived", "_partitions", "_paths")
 
-    def __init__(self, columns: _Columns, partitions: tuple[tuple[tuple[str, Any], ...], ...]):
+    def __init__(self, columns: Columns, partitions: tuple[tuple[tuple[str, Any], ...], ...]):
         self._columns = columns  # each in the smallest integer type that holds it
         self._partitions = partitions  # distinct partitions; a chunk holds an index
         self._paths: list[str] | None = None  # decoded file paths, per process
@@ -233,21 +118,21 @@ class Chunks(Sequence[Chunk]):
             unit_values = np.fromiter(
                 (r for u in unit_rows for r in u), np.int64, count=int(unit_offsets[-1])
             )
-        path_data, path_offsets = _strings(paths)
+        path_data, path_offsets = strings(paths)
         if partition is None:
             partition = np.zeros(n, np.int64)
-        columns = _Columns(
+        columns = Columns(
             {
-                "file": _smallest(np.asarray(file)),
-                "start": _smallest(np.asarray(start)),
-                "stop": _smallest(np.asarray(stop)),
-                "num_rows": _smallest(np.asarray(num_rows)),
-                "num_bytes": _smallest(np.asarray(num_bytes)),
-                "unit_count": _smallest(np.diff(unit_offsets)),
-                "unit_rows": _smallest(unit_values),
-                "partition": _smallest(np.asarray(partition)),
+                "file": smallest(np.asarray(file)),
+                "start": smallest(np.asarray(start)),
+                "stop": smallest(np.asarray(stop)),
+                "num_rows": smallest(np.asarray(num_rows)),
+                "num_bytes": smallest(np.asarray(num_bytes)),
+                "unit_count": smallest(np.diff(unit_offsets)),
+                "unit_rows": smallest(unit_values),
+                "partition": smallest(np.asarray(partition)),
                 "path_data": path_data,
-                "path_offsets": _smallest(path_offsets),
+                "path_offsets": smallest(path_offsets),
             }
         )
         return cls(columns, tuple(partitions))
@@ -376,10 +261,10 @@ class Chunks(Sequence[Chunk]):
     def __repr__(self) -> str:
         return f"Chunks({len(self)} chunks of {len(self.paths)} files)"
 
-    def __getstate__(self) -> tuple[_Columns, tuple[tuple[tuple[str, Any], ...], ...]]:
+    def __getstate__(self) -> tuple[Columns, tuple[tuple[tuple[str, Any], ...], ...]]:
         return self._columns, self._partitions
 
-    def __setstate__(self, state: tuple[_Columns, tuple[tuple[tuple[str, Any], ...], ...]]) -> None:
+    def __setstate__(self, state: tuple[Columns, tuple[tuple[tuple[str, Any], ...], ...]]) -> None:
         self._columns, self._partitions = state
         self._paths, self._derived = None, {}
 
@@ -388,11 +273,12 @@ class Files(Mapping[str, tuple[int, str]]):
     """Each listed file's identity as pinned by the plan, ``path → (size, version)``, as
     columns (a lookup builds its index once per process)."""
 
-    __slots__ = ("_columns", "_index")
+    __slots__ = ("_columns", "_index", "_versions")
 
-    def __init__(self, columns: _Columns) -> None:
+    def __init__(self, columns: Columns) -> None:
         self._columns = columns
-        self._index: dict[str, int] | None = None
+        self._index: dict[str, int] | None = None  # path -> position, per process
+        self._versions = b""  # the versions' text, made with the index
 
     @classmethod
     def of(cls, files: Mapping[str, tuple[int, str]]) -> Files:
@@ -400,16 +286,16 @@ class Files(Mapping[str, tuple[int, str]]):
         if isinstance(files, Files):
             return files
         paths = list(files)
-        path_data, path_offsets = _strings(paths)
-        version_data, version_offsets = _strings([files[p][1] for p in paths])
+        path_data, path_offsets = strings(paths)
+        version_data, version_offsets = strings([files[p][1] for p in paths])
         return cls(
-            _Columns(
+            Columns(
                 {
                     "path_data": path_data,
-                    "path_offsets": _smallest(path_offsets),
+                    "path_offsets": smallest(path_offsets),
                     "size": np.asarray([files[p][0] for p in paths], np.int64),
                     "version_data": version_data,
-                    "version_offsets": _smallest(version_offsets),
+                    "version_offsets": smallest(version_offsets),
                 }
             )
         )
@@ -422,12 +308,15 @@ class Files(Mapping[str, tuple[int, str]]):
                 text[lo:hi].decode("utf-8", "surrogateescape"): i
                 for i, (lo, hi) in enumerate(itertools.pairwise(ends))
             }
+            self._versions = bytes(a["version_data"])  # (a slice of bytes: a reader's lookup)
         return self._index
 
     def __getitem__(self, path: str) -> tuple[int, str]:
         i = self._paths()[path]
         a = self._columns.arrays
-        return int(a["size"][i]), _string_at(a["version_data"], a["version_offsets"], i)
+        offsets = a["version_offsets"]
+        version = self._versions[offsets.item(i) : offsets.item(i + 1)]
+        return a["size"].item(i), version.decode("utf-8", "surrogateescape")
 
     def __iter__(self) -> Iterator[str]:
         return iter(self._paths())
@@ -435,8 +324,8 @@ class Files(Mapping[str, tuple[int, str]]):
     def __len__(self) -> int:
         return len(self._columns.arrays["size"])
 
-    def __getstate__(self) -> _Columns:
+    def __getstate__(self) -> Columns:
         return self._columns
 
-    def __setstate__(self, state: _Columns) -> None:
-        self._columns, self._index = state, None
+    def __setstate__(self, state: Columns) -> None:
+        self._columns, self._index, self._versions = state, None, b""

@@ -78,10 +78,10 @@ class Ahead:
     for a read in turn (one copy per piece read the footer of a file of 3 row groups 3 times),
     and the next piece of the lane is hinted to that copy. Files are read in parallel.
 
-    ``threads``: how many (0: none, every piece is read in its turn, as for local files). They
-    are this process's (`fs.forks.ProcessLocal`), started by the first piece read ahead, and
-    stopped (reads in progress awaited) by `close`. ``hints``: whether a piece read in its turn
-    hints the next (False for local files, which have nothing to fetch ahead).
+    ``threads``: how many (0: none, every piece is read in its turn). They are this process's
+    (`fs.forks.ProcessLocal`), started by the first piece read ahead, and stopped (reads in
+    progress awaited) by `close`. Local files are read in their turn without an `Ahead`
+    (`Reader.read`).
     """
 
     def __init__(
@@ -93,11 +93,9 @@ class Ahead:
         path: Callable[[Piece], str],
         estimate: Callable[[Piece], float],
         threads: int,
-        hints: bool = True,
     ) -> None:
         self._source = iter(parts)
         self._threads = threads
-        self._hints = hints
         self._fmt = fmt
         self._read_with = read
         self._path = path
@@ -141,8 +139,6 @@ class Ahead:
             return _replay(slot.future)
         # The next piece starts downloading while this one is read, unless a thread will read
         # it (a format's fetch started here is taken only by the format's own reads).
-        if not self._hints:
-            return self._read_with(piece, self._fmt, None)
         following = self._slots[0] if self._slots or self._reach() else None
         upcoming = None if following is None or self._small(following) else following.piece
         return self._read_with(piece, self._fmt, upcoming)

@@ -53,6 +53,24 @@ class Reads(Protocol):
         """The URLs of the last files read."""
 
 
+class _InTurn:
+    """`Ahead`'s part for pieces read in their turn, nothing ahead (local files)."""
+
+    def __init__(
+        self,
+        parts: Iterable[tuple[list[Piece], np.ndarray | None]],
+        read: Callable[[Piece], Iterator[pa.RecordBatch]],
+    ) -> None:
+        self._parts = iter(parts)
+        self.rows = read
+
+    def next_part(self) -> tuple[list[Piece], np.ndarray | None] | None:
+        return next(self._parts, None)
+
+    def close(self) -> None:
+        return None
+
+
 @dataclass(frozen=True)
 class Reader:
     """Reads pieces of the plan's chunks as the dataset yields them.
@@ -116,14 +134,19 @@ class Reader:
             CorruptFileError: reading raised an error that is not one of the library's: this
                 is the one place such errors get the file and rows named.
         """
-        ahead = Ahead(
-            parts,
-            self.fmt,
-            read=self._piece,
-            path=lambda piece: self._chunk(piece.chunk).path,
-            estimate=self.estimate,
-            threads=0 if self.fs.is_local else READ_THREADS,
-            hints=not self.fs.is_local,  # (a local file has nothing to fetch ahead)
+        # Local pieces are read in their turn: a local file has nothing to fetch ahead, and its
+        # read is CPU work that threads only slow down (`stream.ahead`).
+        ahead: Ahead | _InTurn = (
+            _InTurn(parts, lambda piece: self._piece(piece, self.fmt))
+            if self.fs.is_local
+            else Ahead(
+                parts,
+                self.fmt,
+                read=self._piece,
+                path=lambda piece: self._chunk(piece.chunk).path,
+                estimate=self.estimate,
+                threads=READ_THREADS,
+            )
         )
         try:
             while (part := ahead.next_part()) is not None:
@@ -144,14 +167,15 @@ class Reader:
 
     def _guarded(self, piece: Piece, read: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
         """The piece's rows (``read``: its read, in its turn or ahead); under
-        ``on_error="skip"``, rows it could not read replaced as soon as a row read before (or,
-        at the stream's start, after) them can stand in."""
+        ``on_error="skip"``, rows it could not read replaced (`_skipping`)."""
         path = self._chunk(piece.chunk).path
         if not self._recent or self._recent[-1] != path:
             self._recent.append(path)
-        if self.on_error == "raise":
-            yield from read
-            return
+        return read if self.on_error == "raise" else self._skipping(piece, read)
+
+    def _skipping(self, piece: Piece, read: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        """``read``, rows it could not read replaced as soon as a row read before (or, at the
+        stream's start, after) them can stand in."""
         got = 0
         try:
             for batch in read:
@@ -221,42 +245,39 @@ class Reader:
     ) -> Iterator[pa.RecordBatch]:
         """The piece's rows read by ``fmt`` (the reader's format, or a thread's copy of it);
         ``upcoming``: the piece read next by ``fmt``, which may start downloading now."""
+        chunk = self._chunk(piece.chunk)
         try:
-            yield from self._read_piece(piece, fmt, upcoming)
+            if upcoming is not None:
+                self._hint(piece, fmt)  # (already started, unless this is the first piece)
+                self._hint(upcoming, fmt)
+            # (Pieces of one file read ahead at once may each check it: a request more, never
+            # rows of a file not checked.)
+            if chunk.path not in self._checked and not self.fs.checks_identity:
+                pinned = self.files.get(chunk.path)
+                if pinned is not None:
+                    check_identity(chunk.path, pinned, self.fs)
+                self._checked.add(chunk.path)
+            if self.options.filter is None:
+                position = piece.start
+                for batch in fmt.read(chunk, piece.start, piece.stop, self.fs, self.options):
+                    yield self._finish(batch, chunk, position)
+                    position += batch.num_rows
+            else:
+                yield from self._filtered(piece, chunk, fmt)
         except TorchDataloaderUtilsError:
             raise
         except (ValueError, IndexError, OverflowError, EOFError, pa.ArrowException) as exc:
             # A format let a parser's error through (a UnicodeDecodeError from names that are
             # not UTF-8, an Arrow error from bytes pyarrow rejects): name the file and rows.
             # (TypeError, KeyError and the like are bugs, not bad bytes: they pass as they are.)
-            chunk = self._chunk(piece.chunk)
             raise CorruptFileError(
                 f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}, rows "
                 f"{piece.start}:{piece.stop}): cannot be read: {type(exc).__name__}: {exc}"
             ) from exc
 
-    def _read_piece(
-        self, piece: Piece, fmt: Format, upcoming: Piece | None = None
-    ) -> Iterator[pa.RecordBatch]:
-        if upcoming is not None:
-            self._hint(piece, fmt)  # (already started, unless this is the first piece)
-            self._hint(upcoming, fmt)
-        chunk = self._chunk(piece.chunk)
-        # (Pieces of one file read ahead at once may each check it: a request more, never
-        # rows of a file not checked.)
-        if chunk.path not in self._checked and not self.fs.checks_identity:
-            pinned = self.files.get(chunk.path)
-            if pinned is not None:
-                check_identity(chunk.path, pinned, self.fs)
-            self._checked.add(chunk.path)
+    def _filtered(self, piece: Piece, chunk: Chunk, fmt: Format) -> Iterator[pa.RecordBatch]:
+        """Piece rows count rows that pass the filter: read the chunk, filter, then slice."""
         expr = self.options.filter
-        if expr is None:
-            position = piece.start
-            for batch in fmt.read(chunk, piece.start, piece.stop, self.fs, self.options):
-                yield self._finish(batch, chunk, position)
-                position += batch.num_rows
-            return
-        # Piece rows count rows that pass the filter: read the chunk, filter, then slice.
         position = kept = 0
         for raw in fmt.read(chunk, 0, chunk.num_rows, self.fs, self.options):
             batch = with_partition(raw, chunk.partition, self.options).filter(expr)

@@ -80,6 +80,7 @@ class ParquetFormat(Format):
         self._open: HandleCache[str, tuple[pq.ParquetFile, Renaming | None]] = HandleCache(
             _OPEN_FILES, lambda opened: opened[0].close()
         )
+        self._renamed: tuple[pq.ParquetSchema, Renaming | None] | None = None  # the last file's
         # Remote reads: footers and file sizes, row groups fetched ahead (by row group), the
         # fetch threads. Open files, reads ahead and fetch threads are per process (a forked
         # child starts its own: `fs.forks`); footers are facts, a child may use its parent's.
@@ -147,12 +148,22 @@ class ParquetFormat(Format):
                         buffer_size=_STREAM_BUFFER,
                         page_checksum_verification=self.verify_checksums,
                     )
-                    return handle, Renaming.of(handle.schema_arrow)
+                    return handle, self._renaming(handle)
             except BaseException:  # corrupt, or the storage failed mid-parse
                 source.close()
                 raise
 
         return self._open.get(path, open_file)
+
+    def _renaming(self, handle: pq.ParquetFile) -> Renaming | None:
+        """The renaming of ``handle``'s columns; the last file's when the Parquet schema is the
+        same (the Arrow schema made for each of 20,000 small files took ~2.5 µs a file)."""
+        schema, last = handle.schema, self._renamed
+        if last is not None and schema.equals(last[0]):
+            return last[1]
+        renaming = Renaming.of(handle.schema_arrow)
+        self._renamed = (schema, renaming)
+        return renaming
 
     def read(
         self,
@@ -176,13 +187,40 @@ class ParquetFormat(Format):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> Iterator[pa.RecordBatch]:
-        url = fs.url(chunk.path)
         if fs.is_local:
             renaming = self._file(chunk.path, fs)[1]
+            columns = asked(renaming, options.columns)
+            batches = self._decode_local(chunk, row_start, row_stop, fs, columns)
         else:
             renaming = self._footer(chunk.path, fs).renaming
-        batches = self._decode(chunk, row_start, row_stop, fs, asked(renaming, options.columns))
-        yield from batches if renaming is None else renaming.rename(batches, options.columns, url)
+            batches = self._decode(chunk, row_start, row_stop, fs, asked(renaming, options.columns))
+        if renaming is None:
+            yield from batches
+        else:
+            yield from renaming.rename(batches, options.columns, fs.url(chunk.path))
+
+    def _decode_local(
+        self,
+        chunk: Chunk,
+        row_start: int,
+        row_stop: int,
+        fs: FileSystemSpec,
+        columns: list[str] | None,
+    ) -> Iterator[pa.RecordBatch]:
+        """`_decode` of a local file: each row group through the open file."""
+        for rg, lo, hi, _ in _row_group_spans(chunk, row_start, row_stop):
+            handle = self._file(chunk.path, fs)[0]  # (opened again if a read between closed it)
+            where = f"{chunk.path} row group {rg} (rows {lo}:{hi})"
+            with parsing(where):
+                # One thread: pyarrow's column threads cost more than they give here
+                # (docs/adr/0019-format-measurements.md); workers are processes anyway.
+                batches = handle.iter_batches(
+                    batch_size=_batch_rows(handle.metadata, rg, columns),
+                    row_groups=[rg],
+                    columns=columns,
+                    use_threads=False,
+                )
+                yield from slice_batches(batches, lo, hi, where)
 
     def _decode(
         self,
@@ -192,24 +230,12 @@ class ParquetFormat(Format):
         fs: FileSystemSpec,
         columns: list[str] | None,
     ) -> Iterator[pa.RecordBatch]:
-        """Rows ``[row_start, row_stop)`` of ``chunk``, of the file's columns ``columns``."""
+        """Rows ``[row_start, row_stop)`` of a remote ``chunk``, of the file's columns
+        ``columns``."""
         url = fs.url(chunk.path)
         spans = list(_row_group_spans(chunk, row_start, row_stop))
         for k, (rg, lo, hi, rg_rows) in enumerate(spans):
             where = f"{url} row group {rg} (rows {lo}:{hi})"
-            if fs.is_local:
-                handle = self._file(chunk.path, fs)[0]
-                with parsing(where):
-                    # One thread: pyarrow's column threads cost more than they give here
-                    # (docs/adr/0019-format-measurements.md); workers are processes anyway.
-                    batches = handle.iter_batches(
-                        batch_size=_batch_rows(handle.metadata, rg, columns),
-                        row_groups=[rg],
-                        columns=columns,
-                        use_threads=False,
-                    )
-                    yield from slice_batches(batches, lo, hi, where)
-                continue
             yield from self._read_remote(
                 chunk.path,
                 rg,
