@@ -42,6 +42,11 @@ Three sections (issue 15), each selectable with ``--only``:
 
 Targets (issue 15) are printed next to the measurements.
 
+- ``planning`` (``benchmarks/scale_planning.py``): planning spread over 1, 2 and 4 torchrun
+  ranks (1 rank: rank-0-only planning) on ``--remote-files`` files behind the latency proxy,
+  and a restart with ``cache_dir`` (20,000 local files, and the remote ones: requests by
+  kind).
+
 Usage::
 
     python benchmarks/scale.py                                  # synthetic 10k-1M + 20k files
@@ -80,7 +85,7 @@ import pyarrow.parquet as pq
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 DATA = HERE / ".data"
-SECTIONS = ("synthetic", "files", "remote")
+SECTIONS = ("synthetic", "files", "remote", "planning")
 T = TypeVar("T")
 
 
@@ -1041,6 +1046,19 @@ def main() -> None:
         ok = run_files(args) and ok
     if "remote" in sections:
         ok = run_remote(args) and ok
+    if "planning" in sections:
+        import scale_planning  # (beside this file)
+
+        planning = argparse.Namespace(
+            local_files=args.files,
+            remote_files=args.remote_files,
+            rows=args.remote_rows,
+            latency_ms=args.latency_ms,
+            ranks=[1, 2, 4],
+            repeat=3,
+        )
+        scale_planning.run_local(planning)
+        scale_planning.run_remote(planning)
     if not ok:
         raise SystemExit("exactly-once check failed")
 

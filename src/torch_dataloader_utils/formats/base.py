@@ -129,7 +129,6 @@ class Format(ABC):
         an earlier run); a ``per_file`` format's. Errors as `plan`'s."""
         raise NotImplementedError(f"{type(self).__name__} plans its files together")
 
-    @abstractmethod
     def plan(
         self,
         files: Sequence[SourceFile],
@@ -137,7 +136,8 @@ class Format(ABC):
         fs: FileSystemSpec,
         options: ReadOptions,
     ) -> FormatPlan:
-        """Plan ``files`` into chunks, reading metadata only.
+        """Plan ``files`` into chunks, reading metadata only (a ``per_file`` format's: its
+        ``facts`` of each file, assembled).
 
         Args:
             files: the listed files, in canonical order.
@@ -154,6 +154,11 @@ class Format(ABC):
             SchemaMismatchError: files disagree on the columns read.
             ColumnNotFoundError: a requested column is in no file.
         """
+        if not self.per_file:
+            raise NotImplementedError(f"{type(self).__name__} must plan its files")
+        return self.assemble(
+            files, partitions, self.facts(files, partitions, fs, options), fs, options
+        )
 
     @abstractmethod
     def read(

@@ -64,7 +64,7 @@ def test_a_local_source_is_read_uncached(tmp_path: Path) -> None:
     assert stats is not None and (stats.hits, stats.misses) == (0, 0)
     # No data cached, only the plan kept (local sources' plans are kept too: sources.kept).
     held = [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and "lock" not in str(p)]
-    assert [p.parent.name for p in held] == ["tdu-plans-v1"]
+    assert {p.parent.name for p in held} == {"tdu-plans-v1"}
 
 
 def test_tdu_cache_shows_and_clears(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -23,7 +23,7 @@ from ..opening import open_input, parsing, slice_batches
 from .facts import chunk_ranges, leaf_owners
 from .footer import Footer, footer_file, read_footer
 from .leafless import ParquetReadOptions, put_back
-from .planning import assemble, plan_files, read_all
+from .planning import assemble, read_all
 from .renaming import Renaming, asked
 
 __all__ = ["ParquetFormat"]
@@ -107,16 +107,7 @@ class ParquetFormat(Format):
             refuse_other_format(file, fs, "Parquet", exc)
             raise
 
-    def plan(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> FormatPlan:
-        return plan_files(files, partitions, fs, options)
-
-    per_file = True
+    per_file = True  # (`Format.plan`: its footers' facts, assembled)
 
     def facts(
         self,
