@@ -58,8 +58,8 @@ def parsing(where: str, kind: str = "a readable Parquet file") -> _Parsing:
 
 
 class _Parsing:
-    """`parsing`'s context manager (a class: entered twice a file, a generator's cost showed
-    among 20,000 small files' reads; benchmarks/scale.py, files)."""
+    """`parsing`'s context manager: a class, cheaper than a generator's, for it is entered twice
+    a file (docs/adr/0020-measurements-behind-constants.md#small-local-files)."""
 
     __slots__ = ("kind", "where")
 

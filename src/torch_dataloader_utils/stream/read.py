@@ -134,8 +134,8 @@ class Reader:
             CorruptFileError: reading raised an error that is not one of the library's: this
                 is the one place such errors get the file and rows named.
         """
-        # Local pieces are read in their turn: a local file has nothing to fetch ahead, and its
-        # read is CPU work that threads only slow down (`stream.ahead`).
+        # Local pieces are read in their turn, without an Ahead: a local file has nothing to fetch
+        # ahead (docs/adr/0020-measurements-behind-constants.md#small-local-files).
         ahead: Ahead | _InTurn = (
             _InTurn(parts, lambda piece: self._piece(piece, self.fmt))
             if self.fs.is_local

@@ -86,8 +86,9 @@ def init_worker(rows: int, user_init: Callable[[int], None] | None, worker_id: i
     enable_bundles(rows, bundle_bytes(workers, tell=worker_id == 0))
     _keep_freed_memory()
     # What the worker holds from its start (torch's modules and the dataset: ~180k objects,
-    # kept for its life) is left out of garbage collections: a spawned worker's full
-    # collection while it read walked them all, 0.15-0.4 s (benchmarks/scale.py, files).
+    # kept for its life) is left out of garbage collections: a full collection walked them
+    # all, 0.15-0.4 s while it read and 0.35 s more at its exit, which ends the epoch
+    # (docs/adr/0016-main-process-share.md#spawned-workers).
     gc.freeze()
     if user_init is not None:
         user_init(worker_id)

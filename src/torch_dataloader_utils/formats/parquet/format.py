@@ -148,7 +148,7 @@ class ParquetFormat(Format):
 
     def _renaming(self, handle: pq.ParquetFile) -> Renaming | None:
         """The renaming of ``handle``'s columns; the last file's when the Parquet schema is the
-        same (the Arrow schema made for each of 20,000 small files took ~2.5 µs a file)."""
+        same (docs/adr/0020-measurements-behind-constants.md#small-local-files)."""
         schema, last = handle.schema, self._renamed
         if last is not None and schema.equals(last[0]):
             return last[1]
