@@ -1,5 +1,7 @@
 """A file rewritten on the store after planning is refused, naming it, on every store: the plan
-pins each object's size and version (ETag on S3 and Azure, generation on GCS) as listed."""
+pins each object's size and version (ETag on S3 and Azure, generation on GCS) as listed. Read
+by workers or in the process that planned (whose listing's answers must not stand in for the
+store's: each pass asks the store), through either client."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ pytestmark = [
 
 @pytest.mark.parametrize("store", ["s3", "gcs", "azure"])
 @pytest.mark.parametrize("change", ["same size", "rows appended"])
+@pytest.mark.parametrize(("backend", "workers"), [("auto", 2), ("auto", 0), ("fsspec", 0)])
 def test_an_object_rewritten_after_planning_is_refused(
-    request: pytest.FixtureRequest, tmp_path, store: str, change: str
+    request: pytest.FixtureRequest, tmp_path, store: str, change: str, backend: str, workers: int
 ) -> None:
     data: RemoteData = request.getfixturevalue(f"{store}_data")
     protocol = data.url.split("://", 1)[0]
@@ -33,7 +36,12 @@ def test_an_object_rewritten_after_planning_is_refused(
     data.fs.invalidate_cache()
     url = f"{protocol}://{prefix}"
     loader = tdu.create_dataloader(
-        url, format="parquet", batch_size=10, storage_options=data.storage_options
+        url,
+        format="parquet",
+        batch_size=10,
+        storage_options=data.storage_options,
+        storage_backend=backend,
+        num_workers=workers,
     )
     assert Counter(i for b in loader for i in b["id"].tolist()) == Counter(range(100))
 

@@ -91,7 +91,16 @@ def test_every_row_exactly_once(
 def test_native_azure_is_refused_in_forked_workers(azure_data: RemoteData) -> None:
     # The Azure C++ SDK shares its connection pool with forked children: measured, forked
     # workers got each other's responses. A clear error instead of wrong bytes; spawn works
-    # (above), and "auto" reads Azure through adlfs.
+    # (above), and "auto" reads Azure through adlfs. The parent reads natively first: planning
+    # alone reads footers through adlfs (at the listed sizes), building no native client.
+    in_process = tdu.create_dataloader(
+        azure_data.url,
+        batch_size=BATCH,
+        storage_options=azure_data.storage_options,
+        storage_backend="arrow",
+        num_workers=0,
+    )
+    assert Counter(read_ids(in_process)) == Counter(azure_data.ids)
     loader = tdu.create_dataloader(
         azure_data.url,
         batch_size=BATCH,

@@ -4,9 +4,13 @@ The plan records each file's size and one version token from the listing: a gene
 an ETag (S3, Azure, HTTP) or a modification time (local disks, stores without ETags). A file
 replaced after planning under the same name (other values, rows appended, a shorter copy) is
 then an error naming the file and what changed, never rows read from a file the plan did not
-describe. The token is taken from the same kind of metadata (fsspec's ``info``) at both ends, and
-compared only when the store reports the same field at both ends (an S3 listing and a HEAD both
-carry the ETag; a version id appears only in a HEAD, so it is not used).
+describe. The token is taken from the same kind of metadata at both ends (fsspec's ``info``, or
+the same fields of a native open's answer: `FileSystemSpec.head`), and compared only when the
+store reports the same field at both ends (an S3 listing and a HEAD both carry the ETag; a
+version id appears only in a HEAD, so it is not used).
+
+A check costs one metadata request, or none when a reader's own open of the file made one
+since it began: the open and the check then share it (`since`).
 """
 
 from __future__ import annotations
@@ -47,8 +51,11 @@ def version_of(info: Mapping[str, Any]) -> str:
     return ""
 
 
-def check_identity(path: str, pinned: Identity, fs: FileSystemSpec) -> None:
-    """Check that ``path`` is still the file the plan describes (one metadata request).
+def check_identity(
+    path: str, pinned: Identity, fs: FileSystemSpec, *, since: float | None = None
+) -> None:
+    """Check that ``path`` is still the file the plan describes (one metadata request, or
+    none when this process made one at or after ``since``, a `time.monotonic` reading).
 
     Raises:
         FileChangedError: its size or version differs from the pinned one.
@@ -63,7 +70,10 @@ def check_identity(path: str, pinned: Identity, fs: FileSystemSpec) -> None:
             st = os.stat(path)
             info: Mapping[str, Any] = {"size": st.st_size, "mtime": st.st_mtime}
         else:
-            info = fs.request(lambda: fs.fsspec().info(path), what=url)
+            info = fs.head(path, since=since)
+            field = pinned[1].partition("=")[0]
+            if field and fs.native and _field(info, field) is None:
+                info = fs.info(path)  # (the field is fsspec's only: a modification time)
     except TorchDataloaderUtilsError:
         raise
     except OSError as exc:
@@ -81,10 +91,19 @@ def check_identity(path: str, pinned: Identity, fs: FileSystemSpec) -> None:
     if not version:
         return
     name, _, then = version.partition("=")
-    current = info.get(name)
+    current = _field(info, name)
     if current is not None and f"{current}" != then:
         raise FileChangedError(
             f"{url}: changed after planning: {name} was {then}, is {current} now (the same "
             "size, other bytes). The plan no longer describes it: create the loader again to "
             "plan the data as it is now"
         )
+
+
+def _field(info: Mapping[str, Any], name: str) -> Any:
+    """Field ``name`` of ``info`` whatever its case (adlfs lists ``etag``, a native open
+    reports ``ETag``); None when absent."""
+    if name in info:
+        return info[name]
+    lowered = name.lower()
+    return next((value for key, value in info.items() if key.lower() == lowered), None)

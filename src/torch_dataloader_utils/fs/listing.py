@@ -165,7 +165,8 @@ def list_files(source: Paths, fs: FileSystemSpec) -> list[SourceFile]:
         fs: the filesystem the paths live on.
 
     Returns:
-        The files, each once.
+        The files, each once. ``fs`` remembers their sizes in this process
+        (`FileSystemSpec.listed`): opening them makes no metadata request.
 
     Raises:
         StorageNotFoundError: a named path does not exist.
@@ -201,4 +202,6 @@ def list_files(source: Paths, fs: FileSystemSpec) -> list[SourceFile]:
                 "each file must appear once or its rows would be read twice"
             )
         seen.add(f.path)
+    if not fs.is_local:  # opening a listed file then asks nothing: the listing told its size
+        fs.listed((f.path, f.size) for f in files)
     return files

@@ -57,7 +57,10 @@ class RangeFile(io.RawIOBase):
     """A read-only file of ``size`` bytes of which some ranges are in memory.
 
     A read inside a fetched range is a zero-copy slice; any other read is fetched on demand
-    with ``fetch(offset, size)`` (correct, only slower). Wrap it in ``pyarrow.PythonFile``.
+    with ``fetch(offset, size)`` (correct, only slower). With ``ahead``, such a fetch is of at
+    least ``ahead`` bytes, kept for the reads that follow (as fsspec's files read ahead: a
+    reader of many small ranges, such as ORC's, then makes a few requests, not hundreds).
+    Wrap it in ``pyarrow.PythonFile``.
     """
 
     def __init__(
@@ -65,6 +68,8 @@ class RangeFile(io.RawIOBase):
         size: int,
         ranges: dict[int, bytes | bytearray],
         fetch: Callable[[int, int], bytes],
+        *,
+        ahead: int = 0,
     ) -> None:
         super().__init__()
         self._size = size
@@ -72,6 +77,8 @@ class RangeFile(io.RawIOBase):
         self._data = [memoryview(ranges[s]) for s in self._starts]
         self._fetch = fetch
         self._pos = 0
+        self._ahead = ahead
+        self._block: tuple[int, memoryview] = (0, memoryview(b""))  # the last fetch ahead
 
     def readable(self) -> bool:
         return True
@@ -98,7 +105,14 @@ class RangeFile(io.RawIOBase):
             start, data = self._starts[i], self._data[i]
             if stop <= start + len(data):
                 return data[pos - start : stop - start]
-        return self._fetch(pos, stop - pos)
+        if not self._ahead:
+            return self._fetch(pos, stop - pos)
+        start, block = self._block
+        if not (start <= pos and stop <= start + len(block)):
+            end = min(self._size, max(stop, pos + self._ahead))
+            start, block = pos, memoryview(self._fetch(pos, end - pos))
+            self._block = (start, block)
+        return block[pos - start : stop - start]
 
     def readinto(self, buffer: memoryview) -> int:  # type: ignore[override]
         data = self.read(len(buffer))

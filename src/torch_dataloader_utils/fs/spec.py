@@ -2,10 +2,9 @@
 
 from __future__ import annotations
 
+import functools
 import os
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Literal, TypeVar
 
 import fsspec
@@ -15,9 +14,12 @@ from fsspec import AbstractFileSystem
 from fsspec.core import split_protocol
 
 from ..errors import InvalidArgumentError
+from .clients import Clients
 from .forks import ProcessLocal
 from .native import NATIVE_PROTOCOLS, native_filesystem, untranslatable
 from .options import StorageOptions, merge_options
+from .ranges import RangeFile
+from .reported import native_info
 from .retry import RetryCounter, RetryPolicy, is_refused, retrying
 
 __all__ = ["STORAGE_BACKENDS", "FileSystemSpec", "StorageBackend", "StorageOptions"]
@@ -37,25 +39,6 @@ _OPEN_FILES = 8
 # So "auto" reads Azure through adlfs, and "arrow" refuses to build one in a forked child of a
 # process that already had one: built in a process that built one, inherited in its children.
 _native_azure: ProcessLocal[bool] = ProcessLocal(lambda: True)
-
-
-class _Clients:
-    """What one process builds from a spec: its options, filesystems and open files.
-
-    Kept per process (`fs.forks`): connections and client state taken over from a parent are
-    unusable, and a parent's clients are never closed from a child, where closing them fails
-    (docs/adr/0020-measurements-behind-constants.md#forked-processes). An options function is
-    called again in each process.
-    """
-
-    def __init__(self) -> None:
-        self.options: dict[str, Any] | None = None
-        self.fsspec: fsspec.AbstractFileSystem | None = None
-        self.arrow: pafs.FileSystem | None = None
-        self.files: OrderedDict[str, pa.NativeFile] = OrderedDict()
-        self.lock = threading.Lock()  # files, and a refresh
-        self.refresh_lock = threading.Lock()  # one refresh for all threads refused at once
-        self.options_lock = threading.Lock()  # fetch threads share one options call
 
 
 class FileSystemSpec:
@@ -103,7 +86,7 @@ class FileSystemSpec:
         self.backend: StorageBackend = backend
         self.retry = retry or RetryPolicy()
         self.retries = retries or RetryCounter()
-        self._local: ProcessLocal[_Clients] = ProcessLocal(_Clients)
+        self._local: ProcessLocal[Clients] = ProcessLocal(Clients)
         self._generation = 0  # refreshes so far
 
     @classmethod
@@ -164,7 +147,7 @@ class FileSystemSpec:
     def refresh(self) -> None:
         """Forget the options and filesystems: the next use calls the options function again."""
         clients = self._local.get()
-        with clients.lock:
+        with clients.lock, clients.build_lock, clients.options_lock:
             self._generation += 1
             clients.options = None
             clients.fsspec = None
@@ -185,26 +168,36 @@ class FileSystemSpec:
     def fsspec(self) -> fsspec.AbstractFileSystem:
         """The fsspec filesystem, built once per process."""
         clients = self._local.get()
-        if clients.fsspec is None:
-            clients.fsspec = fsspec.filesystem(self.protocol, **self.storage_options)
-        return clients.fsspec
+        found = clients.fsspec
+        if found is None:
+            with clients.build_lock:
+                if clients.fsspec is None:
+                    clients.fsspec = fsspec.filesystem(self.protocol, **self.storage_options)
+                found = clients.fsspec
+        return found
 
     def arrow(self) -> pafs.FileSystem:
         """A pyarrow filesystem over the same storage: native (local, or S3/GCS/Azure as
         `native` says), else fsspec bridged into pyarrow."""
         clients = self._local.get()
-        if clients.arrow is None:
-            if self.is_local:
-                clients.arrow = pafs.LocalFileSystem()
-            elif self.native:
-                if NATIVE_PROTOCOLS.get(self.protocol) == "azure":
-                    _claim_native_azure()
-                clients.arrow = native_filesystem(
-                    self.protocol, self.storage_options, timeout=self.retry.request_timeout
-                )
-            else:
-                clients.arrow = pafs.PyFileSystem(pafs.FSSpecHandler(self.fsspec()))
-        return clients.arrow
+        found = clients.arrow
+        if found is None:
+            with clients.build_lock:
+                if clients.arrow is None:
+                    clients.arrow = self._build_arrow()
+                found = clients.arrow
+        return found
+
+    def _build_arrow(self) -> pafs.FileSystem:
+        if self.is_local:
+            return pafs.LocalFileSystem()
+        if self.native:
+            if NATIVE_PROTOCOLS.get(self.protocol) == "azure":
+                _claim_native_azure()
+            return native_filesystem(
+                self.protocol, self.storage_options, timeout=self.retry.request_timeout
+            )
+        return pafs.PyFileSystem(pafs.FSSpecHandler(self.fsspec()))
 
     def request(self, call: Callable[[], T], *, what: str) -> T:
         """``call()`` (one storage request), retried as `retry` says. When the options come
@@ -236,7 +229,9 @@ class FileSystemSpec:
 
         def once() -> bytes:
             if self.native:
-                return bytes(self._native_file(path).read_at(size, offset))
+                handle = self._native_file(path)
+                if handle is not None:
+                    return bytes(handle.read_at(size, offset))
             data = self.fsspec().cat_file(path, start=offset, end=offset + size)
             return bytes(data)
 
@@ -246,12 +241,65 @@ class FileSystemSpec:
         return data
 
     def open_input(self, path: str) -> pa.NativeFile:
-        """``path`` opened for random access (a native open: one metadata request remotely)."""
-        return self.arrow().open_input_file(path)
+        """``path`` opened for random access. On an object store (S3, GCS, Azure) opening asks
+        nothing when this process knows the size (a listing's, or a `head`'s), else makes that
+        one request; reads are retried range reads (`read_range`), ahead in blocks through
+        fsspec as its files read. Elsewhere: the filesystem's own open."""
+        if self.is_local or self.protocol not in NATIVE_PROTOCOLS:
+            return self.arrow().open_input_file(path)
+        size = self._local.get().reported.size(path)
+        if size is None:
+            size = int(self.head(path).get("size") or 0)
+        fetch = functools.partial(self.read_range, path)
+        return RangeFile(size, {}, fetch, ahead=0 if self.native else self._block()).arrow()
+
+    def _block(self) -> int:
+        """How far fsspec's files read ahead: their filesystem's block (s3fs's and gcsfs's
+        ``default_block_size``, 50 and 5 MiB; adlfs's ``blocksize``, 50 MiB)."""
+        fsys = self.fsspec()
+        return int(getattr(fsys, "default_block_size", None) or fsys.blocksize)
 
     def open_input_stream(self, path: str) -> pa.NativeFile:
         """``path`` opened to read through once, undecompressed."""
         return self.arrow().open_input_stream(path, compression=None)
+
+    def listed(self, sizes: Iterable[tuple[str, int]]) -> None:
+        """Sizes a listing just gave, ``(path, size)``: opening and reading those files in this
+        process asks the store nothing more (no metadata request)."""
+        self._local.get().reported.listed(sizes)
+
+    def head(self, path: str, *, since: float | None = None) -> Mapping[str, Any]:
+        """What the store reports of ``path``: its ``size`` and version fields, as fsspec's
+        ``info`` names them (a native open's metadata: ``ETag``, ``generation``, ...).
+
+        One metadata request (retried), unless this process made one at or after ``since``
+        (a `time.monotonic` reading): that one's answer. Natively the request is an open,
+        whose handle the range reads that follow use: one request serves both.
+
+        Raises:
+            OSError: the request failed (not found, refused, ...).
+        """
+        reported = self._local.get().reported
+        if since is not None:
+            found = reported.since(path, since)
+            if found is not None:
+                return found
+        if self.native and not self.is_local:
+            handle = self.request(lambda: self._open_native(path), what=self.url(path))
+            return native_info(handle)
+        return self.info(path)
+
+    def info(self, path: str) -> Mapping[str, Any]:
+        """fsspec's ``info`` of ``path`` asked of the store now (one request, retried), never
+        a listing's cached answer."""
+
+        def ask() -> Mapping[str, Any]:
+            self.fsspec().invalidate_cache(path)  # (a listing's cache: what the store said then)
+            return self.fsspec().info(path)  # type: ignore[no-any-return]
+
+        info = self.request(ask, what=self.url(path))
+        self._local.get().reported.record(path, info)
+        return info
 
     def file_size(self, path: str) -> int:
         """``path``'s size as the store reports it now (one request, retried)."""
@@ -277,16 +325,27 @@ class FileSystemSpec:
         not): False here."""
         return False
 
-    def _native_file(self, path: str) -> pa.NativeFile:
+    def _native_file(self, path: str) -> pa.NativeFile | None:
+        """This process's native handle of ``path``: kept, or opened now (a HEAD request);
+        None when none is kept and the size is known (a listing's, an earlier open's): a
+        ranged GET through fsspec then needs no HEAD."""
         clients = self._local.get()
         with clients.lock:
             handle = clients.files.get(path)
             if handle is not None:
                 clients.files.move_to_end(path)
                 return handle
-        # (pyarrow's Python open_input_file takes a path only, so a native open costs a HEAD
-        # request: once per file and process, the handle is kept.)
+        if clients.reported.size(path) is not None:
+            return None
+        return self._open_native(path)
+
+    def _open_native(self, path: str) -> pa.NativeFile:
+        """``path`` opened natively now, its answer recorded and its handle kept for reads."""
+        clients = self._local.get()
+        # (pyarrow's Python open_input_file takes a path only, never a known size, so a native
+        # open costs a HEAD request: its answer serves the identity check too.)
         handle = self.arrow().open_input_file(path)
+        clients.reported.record(path, native_info(handle))
         with clients.lock:
             clients.files[path] = handle
             while len(clients.files) > _OPEN_FILES:

@@ -98,6 +98,7 @@ def plan_files(
     def read(indexes: Sequence[int]) -> list[Any]:
         files = [prepared.files[i] for i in indexes]
         parts = [prepared.partitions[i] for i in indexes]
+        fs.listed((f.path, f.size) for f in files)  # (rank 0's listing said: asked nothing)
         return fmt.facts(files, parts, _through(cached, fs, files), prepared.read_options)
 
     gathered = spread.share(begun.missing, read) if fmt.per_file else None

@@ -14,6 +14,7 @@ the pieces, each piece's rows and errors as if it had been read in its turn.
 from __future__ import annotations
 
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -83,8 +84,9 @@ class Reader:
         output_columns: the columns batches carry (``None``: all read).
         check: returns why a batch's rows cannot be converted to the output, or None
             (called here, where the file and rows are known, so the error can name them).
-        files: the files' identities pinned by the plan: each file is checked (one metadata
-            request) before this reader first reads it.
+        files: the files' identities pinned by the plan: each file is checked before this
+            reader first reads it (one metadata request, shared with this reader's open of it:
+            `fs.identity.check_identity`).
         on_error: ``"raise"``, or ``"skip"``: rows that cannot be read are replaced (see
             `skipping`) and each failure added to ``failures``.
         failures: where skipped reads are recorded.
@@ -103,6 +105,9 @@ class Reader:
     failures: FailureLog | None = None
     row_bytes: float = 0.0
     _checked: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
+    # When this reader began: a metadata request made since (its own open of a file) is fresh
+    # enough for the file's check; one made before, for an earlier pass, is not.
+    _began: float = field(default_factory=time.monotonic, init=False, repr=False, compare=False)
     _skip: dict[str, Any] = field(default_factory=dict, init=False, repr=False, compare=False)
     _recent: deque[str] = field(
         default_factory=lambda: deque(maxlen=3), init=False, repr=False, compare=False
@@ -255,7 +260,7 @@ class Reader:
             if chunk.path not in self._checked and not self.fs.checks_identity:
                 pinned = self.files.get(chunk.path)
                 if pinned is not None:
-                    check_identity(chunk.path, pinned, self.fs)
+                    check_identity(chunk.path, pinned, self.fs, since=self._began)
                 self._checked.add(chunk.path)
             if self.options.filter is None:
                 position = piece.start

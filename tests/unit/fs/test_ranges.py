@@ -97,6 +97,24 @@ def test_read_outside_ranges_fetches_exactly_what_is_missing() -> None:
     assert fetch.calls == [(10, 20), (150, 100), (190, 900), (1500, 10)]
 
 
+def test_reading_ahead_fetches_a_block_and_serves_the_reads_after_it() -> None:
+    fetch = Recorder(DATA)
+    f = RangeFile(len(DATA), {100: DATA[100:200]}, fetch, ahead=512)
+    f.seek(10)
+    assert bytes(f.read(20)) == DATA[10:30]  # fetches [10, 522)
+    f.seek(300)
+    assert bytes(f.read(200)) == DATA[300:500]  # inside that block: no request
+    f.seek(150)
+    assert bytes(f.read(10)) == DATA[150:160]  # a held range comes first
+    f.seek(500)
+    assert bytes(f.read(100)) == DATA[500:600]  # past the block: a new one, from 500
+    f.seek(1900)
+    assert bytes(f.read(1000)) == DATA[1900:]  # capped at the end of the file
+    f.seek(0)
+    assert bytes(f.read(1024)) == DATA[:1024]  # a read longer than a block: what it asks
+    assert fetch.calls == [(10, 512), (500, 512), (1900, 148), (0, 1024)]
+
+
 def test_seek_whence_tell_and_eof() -> None:
     f, fetch = range_file({0: DATA})
     assert f.readable() and f.seekable()
