@@ -164,13 +164,19 @@ def test_ranks_that_receive_the_plan_never_touch_the_catalog(catalog: Catalog, e
         split_rows=None,
         user_fs=FileSystemSpec("file"),
     )
-    received = pickle.dumps([planned])  # every source's plan, in one broadcast
+    received = pickle.dumps(planned)  # the source's plan, as rank 0 broadcasts it
 
-    def broadcast(make: object, *, explicit: bool) -> object:
-        return pickle.loads(received)  # what rank 1 gets; make() is never called
+    class Received:  # rank 1's `Spread`: rank 0's plan arrives; make() is never called
+        active = True
+
+        def __init__(self, *, explicit: bool) -> None:
+            pass
+
+        def from_rank0(self, make: object) -> object:
+            return pickle.loads(received)
 
     unreachable = {"name": "nowhere", "type": "sql", "uri": "sqlite:////nonexistent/dir/x.db"}
-    with mock.patch("torch_dataloader_utils.sources.planned.plan_once", broadcast):
+    with mock.patch("torch_dataloader_utils.sources.planned.Spread", Received):
         load, dataset = IcebergDataset.create_dataloader(
             table="db.events",
             catalog_config=unreachable,

@@ -176,15 +176,21 @@ def test_the_plan_carries_the_tables_storage_never_the_users_options(catalog: Ca
         split_rows=None,
         user_fs=rank0,
     )
-    received = pickle.dumps([planned])  # every source's plan, in one broadcast
+    received = pickle.dumps(planned)  # the source's plan, as rank 0 broadcasts it
     assert SECRET.encode() not in received
     assert planned.fs is not None and planned.fs.protocol == "file"
     assert not hasattr(planned.read_options, "storage")
 
-    def broadcast(make: object, *, explicit: bool) -> object:
-        return pickle.loads(received)  # what rank 1 gets
+    class Received:  # rank 1's `Spread`: rank 0's plan arrives; make() is never called
+        active = True
 
-    with mock.patch("torch_dataloader_utils.sources.planned.plan_once", broadcast):
+        def __init__(self, *, explicit: bool) -> None:
+            pass
+
+        def from_rank0(self, make: object) -> object:
+            return pickle.loads(received)
+
+    with mock.patch("torch_dataloader_utils.sources.planned.Spread", Received):
         load, dataset = IcebergDataset.create_dataloader(
             table="db.t",
             catalog_config=catalog.config,
