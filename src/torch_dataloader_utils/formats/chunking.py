@@ -10,7 +10,7 @@ from ..fs import SourceFile
 from ..planning import Chunk, Chunks
 from .base import ReadOptions
 
-__all__ = ["group_units", "unit_chunks"]
+__all__ = ["file_chunks", "group_units", "unit_chunks"]
 
 
 def unit_chunks(
@@ -105,3 +105,20 @@ def group_units(
             flush()  # whichever target is reached first closes the chunk
     flush()
     return chunks
+
+
+def file_chunks(
+    files: Sequence[SourceFile],
+    partitions: Sequence[tuple[tuple[str, object], ...]],
+    units: Sequence[Sequence[tuple[int, int, int]]],
+    options: ReadOptions,
+) -> Sequence[Chunk]:
+    """The chunks of each file's ``units``: as columns without split targets (`unit_chunks`),
+    grouped by `group_units` with them."""
+    if options.split_rows is None and options.split_bytes is None:
+        return unit_chunks(files, partitions, units)
+    return [
+        c
+        for f, u, partition in zip(files, units, partitions, strict=True)
+        for c in group_units(f.path, u, partition, options)
+    ]

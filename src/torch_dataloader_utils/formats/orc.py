@@ -22,7 +22,7 @@ from ..fs import FileSystemSpec, SourceFile
 from ..fs.ranges import RangeFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, ReadOptions
-from .chunking import group_units, unit_chunks
+from .chunking import file_chunks
 from .handles import HandleCache
 from .magic import refuse_other_format
 from .names import unique_names, unique_schema, warn_renamed
@@ -320,18 +320,7 @@ class OrcFormat(Format):
             refuse_other_format(file, fs, "ORC", exc)
             raise
 
-    def plan(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> FormatPlan:
-        return self.assemble(
-            files, partitions, self.facts(files, partitions, fs, options), fs, options
-        )
-
-    per_file = True
+    per_file = True  # (`Format.plan`: each file's facts, assembled)
 
     def facts(
         self,
@@ -359,15 +348,7 @@ class OrcFormat(Format):
             options,
         )
         units = [[(i, rows, size) for i, (rows, size) in enumerate(x.stripes)] for x in facts]
-        chunks: Sequence[Chunk]
-        if options.split_rows is None and options.split_bytes is None:
-            chunks = unit_chunks(files, partitions, units)  # (columns: no object a stripe)
-        else:
-            chunks = [
-                c
-                for f, u, partition in zip(files, units, partitions, strict=True)
-                for c in group_units(f.path, u, partition, options)
-            ]
+        chunks = file_chunks(files, partitions, units, options)
         return FormatPlan(chunks=chunks, schema=schema, row_bytes=_row_bytes(schema, facts))
 
     def _file(self, path: str, fs: FileSystemSpec) -> orc.ORCFile:

@@ -18,7 +18,7 @@ from ...errors import CorruptFileError
 from ...fs import FileSystemSpec, SourceFile
 from ...planning import Chunk
 from ..base import Format, FormatPlan, ReadOptions
-from ..chunking import group_units, unit_chunks
+from ..chunking import file_chunks
 from ..handles import HandleCache
 from ..magic import refuse_other_format
 from ..names import unique_names, unique_schema, warn_renamed
@@ -90,18 +90,7 @@ class IpcFormat(Format):
     def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
         return unique_schema(_layout(file, fs).schema)
 
-    def plan(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> FormatPlan:
-        return self.assemble(
-            files, partitions, self.facts(files, partitions, fs, options), fs, options
-        )
-
-    per_file = True
+    per_file = True  # (`Format.plan`: each file's facts, assembled)
 
     def facts(
         self,
@@ -130,15 +119,7 @@ class IpcFormat(Format):
             options,
         )
         units = [[(i, b.rows, b.size) for i, b in enumerate(x.batches)] for x in layouts]
-        chunks: Sequence[Chunk]
-        if options.split_rows is None and options.split_bytes is None:
-            chunks = unit_chunks(files, partitions, units)  # (columns: no object a batch)
-        else:
-            chunks = [
-                c
-                for f, u, partition in zip(files, units, partitions, strict=True)
-                for c in group_units(f.path, u, partition, options)
-            ]
+        chunks = file_chunks(files, partitions, units, options)
         rows = sum(b.rows for x in layouts for b in x.batches)
         size = sum(b.size for x in layouts for b in x.batches)
         # Uncompressed bodies are the decoded buffers; compressed ones make this a low estimate.
