@@ -826,6 +826,12 @@ def run_files(args: argparse.Namespace) -> bool:
                 f"{ratio(epoch, raw)} raw",
                 "<= 1.2x raw",
             ],
+            [
+                "epoch past the start-up floor (reading, once the workers run)",
+                "n/a" if floor_start is None else secs(epoch - floor_start),
+                "n/a" if floor_start is None else f"{ratio(epoch - floor_start, raw)} raw",
+                "",
+            ],
             ["raw pyarrow.dataset to_batches() epoch", secs(raw), "1.00x", ""],
             *pickles,
         ],

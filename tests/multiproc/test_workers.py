@@ -11,6 +11,7 @@ ascending. Workers are real processes, so every test has a timeout.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 from collections import Counter
 from collections.abc import Sequence
@@ -325,6 +326,23 @@ def test_user_worker_init_fn_runs_in_every_worker(source: Path, tmp_path: Path) 
     loader = make_loader(source, num_workers=3, shuffle=True, worker_init_fn=init)
     check_epoch(read_epoch(loader), loader.dataset, epoch=0, num_workers=3)
     assert sorted(int(p.name.split("-")[1]) for p in marks.iterdir()) == [0, 1, 2]
+
+
+def _count_frozen(marks: str, worker_id: int) -> None:
+    Path(marks, f"worker-{worker_id}-{gc.get_freeze_count()}").touch()
+
+
+def test_a_worker_freezes_its_start_up_objects_out_of_collections(
+    source: Path, tmp_path: Path
+) -> None:
+    # (A spawned worker's full collections walked them all: docs/adr/0016, spawned workers.)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    init = functools.partial(_count_frozen, str(marks))
+    loader = make_loader(source, num_workers=2, shuffle=True, worker_init_fn=init)
+    check_epoch(read_epoch(loader), loader.dataset, epoch=0, num_workers=2)
+    frozen = [int(p.name.split("-")[2]) for p in marks.iterdir()]
+    assert len(frozen) == 2 and min(frozen) > 10_000
 
 
 # --- errors in workers reach the main process, typed and naming the file ---------------------

@@ -71,7 +71,10 @@ class _Parsing:
         return None
 
     def __exit__(
-        self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
     ) -> None:
         where = self.where
         if exc is None or isinstance(exc, StorageError):
