@@ -1,7 +1,11 @@
 """Throughput against the practical limit, measured in the same run.
 
-The limit: raw pyarrow ``ParquetFile.iter_batches`` + zero-copy torch conversion, one process,
-no shuffle (with and without pyarrow's threads; the faster is the limit). Ours:
+The limit (issue 33), what a user who wants shuffled batches would write by hand:
+``raw-shuffled``: pyarrow's threaded dataset reader, every ~64 MiB of decoded rows permuted
+with ``Table.take``, batches of ``--batch-size`` cut from it, zero-copy tensors (token lists
+padded to the batch's longest, or as values and offsets). The unshuffled reference stays as a
+second column: raw pyarrow ``ParquetFile.iter_batches`` + zero-copy torch conversion, one
+process (with and without pyarrow's threads; the faster). Ours:
 ``create_dataloader`` with shuffle on, ``num_workers`` 0 and 2 (persistent). Every configuration
 runs in its own subprocess, so its peak RSS is its own, for two epochs: rows/s and MB/s (decoded
 Arrow bytes) are the warm second epoch's, time to first batch the cold first epoch's (process
@@ -86,7 +90,11 @@ def make_tokens(
     return out
 
 
-def _raw_convert(batch: pa.RecordBatch) -> dict[str, object]:
+# The shuffled limit's block: about 64 MiB of decoded rows, as the loader's default block.
+SHUFFLE_BLOCK_BYTES = 64 << 20
+
+
+def _raw_convert(batch: pa.RecordBatch, list_format: str = "offsets") -> dict[str, object]:
     import torch
 
     out: dict[str, object] = {}
@@ -94,6 +102,14 @@ def _raw_convert(batch: pa.RecordBatch) -> dict[str, object]:
         t = col.type
         if pa.types.is_fixed_size_list(t):
             out[name] = torch.from_dlpack(col.flatten()).view(-1, t.list_size)
+        elif pa.types.is_list(t) and list_format == "padded":
+            # What a user writes: each row's list into a zero-padded (rows, longest) array.
+            offsets = col.offsets.to_numpy()
+            lengths = np.diff(offsets)
+            values = col.flatten().to_numpy()
+            padded = np.zeros((len(lengths), int(lengths.max(initial=0))), values.dtype)
+            padded[np.arange(padded.shape[1]) < lengths[:, None]] = values
+            out[name] = torch.from_numpy(padded)
         elif pa.types.is_list(t):
             offsets = col.offsets.to_numpy()
             out[name] = torch.from_dlpack(col.flatten())
@@ -115,14 +131,38 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
 
     files = sorted(str(p) for p in data.glob("*.parquet"))
     loader = None
-    if kind.startswith("raw"):
+    if kind == "raw-shuffled":
+        import pyarrow.dataset as ds
+
+        rng = np.random.default_rng(0)
+
+        def blocks() -> Iterator[pa.Table]:
+            pending: list[pa.RecordBatch] = []
+            size = 0
+            for batch in ds.dataset(files, format="parquet").to_batches(use_threads=True):
+                pending.append(batch)
+                size += batch.nbytes
+                if size >= SHUFFLE_BLOCK_BYTES:
+                    yield pa.Table.from_batches(pending)
+                    pending, size = [], 0
+            if pending:
+                yield pa.Table.from_batches(pending)
+
+        def epoch() -> Iterator[int]:
+            for block in blocks():
+                rows = block.take(rng.permutation(block.num_rows)).combine_chunks()
+                for batch in rows.to_batches(max_chunksize=batch_size):
+                    _raw_convert(batch, list_format)
+                    yield batch.num_rows, batch.nbytes
+
+    elif kind.startswith("raw"):
         threads = kind == "raw-threads"  # pyarrow's default; one thread is faster here
 
         def epoch() -> Iterator[int]:
             for path in files:
                 reader = pq.ParquetFile(path)
                 for batch in reader.iter_batches(batch_size=batch_size, use_threads=threads):
-                    _raw_convert(batch)
+                    _raw_convert(batch, list_format)
                     yield batch.num_rows, batch.nbytes
 
     else:
@@ -232,37 +272,52 @@ def main() -> None:
         return
     tabular = make_tabular(DATA, args.rows)
     tokens = make_tokens(DATA, args.token_rows)
+    raws = ["raw-shuffled", "raw-threads", "raw"]
     cases = [
-        ("tabular", tabular, "padded", ["raw-threads", "raw", "ours-w0", "ours-w2"]),
-        ("tokens (padded)", tokens, "padded", ["raw-threads", "raw", "ours-w0", "ours-w2"]),
-        ("tokens (offsets)", tokens, "offsets", ["ours-w0", "ours-w2"]),
+        ("tabular", tabular, "padded", [*raws, "ours-w0", "ours-w2"]),
+        ("tokens (padded)", tokens, "padded", [*raws, "ours-w0", "ours-w2"]),
+        ("tokens (offsets)", tokens, "offsets", [*raws, "ours-w0", "ours-w2"]),
     ]
+    # Every configuration once a round, round after round, so a slow spell of a busy machine
+    # falls on all of them; each configuration's best round is kept.
+    best: dict[tuple[str, str], dict[str, float]] = {}
+    for round_ in range(args.repeat):
+        for label, data, list_format, kinds in cases:
+            for kind in kinds:
+                run = _subprocess(kind, data, args.batch_size, list_format)
+                print(
+                    f"round {round_ + 1}: {label} {kind} {run['rows_per_s']:,.0f} rows/s",
+                    file=sys.stderr,
+                    flush=True,
+                )
+                key = (label, kind)
+                if key not in best or run["rows_per_s"] > best[key]["rows_per_s"]:
+                    best[key] = run
     print(f"cpus={os.cpu_count()} batch_size={args.batch_size} best of {args.repeat}")
-    print("limit = the faster raw pyarrow run (iter_batches + zero-copy torch, one process);")
-    print("MB/s = rows/s x decoded Arrow bytes per row of the raw run")
-    header = f"{'dataset':18} {'config':11} {'rows/s':>11} {'MB/s':>7} {'1st batch':>10} "
     print(
-        header
-        + f"{'RSS MB':>7} {'wrk RSS':>8} {'x limit':>8} {'main µs/row':>12} {'total µs/row':>13}"
+        "x shuffled = rows/s over raw-shuffled's (the limit: a threaded dataset read, ~64 MiB "
+        "blocks permuted with Table.take);\nx raw = over the faster unshuffled raw run; "
+        "x CPU = total CPU per row over raw-shuffled's; MB/s = decoded Arrow bytes"
     )
-    limits: dict[Path, float] = {}
-    row_bytes: dict[Path, float] = {}
-    for label, data, list_format, kinds in cases:
+    print(
+        f"{'dataset':17} {'config':12} {'rows/s':>10} {'MB/s':>6} {'1st batch':>9} "
+        f"{'RSS MB':>6} {'wrk RSS':>7} {'x shuffled':>10} {'x raw':>6} "
+        f"{'main µs/row':>11} {'total µs/row':>12} {'x CPU':>6}"
+    )
+    for label, _, _, kinds in cases:
+        limit = best[(label, "raw-shuffled")]
+        raw = max((best[(label, k)] for k in raws[1:]), key=lambda r: r["rows_per_s"])
+        row_bytes = raw["mb_per_s"] / raw["rows_per_s"]
         for kind in kinds:
-            runs = [
-                _subprocess(kind, data, args.batch_size, list_format) for _ in range(args.repeat)
-            ]
-            best = max(runs, key=lambda r: r["rows_per_s"])
-            if kind.startswith("raw"):
-                limits[data] = max(limits.get(data, 0.0), best["rows_per_s"])
-                row_bytes[data] = best["mb_per_s"] / best["rows_per_s"]
-            ratio = best["rows_per_s"] / limits[data]
+            r = best[(label, kind)]
             print(
-                f"{label:18} {kind:11} {best['rows_per_s']:11,.0f} "
-                f"{best['rows_per_s'] * row_bytes[data]:7.0f} "
-                f"{best['first_batch_s']:9.3f}s {best['rss_mb']:7.0f} "
-                f"{best['worker_rss_mb']:8.0f} {ratio:8.2f} "
-                f"{best['main_us_per_row']:12.3f} {best['total_us_per_row']:13.3f}",
+                f"{label:17} {kind:12} {r['rows_per_s']:10,.0f} "
+                f"{r['rows_per_s'] * row_bytes:6.0f} {r['first_batch_s']:8.3f}s "
+                f"{r['rss_mb']:6.0f} {r['worker_rss_mb']:7.0f} "
+                f"{r['rows_per_s'] / limit['rows_per_s']:10.2f} "
+                f"{r['rows_per_s'] / raw['rows_per_s']:6.2f} "
+                f"{r['main_us_per_row']:11.3f} {r['total_us_per_row']:12.3f} "
+                f"{r['total_us_per_row'] / limit['total_us_per_row']:6.2f}",
                 flush=True,
             )
 
