@@ -22,7 +22,7 @@ from .errors.keywords import refuse_rebatching
 from .errors.on_error import FailureLog, ReadFailure
 from .state import Readable, read_failures, with_read_failures
 from .state.wrappers import Forwarded, Reader, kept
-from .transport import Unbundler, forget_exited_workers, in_order, init_worker, map_tensors
+from .transport import Unbundler, forget_exited_workers, in_order, init_worker, to_device
 from .transport.deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
 __all__ = [
@@ -352,7 +352,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
             batches = self._in_order(batches, counts, done)
         batches = passes.skipping(batches, progress)  # (before any copy to a device)
         if self.device is not None and self.device.type != "cpu":
-            batches = (_to_device(b, self.device) for b in batches)
+            batches = to_device(batches, self.device)
         if self._gradient_state is not None:
             batches = self._tracked(batches, self._gradient_state)
         if not self.num_workers:
@@ -399,10 +399,6 @@ def _gradient_state() -> Any:
     from accelerate.state import GradientState
 
     return GradientState()
-
-
-def _to_device(value: Any, device: torch.device) -> Any:
-    return map_tensors(value, lambda t: t.to(device, non_blocking=True))
 
 
 def _collected(

@@ -20,6 +20,7 @@ iterated by a plain ``DataLoader`` (or in the main process) yields plain batches
 """
 
 from .buffers import BufferPool, Lent, Received
+from .device import to_device
 from .main import Unbundler, in_order
 from .memory import BUNDLE_BYTES
 from .wire import (
@@ -48,5 +49,6 @@ __all__ = [
     "map_tensors",
     "pack",
     "packed_nbytes",
+    "to_device",
     "worker_messages",
 ]
