@@ -16,7 +16,6 @@ from torch.utils.data import DataLoader, Dataset
 from torch.utils.data.dataloader import _InfiniteConstantSampler
 
 from .cache import CacheStats
-from .convert.arrow_values import load_numpy_conversion
 from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
 from .errors.keywords import refuse_rebatching
 from .errors.on_error import FailureLog, ReadFailure
@@ -323,8 +322,6 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         # (as accelerate's prepare() does) gets plain batches, never bundles it cannot unpack.
         if self.num_workers == 0:
             return super()._get_iterator()
-        if _start_method(self.multiprocessing_context) == "fork":
-            load_numpy_conversion()  # once here, not once in each worker
         user_init = self.worker_init_fn
         rows = max(1, self._bundle_rows)  # 1 row: one batch per message
         self.worker_init_fn = functools.partial(init_worker, rows, user_init)

@@ -18,26 +18,19 @@ import pyarrow.compute as pc
 
 __all__ = [
     "Picks",
+    "arrow_of",
     "as_plain",
+    "bool_view",
     "holds_interval",
     "intervals",
-    "load_numpy_conversion",
     "numpy_view",
     "outside_python",
     "python_type",
     "string_arrays",
     "take",
     "temporal_int",
+    "valid_view",
 ]
-
-
-def load_numpy_conversion() -> None:
-    """Load what pyarrow's first conversion from or to numpy loads: pandas, when installed
-    (pyarrow checks values given to ``pa.array`` and ``to_numpy`` against pandas types). Done
-    before DataLoader workers are forked, they inherit it instead of each loading it for its
-    first batch (docs/adr/0020-measurements-behind-constants.md#converting-rows). Loading it at
-    import would cost every process, the CLI's too."""
-    pa.array(np.zeros(1, np.int64)).to_numpy(zero_copy_only=True)
 
 
 def numpy_view(array: pa.Array) -> np.ndarray:
@@ -54,6 +47,44 @@ def numpy_view(array: pa.Array) -> np.ndarray:
     view = np.frombuffer(array.buffers()[1], dtype, len(array), array.offset * dtype.itemsize)
     view.flags.writeable = False  # (Arrow memory, as to_numpy gives it)
     return view
+
+
+# pyarrow's own conversions from and to numpy (``pa.array``, ``to_numpy``, ``np.asarray``) load
+# pandas on their first call, when it is installed: 0.1-0.25 s of a process's first batch
+# (docs/adr/0016-main-process-share.md#spawned-workers). The read path uses these instead.
+
+
+def arrow_of(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
+    """``pa.array(values, mask=~valid)`` of a 1-d integer or float array, zero-copy."""
+    values = np.ascontiguousarray(values)
+    bitmap = None if valid is None else pa.py_buffer(np.packbits(valid, bitorder="little"))
+    nulls = -1 if valid is not None else 0
+    return pa.Array.from_buffers(
+        pa.from_numpy_dtype(values.dtype), len(values), [bitmap, pa.py_buffer(values)], nulls
+    )
+
+
+def bool_view(array: pa.Array) -> np.ndarray:
+    """``array.to_numpy(zero_copy_only=False)`` of a null-free boolean array."""
+    return _bits(array.buffers()[1], array.offset, len(array))
+
+
+def valid_view(array: pa.Array) -> np.ndarray:
+    """``array.is_valid().to_numpy(zero_copy_only=False)``."""
+    n = len(array)
+    if not array.null_count:
+        return np.ones(n, np.bool_)
+    bitmap = array.buffers()[0] if array.type.num_buffers and array.type != pa.null() else None
+    if bitmap is None or pa.types.is_union(array.type) or pa.types.is_run_end_encoded(array.type):
+        return np.asarray(array.is_valid(), np.bool_)  # (no validity bitmap of its own)
+    return _bits(bitmap, array.offset, n)
+
+
+def _bits(buffer: pa.Buffer, offset: int, n: int) -> np.ndarray:
+    if not n:
+        return np.zeros(0, np.bool_)
+    bits = np.frombuffer(buffer, np.uint8)
+    return np.unpackbits(bits, count=offset + n, bitorder="little")[offset:].view(np.bool_)
 
 
 def temporal_int(t: pa.DataType) -> pa.DataType | None:
@@ -82,7 +113,7 @@ def take(data: Any, rows: np.ndarray | None) -> Any:
         return data
     if isinstance(data, pa.Table | pa.ChunkedArray):
         return _take_chunked(data, rows)
-    indices = pa.array(rows)
+    indices = arrow_of(np.asarray(rows, np.int64))
     try:
         return data.take(indices)
     except pa.ArrowNotImplementedError:

@@ -13,13 +13,16 @@ import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError, NullValueError, UnsupportedTypeError
 from .arrow_values import (
+    arrow_of,
     as_plain,
+    bool_view,
     holds_interval,
     intervals,
     numpy_view,
     python_type,
     take,
     temporal_int,
+    valid_view,
 )
 from .fields import Field, Gather
 from .lists import ListRows, fixed_values
@@ -47,12 +50,16 @@ def _check_pad_value(name: str, pad_value: float, value_type: pa.DataType) -> No
         )
 
 
-def _fill_value(t: pa.DataType) -> Any:
+def _fill_value(t: pa.DataType) -> pa.Scalar:
+    """What fills a null of type ``t``: NaN, else 0 (False), made from a buffer (``pa.scalar``
+    of a Python value loads pandas: `arrow_values.arrow_of`)."""
     if pa.types.is_floating(t):
-        return float("nan")
-    if pa.types.is_boolean(t):
-        return False
-    return 0
+        return arrow_of(np.full(1, np.nan, t.to_pandas_dtype()))[0]
+    width = getattr(t, "bit_width", 0)
+    if not width:
+        return pa.scalar(0, t)
+    zeros = pa.py_buffer(np.zeros(-(-width // 8), np.uint8))
+    return pa.Array.from_buffers(t, 1, [None, zeros])[0]
 
 
 # A rule gets a column, the rows to output (`Rows`) and their number.
@@ -163,16 +170,13 @@ class ColumnRules:
             array, rows = take(array, rows), None
         fields: list[Field] = []
         if self.null_policy == "mask":  # the key is there in every batch, nulls or not
-            valid = (
-                array.is_valid().to_numpy(zero_copy_only=False)
-                if array.null_count
-                else np.ones(n, dtype=np.bool_)
-            )
+            # (No nulls: ``array`` may still be the whole block, not the batch's ``n`` rows.)
+            valid = valid_view(array) if array.null_count else np.ones(n, dtype=np.bool_)
             fields.append(Field(f"{name}_valid", valid, (n,)))
         if array.null_count:
-            array = pc.fill_null(array, pa.scalar(_fill_value(array.type), array.type))
+            array = pc.fill_null(array, _fill_value(array.type))
         if pa.types.is_boolean(array.type):
-            fields.insert(0, Field(name, array.to_numpy(zero_copy_only=False), (n,)))
+            fields.insert(0, Field(name, bool_view(array), (n,)))
         elif rows is None:
             fields.insert(0, Field(name, array, (n,)))
         else:
@@ -183,18 +187,14 @@ class ColumnRules:
         """``values`` with nulls filled (NaN, 0), and their validity when masking."""
         if self.null_policy == "error":
             self._nulls(name, values)
-        valid = values.is_valid().to_numpy(zero_copy_only=False)
-        filled = pc.fill_null(values, pa.scalar(_fill_value(values.type), values.type))
+        valid = valid_view(values)
+        filled = pc.fill_null(values, _fill_value(values.type))
         return filled, valid if self.null_policy == "mask" else None
 
     def _row_mask(self, name: str, array: pa.Array, n: int) -> list[Field]:
         if self.null_policy != "mask":
             return []
-        valid = (
-            array.is_valid().to_numpy(zero_copy_only=False)
-            if array.null_count
-            else np.ones(n, dtype=np.bool_)
-        )
+        valid = valid_view(array) if array.null_count else np.ones(n, dtype=np.bool_)
         return [Field(f"{name}_valid", valid, (n,))]
 
     def _fixed_list(self, name: str, array: pa.Array, rows: Rows, n: int, size: int) -> list[Field]:
@@ -229,21 +229,21 @@ class ColumnRules:
         (zero-copy); else this batch's values, gathered first, so that filling and masking
         never pass over a whole shuffle block per batch."""
         values = array.values  # the whole child: offsets index it even when array is sliced
-        offsets = array.offsets.to_numpy()
+        offsets = numpy_view(array.offsets)
         index = np.arange(n) if rows is None else rows
         starts = offsets[index].astype(np.int64)
         lengths = offsets[index + 1].astype(np.int64) - starts
         if array.null_count:  # a null list is an empty one (its slot's offsets may differ)
             if self.null_policy == "error":
                 self._nulls(name, array)
-            null = ~array.is_valid().to_numpy(zero_copy_only=False)[index]
+            null = ~valid_view(array)[index]
             lengths[null] = 0
         if not values.null_count and self.null_policy != "mask":
             return numpy_view(values), starts, lengths, None
         begins = np.zeros(n, dtype=np.int64)
         np.cumsum(lengths[:-1], out=begins[1:])
         total = int(lengths.sum())
-        taken = values.take(pa.array(np.repeat(starts - begins, lengths) + np.arange(total)))
+        taken = values.take(arrow_of(np.repeat(starts - begins, lengths) + np.arange(total)))
         valid = None
         if taken.null_count:
             taken, valid = self._fill_list_nulls(name, taken)

@@ -9,6 +9,8 @@ import numpy as np
 import pyarrow as pa
 from numpy.lib.stride_tricks import sliding_window_view
 
+from .arrow_values import arrow_of, valid_view
+
 __all__ = ["ListRows", "fixed_values", "gather_rows", "pad_rows"]
 
 # List rows of _SLICE_MEAN values or more on average are copied a slice each, shorter ones in one
@@ -23,10 +25,10 @@ def fixed_values(array: pa.Array, size: int) -> pa.Array:
     values = array.flatten()  # skips null rows' values
     if len(values) == len(array) * size:
         return values
-    row_valid = array.is_valid().to_numpy(zero_copy_only=False)
+    row_valid = valid_view(array)
     positions = np.full(len(array) * size, -1, dtype=np.int64)
     positions[np.repeat(row_valid, size)] = np.arange(len(values))
-    return values.take(pa.array(positions, mask=positions < 0))
+    return values.take(arrow_of(positions, valid=positions >= 0))
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..convert.arrow_values import take
+from ..convert.arrow_values import numpy_view, take
 from ..errors import DataError
 from ..planning.budget import BudgetPass, equalised, group_batches
 from .blocks import Segment
@@ -72,7 +72,9 @@ def budget_batches(
 def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     """Each list's length (a null list: 0)."""
     lengths = pc.fill_null(pc.list_value_length(column), 0)
-    out: np.ndarray = np.asarray(lengths.to_numpy(zero_copy_only=False), dtype=np.int64)
+    if isinstance(lengths, pa.ChunkedArray):
+        lengths = lengths.combine_chunks()
+    out: np.ndarray = numpy_view(lengths).astype(np.int64)
     return out
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..convert.arrow_values import take
+from ..convert.arrow_values import arrow_of, take
 from ..errors import DataError
 from ..planning.phases import Labels
 from .blocks import Segment
@@ -106,7 +106,7 @@ def interleaved(
         batch = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
         if source_column is not None:
             which = np.repeat(np.arange(k, dtype=np.int64), counts)
-            batch = batch.append_column(source_column, pa.array(which))
+            batch = batch.append_column(source_column, arrow_of(which))
         # Row r of ``batch`` (grouped by source, in order) goes to position order[r].
         order = np.argsort(labels, kind="stable")
         indices = np.empty(n, np.int64)

@@ -88,8 +88,7 @@ def read_facts(
             # already read (no second request); local, from the file.
             parsed = source if fs.is_local else footer_file(source, size, start, thrift)
             # (Imported here: pyarrow.dataset imports pandas, 0.2-0.4 s, which a process that
-            # never plans with a filter nor converts, such as the CLI's, never needs. Workers
-            # get it from their parent: `arrow_values.load_numpy_conversion`.)
+            # never plans with a filter, such as the CLI's or a worker's, never needs.)
             import pyarrow.dataset as ds
 
             fragment = ds.ParquetFileFormat().make_fragment(
