@@ -5,7 +5,7 @@ and what the rule does with a batch's rows. The mapping is in the package docstr
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any, TypeAlias
+from typing import TypeAlias
 
 import numpy as np
 import pyarrow as pa

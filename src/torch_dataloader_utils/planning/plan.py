@@ -38,9 +38,17 @@ def _relative(paths: list[str]) -> list[str]:
     prefix = root if root.endswith("/") else root + "/"
     cut = len(prefix)
     return [
-        p[cut:] if p.startswith(prefix) and "/." not in p else posixpath.relpath(p, root)
+        p[cut:] if p.startswith(prefix) and _plain(p[cut:]) else posixpath.relpath(p, root)
         for p in paths
     ]
+
+
+def _plain(relative: str) -> bool:
+    """Whether ``relative`` has no segment that normalising changes (``.``, ``..``, empty); a
+    folder named ``.data`` is plain."""
+    if "/." not in relative and "//" not in relative and not relative.startswith("."):
+        return True  # (the common case, no segment to look at)
+    return all(part not in {".", "..", ""} for part in relative.split("/"))
 
 
 @dataclass(frozen=True, eq=False)
