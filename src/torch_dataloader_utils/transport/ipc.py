@@ -3,8 +3,9 @@
 read in the main process without a copy.
 
 Pickled, a 1,024-row batch of the tabular benchmark cost the worker ~350 µs and the main
-process ~65 µs, and its bytes were copied three times; as IPC it costs ~40 µs to write and
-~15 µs to read, one copy (docs/benchmarks.md, Arrow batches through workers).
+process ~65 µs, its bytes copied into the pickle and through the pipe; as IPC it costs ~40 µs
+to write (one copy, into the shared buffer) and ~15 µs to read (docs/benchmarks.md, Arrow
+batches through workers).
 """
 
 from __future__ import annotations
