@@ -6,7 +6,9 @@ with ``Table.take``, batches of ``--batch-size`` cut from it, zero-copy tensors 
 padded to the batch's longest, or as values and offsets). The unshuffled reference stays as a
 second column: raw pyarrow ``ParquetFile.iter_batches`` + zero-copy torch conversion, one
 process (with and without pyarrow's threads; the faster). Ours:
-``create_dataloader`` with shuffle on, ``num_workers`` 0 and 2 (persistent). Every configuration
+``create_dataloader`` with shuffle on, ``num_workers`` 0 and 2 (persistent); on the tabular data
+also ``ours-w2-arrow``, 2 workers with ``output_format="arrow"`` (its ratio to ``ours-w2`` is
+printed). Every configuration
 runs in its own subprocess, so its peak RSS is its own, for two epochs: rows/s and MB/s (decoded
 Arrow bytes) are the warm second epoch's, time to first batch the cold first epoch's (process
 start excluded, planning and worker start included). CPU per row is the warm epoch's process
@@ -168,7 +170,7 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
     else:
         import torch_dataloader_utils as tdu
 
-        workers = int(kind.removeprefix("ours-w"))
+        workers = int(kind.removeprefix("ours-w").removesuffix("-arrow"))
         loader = tdu.create_dataloader(
             str(data),
             batch_size=batch_size,
@@ -176,6 +178,7 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
             num_workers=workers,
             persistent_workers=workers > 0,
             list_format=list_format,
+            output_format="arrow" if kind.endswith("-arrow") else "torch",
         )
 
         def epoch() -> Iterator[int]:
@@ -263,6 +266,7 @@ def main() -> None:
     parser.add_argument("--token-rows", type=int, default=125_000)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=2, help="runs per config; best is kept")
+    parser.add_argument("--only", help="the one dataset to run (tabular, tokens)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--list-format", default="padded", help=argparse.SUPPRESS)
@@ -270,14 +274,15 @@ def main() -> None:
     if args.one:
         print(json.dumps(run_one(args.one, Path(args.data), args.batch_size, args.list_format)))
         return
-    tabular = make_tabular(DATA, args.rows)
-    tokens = make_tokens(DATA, args.token_rows)
     raws = ["raw-shuffled", "raw-threads", "raw"]
-    cases = [
-        ("tabular", tabular, "padded", [*raws, "ours-w0", "ours-w2"]),
-        ("tokens (padded)", tokens, "padded", [*raws, "ours-w0", "ours-w2"]),
-        ("tokens (offsets)", tokens, "offsets", [*raws, "ours-w0", "ours-w2"]),
-    ]
+    cases = []
+    if args.only in (None, "tabular"):
+        tabular = make_tabular(DATA, args.rows)
+        cases.append(("tabular", tabular, "padded", [*raws, "ours-w0", "ours-w2", "ours-w2-arrow"]))
+    if args.only in (None, "tokens"):
+        tokens = make_tokens(DATA, args.token_rows)
+        cases.append(("tokens (padded)", tokens, "padded", [*raws, "ours-w0", "ours-w2"]))
+        cases.append(("tokens (offsets)", tokens, "offsets", [*raws, "ours-w0", "ours-w2"]))
     # Every configuration once a round, round after round, so a slow spell of a busy machine
     # falls on all of them; each configuration's best round is kept.
     best: dict[tuple[str, str], dict[str, float]] = {}
@@ -300,7 +305,7 @@ def main() -> None:
         "x CPU = total CPU per row over raw-shuffled's; MB/s = decoded Arrow bytes"
     )
     print(
-        f"{'dataset':17} {'config':12} {'rows/s':>10} {'MB/s':>6} {'1st batch':>9} "
+        f"{'dataset':17} {'config':13} {'rows/s':>10} {'MB/s':>6} {'1st batch':>9} "
         f"{'RSS MB':>6} {'wrk RSS':>7} {'x shuffled':>10} {'x raw':>6} "
         f"{'main µs/row':>11} {'total µs/row':>12} {'x CPU':>6}"
     )
@@ -311,7 +316,7 @@ def main() -> None:
         for kind in kinds:
             r = best[(label, kind)]
             print(
-                f"{label:17} {kind:12} {r['rows_per_s']:10,.0f} "
+                f"{label:17} {kind:13} {r['rows_per_s']:10,.0f} "
                 f"{r['rows_per_s'] * row_bytes:6.0f} {r['first_batch_s']:8.3f}s "
                 f"{r['rss_mb']:6.0f} {r['worker_rss_mb']:7.0f} "
                 f"{r['rows_per_s'] / limit['rows_per_s']:10.2f} "
@@ -320,6 +325,13 @@ def main() -> None:
                 f"{r['total_us_per_row'] / limit['total_us_per_row']:6.2f}",
                 flush=True,
             )
+    if ("tabular", "ours-w2-arrow") in best:
+        arrow, torch_ = best[("tabular", "ours-w2-arrow")], best[("tabular", "ours-w2")]
+        print(
+            f"tabular, 2 workers: arrow output {arrow['rows_per_s']:,.0f} rows/s = "
+            f"{arrow['rows_per_s'] / torch_['rows_per_s']:.2f}x torch output's "
+            f"{torch_['rows_per_s']:,.0f}"
+        )
 
 
 if __name__ == "__main__":

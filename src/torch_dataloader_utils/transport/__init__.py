@@ -11,6 +11,7 @@ Bundling is switched on per worker process by the loader's ``worker_init_fn``; a
 iterated by a plain ``DataLoader`` (or in the main process) yields plain batches.
 
 - `wire`: the messages (`Bundle`, `PackedBundle`), packed and unpacked;
+- `ipc`: Arrow output's messages (`ArrowBundle`): IPC streams in the same shared buffers;
 - `values`: how each value of a packed batch lies in its buffer (strings, pickled values);
 - `buffers`: the shared memory they live in (`BufferPool` in a worker; in the main process
   `Received`, each buffer mapped once, and `Lent`, buffers whose views the batches are, given
@@ -21,6 +22,7 @@ iterated by a plain ``DataLoader`` (or in the main process) yields plain batches
 
 from .buffers import BufferPool, Lent, Received
 from .device import to_device
+from .ipc import ArrowBundle, pack_arrow
 from .main import Unbundler, in_order
 from .memory import BUNDLE_BYTES
 from .wire import (
@@ -35,6 +37,7 @@ from .worker import bundle_rows, enable_bundles, init_worker, worker_messages
 
 __all__ = [
     "BUNDLE_BYTES",
+    "ArrowBundle",
     "Bundle",
     "BufferPool",
     "Lent",
@@ -48,6 +51,7 @@ __all__ = [
     "init_worker",
     "map_tensors",
     "pack",
+    "pack_arrow",
     "packed_nbytes",
     "to_device",
     "worker_messages",

@@ -15,12 +15,13 @@ import sys
 import threading
 from typing import Any, NamedTuple
 
+import numpy as np
 import torch
 
 from ..fs.forks import ProcessLocal
-from .memory import POOL_BUFFERS, POOL_GRAIN, Buffer, new_buffer
+from .memory import POOL_BUFFERS, POOL_GRAIN, Buffer, new_buffer, no_room, room_log
 
-__all__ = ["BufferPool", "Lent", "Received", "Taken"]
+__all__ = ["BufferPool", "Lent", "Received", "Taken", "incoming", "outgoing", "take_buffer"]
 
 _ALIGN = 64
 
@@ -272,6 +273,64 @@ def _use_count(tensor: torch.Tensor) -> int | None:
     if counter is None:
         return None
     return int(counter(tensor.untyped_storage()._cdata))
+
+
+def take_buffer(nbytes: int) -> tuple[Taken, bool]:
+    """A pooled buffer for a message of ``nbytes`` (after the header), and True; where no
+    shared memory has room, a private one and False (sent as bytes: one copy more), which
+    carries the serials the pool dropped meanwhile."""
+    taken = _pool.take(nbytes)
+    if taken is not None:
+        return taken, True
+    room_log(
+        "pipe",
+        f"{no_room(_HEADER + nbytes)}: bundles that do not fit go through the pipe (one copy more)",
+    )
+    return Taken(torch.empty(_HEADER + nbytes, dtype=torch.uint8), None, -1, _pool.told()), False
+
+
+Carried = tuple[Any, "tuple[int, int] | None", int, tuple[int, ...]]
+
+
+def outgoing(
+    buffer: torch.Tensor,
+    end: int,
+    *,
+    pooled: bool,
+    serial: int | None,
+    carrier: Any,
+    dropped: tuple[int, ...],
+) -> Carried:
+    """What a message pickles for its buffer (its first ``end`` bytes): the bytes of a private
+    one; a pooled one's memory the first time it is sent, later its serial (`Received`);
+    with the pool's name and the serials it dropped. `incoming` undoes it."""
+    if not pooled:  # no shared memory had room: the bytes go through the pipe
+        owner = _pool.owner() if dropped else None  # (it tells the pool's drops)
+        return buffer.numpy()[:end], owner, 0, dropped
+    if serial is None or not _received.enabled:
+        return carrier, None, 0, ()
+    carried = carrier if _pool.first_send(serial) else None
+    return carried, _pool.owner(), serial, dropped
+
+
+def incoming(
+    memory: torch.Tensor | np.ndarray | None,
+    owner: tuple[int, int] | None,
+    serial: int,
+    dropped: tuple[int, ...],
+) -> tuple[torch.Tensor, bool]:
+    """The buffer a message names (`outgoing`), and whether it is a worker pool's."""
+    if isinstance(memory, np.ndarray):  # (bytes sent through the pipe: private)
+        if owner is not None:
+            _received.forget(owner, dropped)
+        return torch.from_numpy(memory), False
+    if owner is not None:  # a pooled buffer: received once, then named by its serial
+        if memory is None:
+            memory = _received.get(owner, serial, dropped)
+        else:
+            _received.add(owner, serial, memory, dropped)
+    assert memory is not None
+    return memory, True
 
 
 def _round_up(n: int, grain: int) -> int:

@@ -11,6 +11,7 @@ from typing import Any
 from ..errors import DataError
 from ..errors.on_error import ReadFailure, log_failure
 from ..planning import round_robin
+from .ipc import ArrowBundle
 from .wire import Bundle, PackedBundle
 
 __all__ = ["Unbundler", "in_order"]
@@ -35,14 +36,14 @@ class Unbundler:
 
     def __call__(self, item: Any) -> list[Any]:
         """The batches of one message (anything but a bundle is one batch)."""
-        if self.failures is not None and isinstance(item, PackedBundle | Bundle):
+        if self.failures is not None and isinstance(item, PackedBundle | ArrowBundle | Bundle):
             for failure in item.failures:
                 log_failure(failure)
                 self.failures.append(failure)
         if isinstance(item, PackedBundle):
             batches = item.unpack()
             return batches if self.finish is None else [self.finish(b) for b in batches]
-        if isinstance(item, Bundle):
+        if isinstance(item, ArrowBundle | Bundle):
             return item.unpack()
         return [item]
 

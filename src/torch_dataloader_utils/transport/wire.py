@@ -16,8 +16,8 @@ import torch
 from ..convert import Field, Gather, GatherParts, ListRows, as_numpy
 from ..errors import DataError
 from ..errors.on_error import ReadFailure
-from .buffers import _ALIGN, _HEADER, _lent, _pool, _received, _release, _round_up
-from .memory import no_room, room_log
+from . import buffers
+from .buffers import _ALIGN, _HEADER, _release, _round_up, incoming, outgoing, take_buffer
 from .values import (
     _arrow_type,
     _dtype_of,
@@ -162,14 +162,15 @@ class PackedBundle:
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = (self.layouts, self.tensors_end, self.end, self.worker, self.failures)
-        if not self.pooled:  # no shared memory had room: the bytes go through the pipe
-            owner = _pool.owner() if self.dropped else None  # (it tells the pool's drops)
-            raw = self.buffer.numpy()[: self.end]
-            return (_unpickled, (raw, owner, 0, self.dropped, state))
-        if self.serial is None or not _received.enabled:
-            return (_unpickled, (self.carrier, None, 0, (), state))
-        carried = self.carrier if _pool.first_send(self.serial) else None
-        return (_unpickled, (carried, _pool.owner(), self.serial, self.dropped, state))
+        carried = outgoing(
+            self.buffer,
+            self.end,
+            pooled=self.pooled,
+            serial=self.serial,
+            carrier=self.carrier,
+            dropped=self.dropped,
+        )
+        return (_unpickled, (*carried, state))
 
     def pin_memory(self) -> PackedBundle:
         """Copy into pinned memory and give the shared buffer back (pin-memory thread)."""
@@ -195,9 +196,9 @@ class PackedBundle:
         lent = False
         shared = self.pooled
         if shared:
-            _lent.settle()  # (before taking in another: buffers given back, reused soonest)
+            buffers._lent.settle()  # (before taking in another: buffers given back, reused soonest)
         if shared and (self.tensors_end > _HEADER or self._has_tensors()):
-            borrowed = _lent.lend(buffer)
+            borrowed = buffers._lent.lend(buffer)
             lent = borrowed is not None
             own = borrowed if borrowed is not None else buffer[: self.tensors_end].clone()
         batches = []
@@ -236,23 +237,13 @@ class PackedBundle:
 
 
 def _unpickled(
-    buffer: torch.Tensor | np.ndarray | None,
+    memory: torch.Tensor | np.ndarray | None,
     owner: tuple[int, int] | None,
     serial: int,
     dropped: tuple[int, ...],
     state: tuple[Any, ...],
 ) -> PackedBundle:
-    pooled = not isinstance(buffer, np.ndarray)  # (bytes sent through the pipe: private)
-    if isinstance(buffer, np.ndarray):
-        buffer = torch.from_numpy(buffer)
-        if owner is not None:
-            _received.forget(owner, dropped)
-    elif owner is not None:  # a pooled buffer: received once, then named by its serial
-        if buffer is None:
-            buffer = _received.get(owner, serial, dropped)
-        else:
-            _received.add(owner, serial, buffer, dropped)
-    assert buffer is not None
+    buffer, pooled = incoming(memory, owner, serial, dropped)
     layouts, tensors_end, end, worker, failures = state
     bundle = PackedBundle(buffer, layouts, tensors_end, end, worker, carrier=buffer, pooled=pooled)
     bundle.failures = failures
@@ -261,7 +252,7 @@ def _unpickled(
 
 def forget_exited_workers() -> None:
     """Unmap the pooled buffers of worker processes that have exited (`Received`)."""
-    _received.forget_exited()
+    buffers._received.forget_exited()
 
 
 def pack(batches: Sequence[list[Field]]) -> PackedBundle:
@@ -302,15 +293,8 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
         place.values_at = offset
         copies.append((offset, values))
         offset += _round_up(values.nbytes, _ALIGN)
-    taken = _pool.take(offset - _HEADER)
-    if taken is None:  # no shared memory has room: a private buffer, sent as bytes
-        room_log(
-            "pipe",
-            f"{no_room(offset)}: bundles that do not fit go through the pipe (one copy more)",
-        )
-        buffer = torch.empty(offset, dtype=torch.uint8)
-    else:
-        buffer = taken.buffer
+    taken, pooled = take_buffer(offset - _HEADER)
+    buffer = taken.buffer
     target = buffer.numpy()
     for where, array in copies:
         target[where : where + array.nbytes] = array.view(np.uint8)
@@ -325,17 +309,15 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
             field.data.into(out)  # (lists: laid out or padded straight into the buffer)
         else:
             out[...] = as_numpy(field)
-    if taken is None:
-        return PackedBundle(buffer, layouts, tensors_end, offset, dropped=_pool.told())
     return PackedBundle(
         buffer,
         layouts,
         tensors_end,
         offset,
-        serial=taken.serial,
+        serial=taken.serial if pooled else None,
         dropped=taken.dropped,
         carrier=taken.carrier,
-        pooled=True,
+        pooled=pooled,
     )
 
 

@@ -10,13 +10,15 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
+import pyarrow as pa
 import torch
 from torch.utils.data import get_worker_info
 
 from ..convert import Field
 from ..errors.on_error import FailureLog
+from .ipc import ArrowBundle, pack_arrow
 from .memory import (
     BUNDLE_BYTES,
     bundle_bytes,
@@ -61,6 +63,8 @@ class Converts(Protocol):
     def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:
         """What is left to do in the main process."""
 
+
+T = TypeVar("T")
 
 _bundle_rows = 0
 # A bundle closes at this many bytes even before `bundle_rows` rows: bounds the shared memory
@@ -137,36 +141,53 @@ def worker_messages(
         outputs = (convert(b, rows) for b, rows in batches)
         yield from outputs if collate is None else (collate(o) for o in outputs)
         return
-    size = 1
     if collate is None and convert.output_format == "torch":
         # All numeric data of a bundle in one shared buffer: one segment per message, of at
         # most `bundle_rows` rows and about `_bundle_bytes` (wide rows: fewer rows).
-        group: list[list[Field]] = []
-        nbytes = 0
-        for batch, rows in batches:
-            fields = convert.fields(batch, rows)
-            more = packed_nbytes(fields)
-            if group and nbytes + more > _bundle_bytes:  # (a bundle stays within its bytes)
-                yield _mark(pack(group), worker, failures)
-                group, nbytes, size = [], 0, min(size * 2, per_bundle)
-            group.append(fields)
-            nbytes += more
-            if len(group) >= size or nbytes >= _bundle_bytes:
-                yield _mark(pack(group), worker, failures)
-                group, nbytes, size = [], 0, min(size * 2, per_bundle)
-        if group:
+        fields = (convert.fields(b, rows) for b, rows in batches)
+        for group in _groups(fields, packed_nbytes, per_bundle):
             yield _mark(pack(group), worker, failures)
         return
+    if collate is None and convert.output_format == "arrow":
+        # Arrow IPC streams in one shared buffer, read in the main process without a copy.
+        arrow = (convert(b, rows) for b, rows in batches)
+        for group in _groups(arrow, _arrow_nbytes, per_bundle):
+            yield _mark(pack_arrow(group), worker, failures)
+        return
+    size = 1
     outputs = (convert(b, rows) for b, rows in batches)
     if collate is not None:
         outputs = (collate(o) for o in outputs)
     while items := list(islice(outputs, size)):
         bundle = Bundle(items)
-        # Arrow batches, dicts of lists, numpy arrays: no shared memory, pickled here. A
-        # collate_fn's tensors go to /dev/shm as torch sends them, or, without room, as bytes.
+        # Dicts of lists, numpy arrays: no shared memory, pickled here. A collate_fn's
+        # tensors go to /dev/shm as torch sends them, or, without room, as bytes.
         sealed = collate is None or not _shared(items)
         yield _mark(bundle.seal() if sealed else bundle, worker, failures)
         size = min(size * 2, per_bundle)
+
+
+def _groups(outputs: Iterable[T], nbytes: Callable[[T], int], most: int) -> Iterator[list[T]]:
+    """``outputs`` in consecutive groups of 1, 2, 4 ... up to ``most``, each closed early at
+    `_bundle_bytes` (a bundle stays within its bytes where its outputs allow)."""
+    group: list[T] = []
+    total, size = 0, 1
+    for output in outputs:
+        more = nbytes(output)
+        if group and total + more > _bundle_bytes:
+            yield group
+            group, total, size = [], 0, min(size * 2, most)
+        group.append(output)
+        total += more
+        if len(group) >= size or total >= _bundle_bytes:
+            yield group
+            group, total, size = [], 0, min(size * 2, most)
+    if group:
+        yield group
+
+
+def _arrow_nbytes(output: Any) -> int:
+    return int(output.nbytes) if isinstance(output, pa.RecordBatch | pa.Table) else 0
 
 
 def _shared(items: list[Any]) -> bool:
@@ -204,8 +225,8 @@ def _tensors(value: Any) -> list[torch.Tensor]:
 
 
 def _mark(
-    bundle: PackedBundle | Bundle, worker: int, failures: FailureLog | None
-) -> PackedBundle | Bundle:
+    bundle: PackedBundle | ArrowBundle | Bundle, worker: int, failures: FailureLog | None
+) -> PackedBundle | ArrowBundle | Bundle:
     bundle.worker = worker
     if failures is not None:
         bundle.failures = failures.drain()

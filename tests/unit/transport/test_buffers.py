@@ -112,7 +112,7 @@ def test_a_program_keeping_every_batch_keeps_them_intact_and_the_list_bounded() 
     for k in range(Lent.size + 10):
         rows = np.random.default_rng(k).permutation(64)
         kept.append((rows, pack([converter.fields(batches[0], rows)]).unpack()[0]))
-    assert len(transport.wire._lent._lent) <= Lent.size
+    assert len(transport.buffers._lent._lent) <= Lent.size
     for rows, got in kept:
         assert_same_batch(got, converter(batches[0], rows))
 
@@ -161,7 +161,7 @@ def test_buffer_pool_without_new_shared_still_shares_and_round_trips(
     pool = BufferPool()
     buffer = pool.take(1000).buffer
     assert buffer.is_shared() and buffer.dtype == torch.uint8 and buffer.numel() >= 1000
-    monkeypatch.setattr(transport.wire, "_pool", BufferPool())  # a pool with no buffers made yet
+    monkeypatch.setattr(transport.buffers, "_pool", BufferPool())  # a pool with no buffers made yet
     converter, batches = record_batches()
     bundles = [pack([converter.fields(rb) for rb in batches]) for _ in range(2)]
     for bundle in bundles:
@@ -201,16 +201,16 @@ def test_a_pooled_buffer_crosses_with_its_first_message_then_by_its_serial() -> 
     assert again.buffer is received.buffer  # the memory mapped with the first message
     for got, rb in zip(again.unpack(), reversed(batches), strict=True):
         assert_same_batch(got, direct(converter, rb))
-    registry = transport.wire._received
+    registry = transport.buffers._received
     assert (registry.carried, registry.named) == (1, 1)
 
 
 def test_a_buffer_the_pool_drops_is_unmapped_by_the_main_process(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    monkeypatch.setattr(transport.wire, "_pool", BufferPool(size=2))
-    monkeypatch.setattr(transport.wire, "_lent", Lent())
-    monkeypatch.setattr(transport.wire, "_received", registry := transport.Received())
+    monkeypatch.setattr(transport.buffers, "_pool", BufferPool(size=2))
+    monkeypatch.setattr(transport.buffers, "_lent", Lent())
+    monkeypatch.setattr(transport.buffers, "_received", registry := transport.Received())
     converter, batches = record_batches()
     bundles = [pack([converter.fields(rb) for rb in batches]) for _ in range(3)]  # in flight
     assert [b.serial for b in bundles] == [0, 1, 2]
@@ -257,7 +257,7 @@ def test_real_workers_send_each_buffer_once_and_exited_workers_are_unmapped(
         persistent_workers=persistent,
         bundle_rows=0,  # a message per batch: 60 per worker and epoch
     )
-    registry = transport.wire._received  # the main process's (this test's own)
+    registry = transport.buffers._received  # the main process's (this test's own)
     carried, named = registry.carried, registry.named
     epochs = 2
     for epoch in range(epochs):

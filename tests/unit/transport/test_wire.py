@@ -98,9 +98,9 @@ def in_shared_memory(tensor: torch.Tensor) -> bool:
 def fresh(monkeypatch: pytest.MonkeyPatch) -> None:
     """A pool and a list of lent buffers of this test's own (the buffers other tests left in
     the process's pool would be taken first)."""
-    monkeypatch.setattr(transport.wire, "_pool", transport.BufferPool())
-    monkeypatch.setattr(transport.wire, "_lent", transport.Lent())
-    monkeypatch.setattr(transport.wire, "_received", transport.Received())
+    monkeypatch.setattr(transport.buffers, "_pool", transport.BufferPool())
+    monkeypatch.setattr(transport.buffers, "_lent", transport.Lent())
+    monkeypatch.setattr(transport.buffers, "_received", transport.Received())
 
 
 def test_one_shared_buffer_crosses_and_batches_are_views_of_it() -> None:
