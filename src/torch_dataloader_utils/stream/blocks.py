@@ -16,6 +16,7 @@ __all__ = [
     "BLOCK_PARTS",
     "BLOCK_PARTS_MIN_BATCH",
     "DEFAULT_SHUFFLE_BLOCK_BYTES",
+    "JOINABLE_BYTES",
     "Segment",
     "block_sizes",
     "shuffled_blocks",
@@ -39,8 +40,9 @@ BLOCK_PARTS = 8
 BLOCK_PARTS_MIN_BATCH = 128
 # ... when joining it cannot overflow a 32-bit offset column: the converter joins some columns of
 # a block left in parts (strings, lists), and such a block is joined here instead, where an
-# overflow becomes a clear error naming the files (`stream.pipeline`).
-_JOINABLE_BYTES = 2**31 - 1
+# overflow becomes a clear error naming the files (`stream.pipeline`). A mixture joins its
+# sources' current blocks only below it (`stream.mix`).
+JOINABLE_BYTES = 2**31 - 1
 
 # Rows read: a record batch, or a packed stream's tokens (`Fragments`).
 Rows: TypeAlias = "pa.RecordBatch | Fragments"
@@ -157,7 +159,7 @@ def shuffled_blocks(
         block: pa.RecordBatch | pa.Table
         if len(rows) == 1:
             block = rows[0]
-        elif len(rows) <= parts and sum(b.nbytes for b in rows) < _JOINABLE_BYTES:
+        elif len(rows) <= parts and sum(b.nbytes for b in rows) < JOINABLE_BYTES:
             block = pa.Table.from_batches(rows)
         else:
             block = pa.concat_batches(rows)

@@ -3,13 +3,18 @@ positions the interleave gives that source (`planning.mixture`, `planning.stream
 
 Each source's part of a stream is read and shuffled in its own blocks, as one source's stream
 is (`stream.pipeline`); this module only puts the batches together, position by position.
+
+A batch whose rows lie in the sources' current shuffled blocks is gathered straight from them:
+the blocks are joined once into one record batch (`_Window`) and each batch is that batch and
+the indices of its rows, gathered once on conversion like one source's batch. A batch that
+spans two blocks of a source (once a block), or rows not shuffled, are taken and joined first.
 """
 
 from __future__ import annotations
 
 import itertools
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import pyarrow as pa
@@ -17,57 +22,174 @@ import pyarrow as pa
 from ..convert.arrow_values import arrow_of, take
 from ..errors import DataError
 from ..planning.phases import Labels
-from .blocks import Segment
+from .blocks import JOINABLE_BYTES, Segment
 from .fragments import Fragments
 
 __all__ = ["interleaved"]
 
+# Positions whose batches are worked out at once (a whole number of batches, at least one):
+# per batch, no Python but a slice (it cost ~40 µs a batch, most of a 32-row batch's time in
+# benchmarks/mixing.py).
+_SPAN = 1 << 14
+
 
 class _Rows:
-    """Rows taken in order from one source's shuffled blocks."""
+    """Rows taken in order from one source's shuffled blocks (source ``index``), each block
+    cast to the mixture's ``schema`` and given the ``source_column`` once, as it comes."""
 
     def __init__(
-        self, blocks: Iterator[Segment], schema: pa.Schema, where: Callable[[], str]
+        self,
+        blocks: Iterator[Segment],
+        schema: pa.Schema,
+        where: Callable[[], str],
+        index: int,
+        source_column: str | None,
     ) -> None:
         self._blocks = blocks
         self._schema = schema
         self._where = where
-        self._block: pa.RecordBatch | Fragments | None = None
-        self._order: np.ndarray | None = None
-        self._at = 0
+        self._index = index
+        self._source_column = source_column
+        self.block: pa.RecordBatch | Fragments | None = None
+        self.order: np.ndarray | None = None
+        self.at = 0
 
     def take(self, n: int) -> pa.RecordBatch | Fragments:
+        """The next ``n`` rows, copied."""
         parts: list[Any] = []
         while n:
-            if self._block is None or self._at >= self._rows():
-                segment = next(self._blocks, None)
-                if segment is None:  # the files held fewer rows than their plan counted
-                    raise DataError(
-                        f"{self._where()}: the source's rows ended {n} rows before its plan "
-                        "said; were its files changed while reading?"
-                    )
-                block, self._order = segment
-                assert not isinstance(block, pa.Table), "a mixture's blocks are one batch"
-                self._block, self._at = block, 0
-            got = min(n, self._rows() - self._at)
-            assert self._block is not None
-            if self._order is None:
-                parts.append(self._block.slice(self._at, got))
+            self._load(n)
+            got = min(n, self.left)
+            assert self.block is not None
+            if self.order is None:
+                parts.append(self.block.slice(self.at, got))
             else:
-                parts.append(take(self._block, self._order[self._at : self._at + got]))
-            self._at += got
+                parts.append(take(self.block, self.order[self.at : self.at + got]))
+            self.at += got
             n -= got
+            self._release()
         if isinstance(parts[0], Fragments):  # a packed source's tokens
             return Fragments.concat(parts)
-        batch = parts[0] if len(parts) == 1 else pa.concat_batches(parts)
-        if batch.schema != self._schema:
-            batch = batch.select(self._schema.names).cast(self._schema)
-        return batch
+        return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
 
-    def _rows(self) -> int:
-        if self._order is not None:
-            return len(self._order)
-        return self._block.num_rows if self._block is not None else 0
+    def shuffled(self, n: int) -> bool:
+        """Whether the current block is a shuffled record batch (the next one is loaded when
+        the current one is used up; ``n``: rows still wanted)."""
+        self._load(n)
+        return self.order is not None and isinstance(self.block, pa.RecordBatch)
+
+    def advance(self, n: int) -> np.ndarray:
+        """The current block's rows of the next ``n`` (all in it), in order."""
+        assert self.order is not None
+        rows = self.order[self.at : self.at + n]
+        self.at += n
+        self._release()
+        return rows
+
+    def _release(self) -> None:
+        # A used-up block is let go at once: it may be a slice holding a whole old window.
+        if not self.left:
+            self.block = self.order = None
+
+    @property
+    def left(self) -> int:
+        """Rows of the current block not taken yet."""
+        if self.block is None:
+            return 0
+        return (len(self.order) if self.order is not None else self.block.num_rows) - self.at
+
+    def _load(self, n: int) -> None:
+        """The next block, when the current one is used up (``n``: rows still wanted)."""
+        while self.block is None or not self.left:  # (a block may hold no rows)
+            segment = next(self._blocks, None)
+            if segment is None:  # the files held fewer rows than their plan counted
+                raise DataError(
+                    f"{self._where()}: the source's rows ended {n} rows before its plan "
+                    "said; were its files changed while reading?"
+                )
+            block, self.order = segment
+            assert not isinstance(block, pa.Table), "a mixture's blocks are one batch"
+            if isinstance(block, pa.RecordBatch):
+                if block.schema != self._schema:
+                    block = block.select(self._schema.names).cast(self._schema)
+                if self._source_column is not None:
+                    which = arrow_of(np.full(block.num_rows, self._index, np.int64))
+                    block = block.append_column(self._source_column, which)
+            self.block, self.at = block, 0
+
+    def rebase(self, block: pa.RecordBatch) -> None:
+        """Read the current block's rows from ``block``, a copy of it (the window's)."""
+        assert self.block is not None and block.num_rows == self.block.num_rows
+        self.block = block
+
+
+class _Window:
+    """The current blocks of the sources joined into one record batch, joined again when a
+    source's block changes: each batch then gathers its rows from it once, on conversion (as
+    one source's batch does), instead of taking each source's rows, joining them, then
+    gathering them in order (benchmarks/mixing.py, "x one source").
+
+    Joining copies every source's current block each time one of them changes: with blocks
+    sized in bytes, about one memory copy of each row per source (~1 ms for 23 MiB), far
+    cheaper than the gather and join per batch it saves. The sources then read their blocks
+    from the window, so past a join it holds no more memory than the blocks did."""
+
+    def __init__(self, rows: Sequence[_Rows | None]) -> None:
+        self._rows = rows
+        self.batch: pa.RecordBatch | None = None
+        self._starts: dict[int, int] = {}  # each source's block's first row (by its _Rows id)
+        self._blocks: dict[int, Any] = {}  # ... and that block, as the window holds it
+        self.usable = True  # False: blocks not shuffled, or too large to join
+
+    def batches(self, labels: np.ndarray, batch_size: int) -> tuple[int, np.ndarray]:
+        """How many of the batches of positions ``labels`` (the first ones, whole) the
+        sources' current blocks hold, and the window rows of their positions, in order (none:
+        take the first batch instead, `_Rows.take`)."""
+        k, n = len(self._rows), len(labels)
+        counts = np.bincount(
+            np.arange(n) // batch_size * k + labels, minlength=-(-n // batch_size) * k
+        )
+        ends = counts.reshape(-1, k).cumsum(axis=0)  # each source's rows up to each batch's end
+        fits = len(ends)
+        none = np.zeros(0, np.int64)
+        sources: dict[int, _Rows] = {}
+        for i in np.flatnonzero(ends[-1]).tolist():
+            source = sources[i] = cast("_Rows", self._rows[i])  # (it has positions: it has rows)
+            if not source.shuffled(int(ends[-1, i])):
+                self.usable = False
+                return 0, none
+            fits = min(fits, int(np.searchsorted(ends[:, i], source.left, side="right")))
+        if not fits:  # the first batch spans two blocks of a source
+            return 0, none
+        wanted = [(sources[i], c) for i, c in enumerate(ends[fits - 1].tolist()) if c]
+        if any(self._blocks.get(id(s)) is not s.block for s, _ in wanted) and not self._join():
+            self.usable = False
+            return 0, none
+        grouped = np.concatenate([s.advance(c) + self._starts[id(s)] for s, c in wanted])
+        # Row r of the rows (grouped by source, in order) goes to position order[r].
+        served = min(n, fits * batch_size)
+        order = np.argsort(labels[:served], kind="stable")
+        indices = np.empty(served, np.int64)
+        indices[order] = grouped
+        return fits, indices
+
+    def _join(self) -> bool:
+        """Join the sources' current blocks (False: they are too large to)."""
+        live = [r for r in self._rows if r is not None and r.left]
+        blocks = [cast("pa.RecordBatch", r.block) for r in live]
+        if sum(b.nbytes for b in blocks) >= JOINABLE_BYTES:  # 32-bit offsets could overflow
+            return False
+        self.batch = blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks)
+        self._starts.clear()
+        self._blocks.clear()
+        start = 0
+        for source, block in zip(live, blocks, strict=True):
+            if len(blocks) > 1:
+                source.rebase(self.batch.slice(start, block.num_rows))
+            self._starts[id(source)] = start
+            self._blocks[id(source)] = source.block
+            start += block.num_rows
+        return True
 
 
 def interleaved(
@@ -88,30 +210,37 @@ def interleaved(
     row's source number.
     """
     k = len(blocks)
-    rows = [_Rows(b, schema, where[i]) if b is not None else None for i, b in enumerate(blocks)]
+    rows = [
+        _Rows(b, schema, where[i], i, source_column) if b is not None else None
+        for i, b in enumerate(blocks)
+    ]
     if interleave.unit > 1:
         yield from _sequences(rows, interleave, positions, batch_size)
         return
+    window = _Window(rows)
+    # The batches of a span of positions are worked out together: no Python per batch.
+    span = max(1, _SPAN // batch_size) * batch_size
     pos, end = positions
     while pos < end:
+        if window.usable:
+            fits, indices = window.batches(interleave.labels(pos, min(end, pos + span)), batch_size)
+            for start in range(0, len(indices), batch_size):
+                assert window.batch is not None
+                yield window.batch, indices[start : start + batch_size]
+            pos += len(indices)
+            if fits:
+                continue
         n = min(batch_size, end - pos)
         labels = interleave.labels(pos, pos + n)
-        counts = np.bincount(labels, minlength=k)
-        taken: list[Any] = []
-        for i, count in enumerate(counts.tolist()):
+        taken = []
+        for i, count in enumerate(np.bincount(labels, minlength=k).tolist()):
             if count:
                 source = rows[i]
                 assert source is not None, "a source with positions has rows"
                 taken.append(source.take(count))
-        batch = taken[0] if len(taken) == 1 else pa.concat_batches(taken)
-        if source_column is not None:
-            which = np.repeat(np.arange(k, dtype=np.int64), counts)
-            batch = batch.append_column(source_column, arrow_of(which))
-        # Row r of ``batch`` (grouped by source, in order) goes to position order[r].
-        order = np.argsort(labels, kind="stable")
         indices = np.empty(n, np.int64)
-        indices[order] = np.arange(n)
-        yield batch, indices
+        indices[np.argsort(labels, kind="stable")] = np.arange(n)
+        yield taken[0] if len(taken) == 1 else pa.concat_batches(taken), indices
         pos += n
 
 

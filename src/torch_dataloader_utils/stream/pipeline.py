@@ -39,7 +39,7 @@ def stream_segments(
     """
     layout = stream.layout
     # A lone source's block may stay several read batches (no copy); a mixture's sources'
-    # blocks are taken from row by row, so each is one batch.
+    # blocks are joined into one window to gather from (`stream.mix`), so each is one batch.
     alone = stream.interleave is None and layout.batch_size >= BLOCK_PARTS_MIN_BATCH
     parts = BLOCK_PARTS if alone else 1
     aheads: list[Prefetcher[Segment] | None] = [

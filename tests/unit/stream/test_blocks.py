@@ -254,7 +254,7 @@ def test_a_block_that_could_overflow_when_joined_is_joined_at_once(
         )
     }
     assert pa.Table in kinds  # small blocks of a few batches stay in parts
-    monkeypatch.setattr(blocks, "_JOINABLE_BYTES", 1)
+    monkeypatch.setattr(blocks, "JOINABLE_BYTES", 1)
     joined = [
         b
         for b, _ in shuffled_blocks(
