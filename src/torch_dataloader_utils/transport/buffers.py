@@ -18,10 +18,20 @@ from typing import Any, NamedTuple
 import numpy as np
 import torch
 
+from ..errors.on_error import ReadFailure
 from ..fs.forks import ProcessLocal
 from .memory import POOL_BUFFERS, POOL_GRAIN, Buffer, new_buffer, no_room, room_log
 
-__all__ = ["BufferPool", "Lent", "Received", "Taken", "incoming", "outgoing", "take_buffer"]
+__all__ = [
+    "BufferBundle",
+    "BufferPool",
+    "Lent",
+    "Received",
+    "Taken",
+    "incoming",
+    "outgoing",
+    "take_buffer",
+]
 
 _ALIGN = 64
 
@@ -344,3 +354,43 @@ _received = Received()
 
 
 _pool = BufferPool()
+
+
+class BufferBundle:
+    """A worker's bundle whose data lies in one buffer (``end`` bytes of it): a pooled shared
+    one, or a private one no shared memory had room for (`outgoing` says how each pickles).
+    `wire.PackedBundle` (torch batches) and `ipc.ArrowBundle` (Arrow IPC streams) add where
+    their outputs lie in it."""
+
+    __slots__ = ("buffer", "carrier", "dropped", "end", "failures", "pooled", "serial", "worker")
+
+    def __init__(
+        self,
+        buffer: torch.Tensor,
+        end: int,
+        worker: int = -1,
+        *,
+        serial: int | None = None,
+        dropped: tuple[int, ...] = (),
+        carrier: Any = None,
+        pooled: bool = False,
+    ) -> None:
+        self.buffer = buffer
+        self.end = end
+        self.worker = worker  # the DataLoader worker that sent it
+        self.failures: tuple[ReadFailure, ...] = ()  # reads skipped since the last message
+        self.serial = serial  # in this process's BufferPool; None once received
+        self.dropped = dropped  # serials the pool dropped when it took this buffer
+        self.carrier = carrier  # what pickles as the buffer's memory (`memory.Buffer`)
+        self.pooled = pooled  # a worker pool's buffer: given back when no longer viewed
+
+    def carried(self) -> Carried:
+        """What this bundle pickles for its buffer (`outgoing`)."""
+        return outgoing(
+            self.buffer,
+            self.end,
+            pooled=self.pooled,
+            serial=self.serial,
+            carrier=self.carrier,
+            dropped=self.dropped,
+        )

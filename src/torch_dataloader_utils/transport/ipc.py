@@ -17,9 +17,16 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..errors.on_error import ReadFailure
 from . import buffers
-from .buffers import _ALIGN, _HEADER, _release, _round_up, incoming, outgoing, take_buffer
+from .buffers import (
+    _ALIGN,
+    _HEADER,
+    BufferBundle,
+    _release,
+    _round_up,
+    incoming,
+    take_buffer,
+)
 from .wire import Bundle
 
 __all__ = ["ArrowBundle", "pack_arrow"]
@@ -31,7 +38,7 @@ Arrow: TypeAlias = pa.RecordBatch | pa.Table
 _Place = tuple[int, int, bool]
 
 
-class ArrowBundle:
+class ArrowBundle(BufferBundle):
     """Consecutive Arrow outputs of one worker, each an IPC stream in one shared buffer.
 
     The buffer comes from the worker's pool and is pickled as a `PackedBundle`'s is (its memory
@@ -39,17 +46,7 @@ class ArrowBundle:
     memory had room for has a private buffer, sent as bytes.
     """
 
-    __slots__ = (
-        "buffer",
-        "carrier",
-        "dropped",
-        "end",
-        "failures",
-        "places",
-        "pooled",
-        "serial",
-        "worker",
-    )
+    __slots__ = ("places",)
 
     def __init__(
         self,
@@ -63,27 +60,14 @@ class ArrowBundle:
         carrier: Any = None,
         pooled: bool = False,
     ) -> None:
-        self.buffer = buffer
+        super().__init__(
+            buffer, end, worker, serial=serial, dropped=dropped, carrier=carrier, pooled=pooled
+        )
         self.places = places
-        self.end = end
-        self.worker = worker  # the DataLoader worker that sent it
-        self.failures: tuple[ReadFailure, ...] = ()  # reads skipped since the last message
-        self.serial = serial  # in this process's BufferPool; None once received
-        self.dropped = dropped  # serials the pool dropped when it took this buffer
-        self.carrier = carrier  # what pickles as the buffer's memory (`memory.Buffer`)
-        self.pooled = pooled  # a worker pool's buffer: given back when no longer viewed
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = (self.places, self.end, self.worker, self.failures)
-        carried = outgoing(
-            self.buffer,
-            self.end,
-            pooled=self.pooled,
-            serial=self.serial,
-            carrier=self.carrier,
-            dropped=self.dropped,
-        )
-        return (_unpickled, (*carried, state))
+        return (_unpickled, (*self.carried(), state))
 
     def pin_memory(self) -> ArrowBundle:
         """Itself (called by the DataLoader's pin-memory thread): Arrow holds no tensors."""

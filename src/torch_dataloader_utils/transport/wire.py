@@ -17,7 +17,15 @@ from ..convert import Field, Gather, GatherParts, ListRows, as_numpy
 from ..errors import DataError
 from ..errors.on_error import ReadFailure
 from . import buffers
-from .buffers import _ALIGN, _HEADER, _release, _round_up, incoming, outgoing, take_buffer
+from .buffers import (
+    _ALIGN,
+    _HEADER,
+    BufferBundle,
+    _release,
+    _round_up,
+    incoming,
+    take_buffer,
+)
 from .values import (
     _arrow_type,
     _dtype_of,
@@ -107,7 +115,7 @@ def _types_of(item: Any) -> list[pa.DataType]:
     return list(item.schema.types) if isinstance(item, pa.RecordBatch | pa.Table) else []
 
 
-class PackedBundle:
+class PackedBundle(BufferBundle):
     """Consecutive torch batches of one worker, their numeric data in one shared buffer.
 
     The buffer holds every batch's tensors first (``_HEADER`` to ``tensors_end``), then the
@@ -123,18 +131,7 @@ class PackedBundle:
     bundle no shared memory had room for (`memory`) has a private buffer, pickled as bytes.
     """
 
-    __slots__ = (
-        "buffer",
-        "carrier",
-        "dropped",
-        "end",
-        "failures",
-        "layouts",
-        "pooled",
-        "serial",
-        "tensors_end",
-        "worker",
-    )
+    __slots__ = ("layouts", "tensors_end")
 
     def __init__(
         self,
@@ -149,28 +146,15 @@ class PackedBundle:
         carrier: Any = None,
         pooled: bool = False,
     ) -> None:
-        self.buffer = buffer
+        super().__init__(
+            buffer, end, worker, serial=serial, dropped=dropped, carrier=carrier, pooled=pooled
+        )
         self.layouts = layouts
         self.tensors_end = tensors_end
-        self.end = end
-        self.worker = worker  # the DataLoader worker that sent it
-        self.failures: tuple[ReadFailure, ...] = ()  # reads skipped since the last message
-        self.serial = serial  # in this process's BufferPool; None once received
-        self.dropped = dropped  # serials the pool dropped when it took this buffer
-        self.carrier = carrier  # what pickles as the buffer's memory (`memory.Buffer`)
-        self.pooled = pooled  # a worker pool's buffer: given back when no longer viewed
 
     def __reduce__(self) -> tuple[Any, ...]:
         state = (self.layouts, self.tensors_end, self.end, self.worker, self.failures)
-        carried = outgoing(
-            self.buffer,
-            self.end,
-            pooled=self.pooled,
-            serial=self.serial,
-            carrier=self.carrier,
-            dropped=self.dropped,
-        )
-        return (_unpickled, (*carried, state))
+        return (_unpickled, (*self.carried(), state))
 
     def pin_memory(self) -> PackedBundle:
         """Copy into pinned memory and give the shared buffer back (pin-memory thread)."""
