@@ -21,6 +21,8 @@ __all__ = [
     "arrow_of",
     "as_plain",
     "bool_view",
+    "filled_values",
+    "list_lengths",
     "holds_interval",
     "intervals",
     "numpy_view",
@@ -62,6 +64,26 @@ def arrow_of(values: np.ndarray, valid: np.ndarray | None = None) -> pa.Array:
     return pa.Array.from_buffers(
         pa.from_numpy_dtype(values.dtype), len(values), [bitmap, pa.py_buffer(values)], nulls
     )
+
+
+def filled_values(array: pa.Array, fill: int = 0) -> np.ndarray:
+    """A null-free integer or float array's `numpy_view`; with nulls, a copy of its values with
+    each null as ``fill``."""
+    if not array.null_count:
+        return numpy_view(array)
+    dtype = np.dtype(array.type.to_pandas_dtype())
+    start = array.offset * dtype.itemsize
+    out = np.frombuffer(array.buffers()[1], dtype, len(array), start).copy()
+    out[~valid_view(array)] = fill
+    return out
+
+
+def list_lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each list's length in ``column`` (a null list: 0), as int64."""
+    lengths = pc.list_value_length(column)
+    chunks = lengths.chunks if isinstance(lengths, pa.ChunkedArray) else [lengths]
+    parts = [filled_values(c).astype(np.int64) for c in chunks]
+    return np.concatenate(parts) if parts else np.zeros(0, np.int64)
 
 
 def bool_view(array: pa.Array) -> np.ndarray:

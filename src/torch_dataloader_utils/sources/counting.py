@@ -13,6 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..convert.arrow_values import list_lengths
 from ..formats import Format, ReadOptions
 from ..formats.partitions import with_partition
 from ..fs import FileSystemSpec
@@ -82,8 +83,7 @@ def count_lengths(
     pass ``options.filter`` (int32; a token budget's length index)."""
 
     def lengths(batch: pa.RecordBatch) -> np.ndarray:
-        counted = pc.fill_null(pc.list_value_length(batch.column(column)), 0)
-        return np.asarray(counted.to_numpy(zero_copy_only=False), dtype=np.int32)
+        return list_lengths(batch.column(column)).astype(np.int32)
 
     def joined(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, np.int32)

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..convert.arrow_values import numpy_view, take
+from ..convert.arrow_values import list_lengths, take
 from ..errors import DataError
 from ..planning.budget import BudgetPass, equalised, group_batches
 from .blocks import Segment
@@ -46,7 +46,7 @@ def budget_batches(
             raise DataError(f"{where()}: the stream holds more rows than planning counted")
         assert not isinstance(batch, Fragments), "token budgets batch rows, not tokens"
         if batch is not block:  # (a block's groups share it: its lengths once, from offsets)
-            block, every = batch, _lengths(batch.column(budget.column))
+            block, every = batch, list_lengths(batch.column(budget.column))
         lengths = every if rows is None else every[np.asarray(rows)]
         order, bounds = group_batches(np.minimum(lengths, budget.max_tokens), budget.max_tokens)
         bounds = equalised(bounds, count)
@@ -67,15 +67,6 @@ def budget_batches(
         skip = 0
     if cut:
         logger.warning("%s: %d tokens cut from rows longer than max_tokens", where(), cut)
-
-
-def _lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
-    """Each list's length (a null list: 0)."""
-    lengths = pc.fill_null(pc.list_value_length(column), 0)
-    if isinstance(lengths, pa.ChunkedArray):
-        lengths = lengths.combine_chunks()
-    out: np.ndarray = numpy_view(lengths).astype(np.int64)
-    return out
 
 
 def _truncated(batch: pa.RecordBatch, column: str, max_tokens: int) -> pa.RecordBatch:

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.compute as pc
+
+from ..convert.arrow_values import filled_values, numpy_view, valid_view
 
 __all__ = ["TOKENS_PER_COPY", "Fragments", "goes_on"]
 
@@ -72,15 +73,12 @@ class Fragments:
         one is 0."""
         if isinstance(tokens, pa.ChunkedArray):
             tokens = tokens.combine_chunks()
-        offsets = np.asarray(tokens.offsets, dtype=np.int64)[: len(tokens) + 1]
-        flat = tokens.flatten()  # (the values of a sliced array's rows only)
-        if flat.null_count:
-            flat = pc.fill_null(flat, 0)
-        values = flat.to_numpy(zero_copy_only=False)
+        # (Through the Arrow buffers: pyarrow's numpy conversions load pandas, `arrow_values`.)
+        offsets = numpy_view(tokens.offsets).astype(np.int64)[: len(tokens) + 1]
+        values = filled_values(tokens.flatten())  # (a sliced array's rows' values only)
         lengths = np.diff(offsets)
-        present = np.ones(len(tokens), bool)
+        present = valid_view(tokens)
         if tokens.null_count:
-            present = ~np.asarray(tokens.is_null())
             lengths = np.where(present, lengths, 0)
         if eos is not None:
             values, lengths = _with_eos(values, lengths, present, eos)

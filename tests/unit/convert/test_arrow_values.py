@@ -3,6 +3,7 @@ pandas loaded (pyarrow's load it, 0.1-0.25 s of a process's first batch)."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -91,40 +92,67 @@ def test_bits_give_what_to_numpy_gives(offset: int, length: int) -> None:
         assert valid_view(array).tolist() == want.tolist(), array.type
 
 
-def _pandas_free_first_batch(root: Path, workers: int, list_format: str) -> str:
+def _pandas_free_epoch(root: Path, workers: int, options: str, delivered: str) -> str:
+    """Runs an epoch of a loader made with ``options`` in a process of its own; ``delivered``:
+    what each batch adds to ``got`` (the test checks ``got``, printed as JSON)."""
     # A finder that notes any import of pandas, in this process and in the forked workers.
     code = (
-        "import os, sys, torch\n"
+        "import collections, json, os, sys, torch\n"
         "import torch_dataloader_utils as tdu\n"
         "class Noted:\n"
         "    def find_spec(self, name, path=None, target=None):\n"
         "        if name == 'pandas':\n"
         f"            open(os.path.join({str(root)!r}, f'pandas-{{os.getpid()}}'), 'w').close()\n"
         "sys.meta_path.insert(0, Noted())\n"
-        f"loader = tdu.create_dataloader({str(root)!r}, batch_size=16, shuffle=True,\n"
-        f"    num_workers={workers}, multiprocessing_context='fork', list_format={list_format!r},\n"
-        "    null_policy='mask')\n"
-        "ids = []\n"
+        f"loader = tdu.create_dataloader({str(root)!r}, shuffle=True, num_workers={workers},\n"
+        f"    multiprocessing_context='fork', {options})\n"
+        "got = []\n"
         "for batch in loader:\n"
-        "    ids += batch['id'].tolist()\n"
+        f"    got += {delivered}\n"
         "    assert 'pandas' not in sys.modules, 'after a batch'\n"
-        "assert sorted(ids) == list(range(60)), ids\n"
-        "print('pandas' in sys.modules)\n"
+        "print(json.dumps(sorted(got)))\n"
     )
     out = subprocess.run(
         [sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=120
     )
     assert out.returncode == 0, out.stderr
     assert not list(root.glob("pandas-*")), "a process loaded pandas"
-    return out.stdout.strip()
+    return out.stdout.strip().splitlines()[-1]
 
 
-@pytest.mark.parametrize("list_format", ["padded", "offsets"])
+def _tokens(i: int) -> list[int | None] | None:
+    """Row ``i``'s token list: null every 9th row, a null token in every 10th."""
+    if i % 9 == 0:
+        return None
+    return [None if i % 10 == 0 and k == 0 else i * 10 + k for k in range(i % 4 + 1)]
+
+
+# Strings, lists and fixed-size lists with nulls, booleans: the columns whose conversions went
+# through pyarrow's numpy conversion; then packed sequences and token budgets over the lists.
+CONVERSIONS = [
+    ("list_format='padded', batch_size=16, null_policy='mask'", "batch['id'].tolist()", "ids"),
+    ("list_format='offsets', batch_size=16, null_policy='mask'", "batch['id'].tolist()", "ids"),
+    (
+        "columns=['tokens'], batch_size=2, packing=tdu.Packing('tokens', 8, pad_value=-1), "
+        "null_policy='fill'",
+        "batch['input_ids'][batch['document_ids'] >= 0].tolist()",
+        "tokens",
+    ),
+    (
+        "batching=tdu.TokenBudget('tokens', max_tokens=16), null_policy='fill'",
+        "batch['id'].tolist()",
+        "ids",
+    ),
+]
+
+
+@pytest.mark.parametrize(("options", "delivered", "expected"), CONVERSIONS)
 @pytest.mark.parametrize("workers", [0, 2])
-def test_an_epoch_loads_no_pandas(tmp_path: Path, workers: int, list_format: str) -> None:
-    # Strings, lists and fixed-size lists with nulls, booleans: the columns whose conversions
-    # went through pyarrow's numpy conversion. The workers are forked: what the main process
-    # loads, they have; the finder notes what they load.
+def test_an_epoch_loads_no_pandas(
+    tmp_path: Path, workers: int, options: str, delivered: str, expected: str
+) -> None:
+    # The workers are forked: what the main process loads, they have; the finder notes what
+    # they load.
     n = 60
     ids = np.arange(n)
     table = pa.table(
@@ -133,7 +161,7 @@ def test_an_epoch_loads_no_pandas(tmp_path: Path, workers: int, list_format: str
             "x": pa.array([None if i % 7 == 0 else float(i) for i in ids]),
             "flag": pa.array([None if i % 5 == 0 else i % 2 == 0 for i in ids]),
             "name": pa.array([None if i % 6 == 0 else f"n{i}" for i in ids]),
-            "tokens": pa.array([None if i % 9 == 0 else list(range(i % 4)) for i in ids]),
+            "tokens": pa.array([_tokens(i) for i in ids], pa.list_(pa.int32())),
             "emb": pa.array(
                 [None if i % 8 == 0 else [float(i), None] for i in ids], pa.list_(pa.float32(), 2)
             ),
@@ -141,4 +169,9 @@ def test_an_epoch_loads_no_pandas(tmp_path: Path, workers: int, list_format: str
     )
     for part in range(3):
         pq.write_table(table.slice(part * 20, 20), tmp_path / f"part-{part}.parquet")
-    assert _pandas_free_first_batch(tmp_path, workers, list_format) == "False"
+    got = json.loads(_pandas_free_epoch(tmp_path, workers, options, delivered))
+    if expected == "ids":
+        assert got == list(range(n))
+    else:  # every token once, a null one as 0
+        want = [t or 0 for i in range(n) for t in (_tokens(i) or [])]
+        assert got == sorted(want)
