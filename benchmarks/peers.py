@@ -610,8 +610,8 @@ def main() -> None:
                     "name": c.name,
                     "group": c.group,
                     "spec": c.spec,
-                    "note": c.note,
-                    **results[c.name],
+                    **results[c.name],  # its "note" is the run's (Ray's init time)
+                    "shuffle": c.note,
                 }
                 for c in configs
             ],
