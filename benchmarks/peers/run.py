@@ -35,7 +35,8 @@ over the same Parquet files, measured with peers.py's own `measure`; prints one 
   the epochs.
 - ``petastorm``: ``make_batch_reader("file://dir", shuffle_row_groups=True, seed=...,
   workers_count=2)`` (a thread pool) in ``petastorm.pytorch.BatchedDataLoader(batch_size=1024,
-  shuffling_queue_capacity=buffer_rows)``; the reader is reset each epoch.
+  shuffling_queue_capacity=buffer_rows)``; the reader is reset each epoch. Never run here:
+  Petastorm does not install beside torch 2.13 (peers.py's ``INSTALL_NOTES``).
 - ``daft``: ``daft.read_parquet(files)``, each epoch ``shuffle(seed=...)`` (a full row
   permutation; Daft's docs: a global sort by a random key), then ``mode: torch``, Daft's own
   ``to_torch_dataloader(batch_size=1024)`` (numbers as tensors, but the embedding and the token
