@@ -4,7 +4,8 @@
 # pattern), named for the package (ray[data] -> .venv/ray), apart from the project's .venv and
 # from each other, so that their pins cannot clash and one that fails to install leaves the
 # others usable. Every install goes through DIR/constraints.txt (torch pinned to the local CPU
-# wheel). A peer that fails to install leaves .venv/failed-<name>.txt (pip's last lines), which
+# wheel), or DIR/constraints-<name>.txt where a peer has one (a peer whose own pins exclude the
+# shared ones: Daft's pyarrow). A peer that fails to install leaves .venv/failed-<name>.txt (pip's last lines), which
 # the benchmark reports; the others are installed all the same. Idempotent: a virtualenv whose
 # .installed matches its line is kept. Used by peers/setup.sh and peers_mixing/setup.sh.
 set -uo pipefail
@@ -19,7 +20,9 @@ while read -r requirement; do
   venv=".venv/$name"
   [ -f "$venv/.installed" ] && [ "$(cat "$venv/.installed")" = "$requirement" ] && continue
   rm -f ".venv/failed-$name.txt"
-  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt)
+  constraints=constraints.txt
+  [ -f "constraints-$name.txt" ] && constraints="constraints-$name.txt"
+  pip=("$venv/bin/python" -m pip install -q --disable-pip-version-check -c "$constraints")
   if { [ -x "$venv/bin/python" ] || "$python" -m venv "$venv"; } &&
     "${pip[@]}" torch==2.13.0 pyarrow numpy "$requirement" >".venv/install-$name.log" 2>&1; then
     echo "$requirement" >"$venv/.installed"

@@ -1,5 +1,6 @@
-"""Throughput against the peers (Lance, Ray Data, HF ``datasets``) on the same data, as ratios to
-the practical limit measured in the same run.
+"""Throughput against the peers (Lance, Ray Data, HF ``datasets``, MosaicML Streaming, LitData,
+Petastorm, Daft) on the same data, as ratios to the shuffled and the unshuffled limit measured in
+the same run.
 
 Data (written once under ``benchmarks/.data`` by benchmarks/throughput.py's ``make_tabular`` and
 ``make_tokens``): ``tabular``, 2M rows (``--rows``) of an ``int64`` id, 8 float32, an int64, a
@@ -8,9 +9,12 @@ Data (written once under ``benchmarks/.data`` by benchmarks/throughput.py's ``ma
 
 Configurations, each in its own subprocess, batch size 1024, two epochs each (epoch 2 timed):
 
-- limit: raw pyarrow ``ParquetFile.iter_batches`` + zero-copy torch, one process, no shuffle,
-  with and without pyarrow's threads (throughput.py's ``raw`` and ``raw-threads``); the faster
-  is the limit the ``x limit`` column divides by;
+- the shuffled limit (``x shuffled`` divides by it): throughput.py's ``raw-shuffled``, its
+  `shuffled_batches` (pyarrow's threaded dataset reader, every ~64 MiB of decoded rows permuted
+  with ``Table.take``, batches cut from it) + zero-copy torch, token lists as values + offsets;
+- the unshuffled limit (``x raw``): raw pyarrow ``ParquetFile.iter_batches`` + zero-copy torch,
+  one process, no shuffle, with and without pyarrow's threads (throughput.py's ``raw`` and
+  ``raw-threads``); the faster of the two;
 - ours: ``tdu.create_dataloader(dir, batch_size=1024, shuffle=True, num_workers=0 | 2,
   persistent_workers=w > 0, list_format="padded" | "offsets")``, as throughput.py runs it;
 - Lance (``pylance``): the Parquet files written once as a Lance dataset (cached under
@@ -29,29 +33,49 @@ Configurations, each in its own subprocess, batch size 1024, two epochs each (ep
   ``dataset[indices]`` call), workers 0 and 2 (persistent, forked). On tokens, twice: ``HF
   list``, HF's own batch (the token lists a list of tensors), and ``HF padded``, the list padded
   in the worker by a ``collate_fn`` (``pad_sequence``), as ours pads.
+- MosaicML Streaming: the rows written once with ``MDSWriter`` (uncompressed, 64 MiB shards,
+  cached under ``benchmarks/.data/peers``, the time reported apart), read with
+  ``StreamingDataset(local=..., shuffle=True, batch_size=1024)`` (its default shuffle, ``py1e``:
+  shards and rows within a window of them) in a torch ``DataLoader``, workers 0 and 2;
+- LitData: the rows written once with ``litdata.optimize`` (64 MB chunks, cached, the time apart),
+  read with ``StreamingDataset(dir, shuffle=True)`` in its ``StreamingDataLoader`` (chunks in a
+  new order each epoch, rows shuffled within the chunks a worker holds), workers 0 and 2;
+- Petastorm: ``make_batch_reader(file://dir, shuffle_row_groups=True)`` straight on the Parquet
+  files, in its ``BatchedDataLoader`` with a shuffling queue as large as ours' 64 MiB block;
+  its reader's thread pool of 2 (it has no ``num_workers``);
+- Daft: ``daft.read_parquet(files)``, each epoch ``shuffle(seed=...)`` (a full row permutation),
+  then ``Daft to_torch``, its own ``to_torch_dataloader(batch_size=1024)`` (the embedding and
+  token lists come as Python lists of lists), or ``Daft arrow``, its ``to_arrow_iter()`` cut to
+  1024-row batches and converted as the limit converts; Daft's own threads (no
+  ``num_workers``).
 
-``--only`` picks among ours and the peers; the limit always runs.
+Streaming and LitData hand the DataLoader one row at a time: their batches are collated from
+rows (numbers stacked, strings a list, token lists padded, as ours pads).
+
+``--only`` picks among ours and the peers; the limits always run.
 
 Every peer runs in its own virtualenv under ``benchmarks/peers/.venv/`` (made by
 ``peers/setup.sh`` on the first run; see ``peers/run.py`` for each one's code). A peer that cannot
 be installed, imported or run gets a row ``not available: <reason>`` and the run goes on.
 
-Columns: ``rows/s`` is the warm epoch's (the second; every row of it read); ``x limit`` its ratio
-to the limit; ``first batch s`` the cold epoch's time to its first batch, from after the imports
-(so set-up included: ``ray.init``, planning, worker start); ``RSS / PSS MB`` the peak of the
-summed RSS of the process and all its descendants (workers, Ray's processes), sampled every 0.1 s
-from outside, then the same for PSS (shared pages split between the processes that map them:
-forked workers share the parent's, Ray's object store is shared memory). Every epoch of every
-configuration is checked by id: each id exactly once; one that is not is said in ``notes``. Batch
-formats differ (``notes``): Lance, Ray and the limit give lists as values + offsets (the limit's
-zero-copy conversion, which Lance and Ray are given since their own converters refuse strings and
-ragged lists), HF a list of tensors (its torch format also makes int32 int64), ours padded or
-values + offsets; strings are Python lists everywhere.
+Columns: ``rows/s`` is the warm epoch's (the second; every row of it read); ``x shuffled`` and
+``x raw`` its ratios to the shuffled and the unshuffled limit; ``first batch s`` the cold epoch's
+time to its first batch, from after the imports (so set-up included: ``ray.init``, planning, worker
+start); ``RSS / PSS MB`` the peak of the summed RSS of the process and all its descendants
+(workers, Ray's processes), sampled every 0.1 s from outside, then the same for PSS (shared pages
+split between the processes that map them: forked workers share the parent's, Ray's object store is
+shared memory). Every epoch of every configuration is checked by id: each id exactly once; one that
+is not is said in ``notes``. Batch formats differ (``notes``): Lance, Ray, Daft and the limits give
+lists as values + offsets (the limit's zero-copy conversion, which Lance and Ray are given since
+their own converters refuse strings and ragged lists), HF a list of tensors (its torch format also
+makes int32 int64), Streaming and LitData padded (collated from rows; LitData's float32 come back
+float64), Daft's ``to_torch_dataloader`` lists of Python lists, ours padded or values + offsets;
+strings are Python lists everywhere.
 
 Usage::
 
-    python benchmarks/peers.py                  # full size: ~40 minutes on 2 cores, mostly HF
-                                                # and Ray (from their rates at a tenth the size)
+    python benchmarks/peers.py                  # full size: over an hour on 2 cores, mostly
+                                                # HF, Ray and the conversions
     python benchmarks/peers.py --rows 200000 --token-rows 20000 --repeat 1
     python benchmarks/peers.py --only ours,lance --json peers.json
     python benchmarks/peers.py --skip-setup     # do not run peers/setup.sh
@@ -78,11 +102,11 @@ from typing import Any
 import numpy as np
 import pyarrow.parquet as pq
 
-from throughput import _raw_convert, make_tabular, make_tokens  # this script's folder
+from throughput import _raw_convert, make_tabular, make_tokens, shuffled_batches  # this folder
 
 HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
-WORK = DATA / "peers"  # the peers' converted copies (Lance dataset, HF's Arrow cache)
+WORK = DATA / "peers"  # the peers' converted copies (Lance, HF's Arrow cache, MDS, LitData)
 PEERS = HERE / "peers"
 PEERS_VENV = PEERS / ".venv"  # ignored by the repository's `.venv/` pattern
 BATCH_SIZE = 1024
@@ -91,7 +115,22 @@ SEED = 7
 BLOCK_BYTES = 64 << 20  # ours' default shuffle_block_bytes: Ray's local buffer holds as much
 NA = "-"
 # Every peer: its virtualenv (.venv/<package>) and its configurations (name, notes).
-PEER_PACKAGES = {"lance": "pylance", "ray": "ray", "hf": "datasets"}
+PEER_PACKAGES = {
+    "lance": "pylance",
+    "ray": "ray",
+    "hf": "datasets",
+    "streaming": "mosaicml-streaming",
+    "litdata": "litdata",
+    "petastorm": "petastorm",
+    "daft": "daft",
+}
+PREPARED = ("lance", "hf", "streaming", "litdata")  # those that convert the data once
+# Why a peer cannot install here, where pip's quiet output says only that pins conflict.
+INSTALL_NOTES = {
+    "petastorm": "petastorm 0.13.1 pins setuptools<70 and torch 2.13 needs setuptools>=77.0.3; "
+    "its reader also calls pyarrow's legacy ParquetDataset(validate_schema=, metadata_nthreads=), "
+    "gone since pyarrow 15",
+}
 
 # --- measuring (shared with peers/run.py, which runs in the peers' virtualenvs) ---------------
 
@@ -179,16 +218,25 @@ def measure(
     }
 
 
-# --- ours and the limit, in this virtualenv ----------------------------------------------------
+# --- ours and the limits, in this virtualenv ---------------------------------------------------
 
 
 def run_ours(spec: Mapping[str, Any]) -> dict[str, Any]:
-    """One configuration of ours (``kind`` ``ours``) or of the limit (``raw``, ``raw-threads``),
-    in this process."""
+    """One configuration of ours (``kind`` ``ours``) or of a limit (``raw-shuffled``, ``raw``,
+    ``raw-threads``), in this process."""
     import torch  # noqa: F401  (imported before timing, as a training script would)
 
     data = Path(spec["data"])
     kind = spec["kind"]
+    if kind == "raw-shuffled":
+        files = sorted(str(p) for p in data.glob("*.parquet"))
+        rng = np.random.default_rng(SEED)
+
+        def shuffled_epoch(loader: None, e: int) -> Iterable[Mapping[str, Any]]:
+            for batch in shuffled_batches(files, BATCH_SIZE, rng):
+                yield _raw_convert(batch)
+
+        return measure(lambda: None, shuffled_epoch, rows=spec["rows"])
     if kind.startswith("raw"):
         files = sorted(str(p) for p in data.glob("*.parquet"))
         threads = kind == "raw-threads"
@@ -303,7 +351,10 @@ def peer_python(peer: str, *, setup: bool) -> tuple[str | None, str]:
     python = PEERS_VENV / package / "bin" / "python"
     failed = PEERS_VENV / f"failed-{package}.txt"  # setup.sh's note of a failed install
     if failed.exists():
-        return None, "did not install: " + " / ".join(failed.read_text().strip().splitlines()[-2:])
+        errors = [line for line in failed.read_text().splitlines() if line.startswith("ERROR")]
+        said = [e for e in errors if "ResolutionImpossible" not in e] or errors
+        note = f" ({INSTALL_NOTES[peer]})" if peer in INSTALL_NOTES else ""
+        return None, f"did not install: {' / '.join(said[-2:])}{note}"
     if not python.exists():
         how = "run bash benchmarks/peers/setup.sh" if not setup else "setup.sh made none"
         return None, f"no virtualenv ({how})"
@@ -335,7 +386,7 @@ class Config:
     """One row of a table."""
 
     name: str
-    group: str  # limit, ours, lance, ray, hf
+    group: str  # limit, ours or a peer (PEER_PACKAGES)
     spec: dict[str, Any]
     note: str  # the shuffle and the batch layout, as the table says them
 
@@ -343,6 +394,9 @@ class Config:
 def plan(tokens: bool, only: set[str]) -> list[Config]:
     """Every configuration of one dataset, in the table's order."""
     configs = [
+        Config(
+            "raw pyarrow, shuffled", "limit", {"kind": "raw-shuffled"}, "64 MiB blocks permuted"
+        ),
         Config("raw pyarrow", "limit", {"kind": "raw"}, "no shuffle, 1 thread"),
         Config("raw pyarrow, threads", "limit", {"kind": "raw-threads"}, "no shuffle, threads"),
     ]
@@ -365,6 +419,13 @@ def plan(tokens: bool, only: set[str]) -> list[Config]:
         ]
     else:
         peers.append(("hf", "HF datasets", {}, "full row permutation", (0, 2)))
+    peers += [
+        ("streaming", "Streaming", {}, "py1e: shards + rows in a window", (0, 2)),
+        ("litdata", "LitData", {}, "chunk order + rows within chunks", (0, 2)),
+        ("petastorm", "Petastorm", {}, "row groups + shuffling queue", (None,)),
+        ("daft", "Daft to_torch", {"mode": "torch"}, "full permutation (shuffle)", (None,)),
+        ("daft", "Daft arrow", {"mode": "arrow"}, "full permutation (shuffle)", (None,)),
+    ]
     for group, label, spec, note, workers in peers:
         if group not in only:
             continue
@@ -381,7 +442,7 @@ def decoded_row_bytes(data: Path) -> float:
 
 
 def prepare(peer: str, python: str, data: Path, timeout: float) -> tuple[str, str]:
-    """A peer's one-off conversion of ``data`` (Lance dataset, HF's Arrow cache), cached under
+    """A peer's one-off conversion of ``data`` (Lance, HF's Arrow cache, MDS, LitData), cached under
     ``WORK``; returns a note of its time ('' when cached) and an error ('' when none)."""
     cmd = [python, str(PEERS / "run.py"), "--prepare", peer, "--data", str(data)]
     cmd += ["--work", str(WORK)]
@@ -419,19 +480,23 @@ def table(header: Sequence[str], rows: Sequence[Sequence[str]]) -> None:
 
 def report_rows(
     configs: Sequence[Config], results: Mapping[str, Mapping[str, Any]], tokens: bool
-) -> tuple[list[list[str]], float]:
-    """The table's rows and the limit (rows/s)."""
-    limits = [
-        r["rows_per_s"]
-        for c in configs
-        if c.group == "limit" and "error" not in (r := results[c.name])
-    ]
-    limit = max(limits, default=0.0)
+) -> tuple[list[list[str]], float, float]:
+    """The table's rows, the shuffled limit and the unshuffled one (rows/s)."""
+
+    def best(kinds: Sequence[str]) -> float:
+        rates = [
+            r["rows_per_s"]
+            for c in configs
+            if c.spec.get("kind") in kinds and "error" not in (r := results[c.name])
+        ]
+        return max(rates, default=0.0)
+
+    shuffled, raw = best(["raw-shuffled"]), best(["raw", "raw-threads"])
     out = []
     for c in configs:
         r = results[c.name]
         if "error" in r:
-            out.append([c.name, NA, NA, NA, NA, f"not available: {r['error']}"])
+            out.append([c.name, NA, NA, NA, NA, NA, f"not available: {r['error']}"])
             continue
         notes = [c.note, short_format(r.get("format", ""), tokens)]
         notes += [f"epoch {e + 1} ids: {said}" for e, said in enumerate(r["ids"]) if said]
@@ -440,13 +505,14 @@ def report_rows(
             [
                 c.name,
                 f"{r['rows_per_s']:,.0f}",
-                ratio(r["rows_per_s"], limit),
+                ratio(r["rows_per_s"], shuffled),
+                ratio(r["rows_per_s"], raw),
                 f"{r['first_batch_s']:.2f}",
                 f"{r['rss_mb']:,.0f} / {r['pss_mb']:,.0f}",
                 "; ".join(n for n in notes if n),
             ]
         )
-    return out, limit
+    return out, shuffled, raw
 
 
 # --- main ------------------------------------------------------------------------------------
@@ -458,7 +524,9 @@ def main() -> None:
     parser.add_argument("--token-rows", type=int, default=125_000, help="rows of tokens")
     parser.add_argument("--repeat", type=int, default=1, help="runs per config; best is kept")
     parser.add_argument(
-        "--only", default="ours,lance,ray,hf", help="comma-separated of ours, lance, ray, hf"
+        "--only",
+        default=",".join(["ours", *PEER_PACKAGES]),
+        help=f"comma-separated of ours, {', '.join(PEER_PACKAGES)}",
     )
     parser.add_argument("--skip-setup", action="store_true", help="do not run peers/setup.sh")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds a run, at most")
@@ -492,7 +560,7 @@ def main() -> None:
         peers[peer] = peer_python(peer, setup=not args.skip_setup)
         print(f"{peer}: {peers[peer][1]}")
     prepared: list[str] = []
-    for peer in ("lance", "hf"):
+    for peer in PREPARED:
         python = peers.get(peer, (None, ""))[0]
         for _, data, _ in datasets if python else []:
             said, error = prepare(peer, python, data, args.timeout)  # type: ignore[arg-type]
@@ -528,20 +596,22 @@ def main() -> None:
             f"## {label}: {rows:,} rows, {row_bytes:.0f} decoded bytes a row "
             f"({data.relative_to(HERE)}; Ray's local buffer {buffer_rows:,} rows)\n"
         )
-        lines, limit = report_rows(configs, results, tokens)
-        table(["config", "rows/s", "x limit", "first batch s", "RSS / PSS MB", "notes"], lines)
+        lines, shuffled, raw = report_rows(configs, results, tokens)
+        header = ["config", "rows/s", "x shuffled", "x raw", "first batch s", "RSS / PSS MB"]
+        table([*header, "notes"], lines)
         out["datasets"][label] = {
             "data": str(data),
             "rows": rows,
             "decoded_row_bytes": row_bytes,
-            "limit_rows_per_s": limit,
+            "shuffled_limit_rows_per_s": shuffled,
+            "raw_limit_rows_per_s": raw,
             "configs": [
                 {
                     "name": c.name,
                     "group": c.group,
                     "spec": c.spec,
-                    "note": c.note,
-                    **results[c.name],
+                    **results[c.name],  # its "note" is the run's (Ray's init time)
+                    "shuffle": c.note,
                 }
                 for c in configs
             ],

@@ -96,15 +96,43 @@ def make_tokens(
 SHUFFLE_BLOCK_BYTES = 64 << 20
 
 
+def shuffled_batches(
+    files: list[str], batch_size: int, rng: np.random.Generator
+) -> Iterator[pa.RecordBatch]:
+    """The shuffled limit's epoch (``raw-shuffled``): pyarrow's threaded dataset reader, every
+    ~64 MiB of decoded rows permuted with ``Table.take``, batches of ``batch_size`` cut from it.
+    Also benchmarks/peers.py's limit."""
+    import pyarrow.dataset as ds
+
+    def block(pending: list[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        rows = pa.Table.from_batches(pending)
+        rows = rows.take(rng.permutation(rows.num_rows)).combine_chunks()
+        yield from rows.to_batches(max_chunksize=batch_size)
+
+    pending: list[pa.RecordBatch] = []
+    size = 0
+    for batch in ds.dataset(files, format="parquet").to_batches(use_threads=True):
+        pending.append(batch)
+        size += batch.nbytes
+        if size >= SHUFFLE_BLOCK_BYTES:
+            yield from block(pending)
+            pending, size = [], 0
+    if pending:
+        yield from block(pending)
+
+
 def _raw_convert(batch: pa.RecordBatch, list_format: str = "offsets") -> dict[str, object]:
     import torch
+
+    def is_list(t: pa.DataType) -> bool:  # large ones: what Daft gives (benchmarks/peers.py)
+        return pa.types.is_list(t) or pa.types.is_large_list(t)
 
     out: dict[str, object] = {}
     for name, col in zip(batch.schema.names, batch.columns, strict=True):
         t = col.type
         if pa.types.is_fixed_size_list(t):
             out[name] = torch.from_dlpack(col.flatten()).view(-1, t.list_size)
-        elif pa.types.is_list(t) and list_format == "padded":
+        elif is_list(t) and list_format == "padded":
             # What a user writes: each row's list into a zero-padded (rows, longest) array.
             offsets = col.offsets.to_numpy()
             lengths = np.diff(offsets)
@@ -112,11 +140,11 @@ def _raw_convert(batch: pa.RecordBatch, list_format: str = "offsets") -> dict[st
             padded = np.zeros((len(lengths), int(lengths.max(initial=0))), values.dtype)
             padded[np.arange(padded.shape[1]) < lengths[:, None]] = values
             out[name] = torch.from_numpy(padded)
-        elif pa.types.is_list(t):
+        elif is_list(t):
             offsets = col.offsets.to_numpy()
             out[name] = torch.from_dlpack(col.flatten())
             out[name + "_offsets"] = torch.from_numpy(offsets - offsets[0])
-        elif pa.types.is_string(t):
+        elif pa.types.is_string(t) or pa.types.is_large_string(t):
             out[name] = col.to_pylist()
         else:
             out[name] = torch.from_dlpack(col)
@@ -134,28 +162,12 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
     files = sorted(str(p) for p in data.glob("*.parquet"))
     loader = None
     if kind == "raw-shuffled":
-        import pyarrow.dataset as ds
-
         rng = np.random.default_rng(0)
 
-        def blocks() -> Iterator[pa.Table]:
-            pending: list[pa.RecordBatch] = []
-            size = 0
-            for batch in ds.dataset(files, format="parquet").to_batches(use_threads=True):
-                pending.append(batch)
-                size += batch.nbytes
-                if size >= SHUFFLE_BLOCK_BYTES:
-                    yield pa.Table.from_batches(pending)
-                    pending, size = [], 0
-            if pending:
-                yield pa.Table.from_batches(pending)
-
         def epoch() -> Iterator[int]:
-            for block in blocks():
-                rows = block.take(rng.permutation(block.num_rows)).combine_chunks()
-                for batch in rows.to_batches(max_chunksize=batch_size):
-                    _raw_convert(batch, list_format)
-                    yield batch.num_rows, batch.nbytes
+            for batch in shuffled_batches(files, batch_size, rng):
+                _raw_convert(batch, list_format)
+                yield batch.num_rows, batch.nbytes
 
     elif kind.startswith("raw"):
         threads = kind == "raw-threads"  # pyarrow's default; one thread is faster here
