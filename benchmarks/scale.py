@@ -862,8 +862,9 @@ def run_remote(args: argparse.Namespace) -> bool:
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
     try:
         import pyarrow.fs as pafs
-        from tests.services.proxy import FaultProxy
         from tests.services.seaweedfs import start_seaweedfs
+
+        from scale_planning import upload_behind_proxy  # (beside this file)
     except ImportError as exc:
         print(f"## Remote small files: skipped ({exc}: run from a checkout with tests/)\n")
         return True
@@ -883,26 +884,13 @@ def run_remote(args: argparse.Namespace) -> bool:
         with contextlib.ExitStack() as stack:
             stack.callback(server.stop)
             server.create_bucket(BUCKET)
-            direct = pafs.S3FileSystem(**server.pyarrow_options())
             keys = [f"{BUCKET}/small/part-{i:06d}.parquet" for i in range(files)]
 
-            def put(i: int) -> None:
-                table = pa.table(
-                    {
-                        "id": pa.array(np.arange(i * per, (i + 1) * per, dtype=np.int64)),
-                        "x": pa.array(np.ones(per, np.float32)),
-                    }
-                )
-                with direct.open_output_stream(keys[i]) as out:
-                    pq.write_table(table, out)
+            def table_of(i: int) -> pa.Table:
+                ids = pa.array(np.arange(i * per, (i + 1) * per, dtype=np.int64))
+                return pa.table({"id": ids, "x": pa.array(np.ones(per, np.float32))})
 
-            print(f"... uploading {files:,} files", file=sys.stderr, flush=True)
-            with ThreadPoolExecutor(8) as pool:
-                list(pool.map(put, range(files)))
-            proxy = FaultProxy(
-                ("127.0.0.1", server.s3_port), slow_rate=1.0, delay=args.latency_ms / 1000
-            )
-            stack.callback(proxy.stop)
+            proxy = upload_behind_proxy(server, stack, keys, table_of, args.latency_ms)
             endpoint = proxy.endpoint_url
             slow = pafs.S3FileSystem(
                 **{**server.pyarrow_options(), "endpoint_override": endpoint.split("//")[1]}

@@ -155,11 +155,35 @@ def kinds(events: list[tuple[str, str, str]]) -> Counter[str]:
     return out
 
 
+def upload_behind_proxy(
+    server: Any,
+    stack: contextlib.ExitStack,
+    keys: list[str],
+    table_of: Any,
+    latency_ms: float,
+) -> Any:
+    """Write ``table_of(i)`` to each of ``keys`` on ``server`` (SeaweedFS), then start the test
+    suite's latency proxy in front of it (stopped with ``stack``)."""
+    import pyarrow.fs as pafs
+    from tests.services.proxy import FaultProxy
+
+    direct = pafs.S3FileSystem(**server.pyarrow_options())
+
+    def put(i: int) -> None:
+        with direct.open_output_stream(keys[i]) as out:
+            pq.write_table(table_of(i), out)
+
+    print(f"... uploading {len(keys):,} files", file=sys.stderr, flush=True)
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(put, range(len(keys))))
+    proxy = FaultProxy(("127.0.0.1", server.s3_port), slow_rate=1.0, delay=latency_ms / 1000)
+    stack.callback(proxy.stop)
+    return proxy
+
+
 def run_remote(args: argparse.Namespace) -> None:
     sys.path.insert(0, str(ROOT))  # the test suite's server tooling
     os.environ.setdefault("AWS_EC2_METADATA_DISABLED", "true")
-    import pyarrow.fs as pafs
-    from tests.services.proxy import FaultProxy
     from tests.services.seaweedfs import start_seaweedfs
 
     files = args.remote_files
@@ -168,20 +192,14 @@ def run_remote(args: argparse.Namespace) -> None:
         with contextlib.ExitStack() as stack:
             stack.callback(server.stop)
             server.create_bucket(BUCKET)
-            direct = pafs.S3FileSystem(**server.pyarrow_options())
+            keys = [f"{BUCKET}/small/part-{i:06d}.parquet" for i in range(files)]
 
-            def put(i: int) -> None:
-                ids = np.arange(i * args.rows, (i + 1) * args.rows, dtype=np.int64)
-                with direct.open_output_stream(f"{BUCKET}/small/part-{i:06d}.parquet") as out:
-                    pq.write_table(pa.table({"id": ids}), out)
+            def table_of(i: int) -> pa.Table:
+                return pa.table(
+                    {"id": np.arange(i * args.rows, (i + 1) * args.rows, dtype=np.int64)}
+                )
 
-            print(f"... uploading {files:,} files", file=sys.stderr, flush=True)
-            with ThreadPoolExecutor(8) as pool:
-                list(pool.map(put, range(files)))
-            proxy = FaultProxy(
-                ("127.0.0.1", server.s3_port), slow_rate=1.0, delay=args.latency_ms / 1000
-            )
-            stack.callback(proxy.stop)
+            proxy = upload_behind_proxy(server, stack, keys, table_of, args.latency_ms)
             options = server.s3fs_options(endpoint_url=proxy.endpoint_url)
             url = f"s3://{BUCKET}/small/"
             print(

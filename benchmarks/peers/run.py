@@ -62,7 +62,6 @@ import importlib.metadata
 import json
 import sys
 import time
-import types
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -76,17 +75,10 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset, RandomSampler, g
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from peers import BATCH_SIZE, SEED, measure
+from peers import PEER_PACKAGES as PACKAGES
+from peers_mixing.run import import_streaming
 from throughput import _raw_convert
 
-PACKAGES = {
-    "lance": "pylance",
-    "ray": "ray",
-    "hf": "datasets",
-    "streaming": "mosaicml-streaming",
-    "litdata": "litdata",
-    "petastorm": "petastorm",
-    "daft": "daft",
-}
 MODULES = {  # what --check imports
     "lance": "lance.torch.data",
     "ray": "ray.data",
@@ -347,23 +339,6 @@ def row_groups(data: str) -> list[tuple[str, int]]:
 
 def work_dir(spec: Mapping[str, Any], peer: str) -> Path:
     return Path(spec["work"]) / peer / Path(spec["data"]).name
-
-
-def import_streaming() -> str:
-    """Import streaming; returns '' or what had to be left out: ``import streaming`` imports
-    ``streaming.vision``, which imports torchvision, whose PyPI wheels are built against the CUDA
-    torch; with the CPU torch here their ops may fail to load. Then an empty module stands in for
-    ``streaming.vision`` (image datasets, unused here)."""
-    try:
-        import streaming
-    except (ImportError, RuntimeError, OSError) as exc:
-        for name in [n for n in sys.modules if n.split(".")[0] in ("streaming", "torchvision")]:
-            del sys.modules[name]
-        sys.modules["streaming.vision"] = types.ModuleType("streaming.vision")
-        import streaming  # noqa: F401
-
-        return f"streaming.vision left out ({type(exc).__name__}: {exc})"
-    return ""
 
 
 MDS_TYPES = {"int64": "int64", "int32": "int32", "float": "float32", "double": "float64"}
