@@ -32,7 +32,7 @@ shaped like ``col``).
 - `rules`: a schema's batches converted to the output format, and the reader's checks
   (`Converter`, `Problem`);
 - `columns`: each column's rule by its type, decided from the schema (`ColumnRules`);
-- `fields`: a converted column before it becomes a tensor (`Field`, `Gather`);
+- `fields`: a converted column before it becomes a tensor (`Field`, `Gather`, `Written`);
 - `parts`: gathering from a shuffle block left in parts (`BlockParts`, `Picks`, `GatherParts`);
 - `stacks`: small batches' numeric columns, one gather per type (`Stacks`);
 - `last_block`: what is derived once per block, for every batch cut from it (`LastBlock`);
@@ -41,7 +41,7 @@ shaped like ``col``).
 """
 
 from .decoders import Decoding
-from .fields import Field, Gather, as_numpy, as_tensor
+from .fields import LAID, Field, Gather, Written, as_numpy, as_tensor
 from .lists import ListRows
 from .output import Output
 from .parts import GatherParts, Picks
@@ -57,6 +57,7 @@ from .rules import (
 )
 
 __all__ = [
+    "LAID",
     "LIST_FORMATS",
     "NULL_POLICIES",
     "OUTPUT_FORMATS",
@@ -72,6 +73,7 @@ __all__ = [
     "OutputFormat",
     "Picks",
     "Problem",
+    "Written",
     "as_numpy",
     "as_tensor",
 ]

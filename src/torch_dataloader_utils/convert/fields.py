@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeAlias
 
@@ -14,7 +15,7 @@ from .arrow_values import numpy_view
 from .lists import ListRows
 from .parts import GatherParts
 
-__all__ = ["Field", "Gather", "as_numpy", "as_tensor"]
+__all__ = ["Field", "Gather", "Written", "as_numpy", "as_tensor"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +27,24 @@ class Gather:
     rows: np.ndarray
 
 
-Data: TypeAlias = "pa.Array | np.ndarray | Gather | GatherParts | ListRows | list[Any]"
+@dataclass(frozen=True, slots=True)
+class Written:
+    """Values not written yet: ``write(out)`` writes them into ``out`` (``dtype``, the field's
+    shape), so that they are made straight in their destination (a packed transport buffer)
+    like a `Gather`: a packed batch's arrays (`stream.packing`)."""
+
+    dtype: np.dtype[Any]
+    write: Callable[[np.ndarray], None]
+
+    def into(self, out: np.ndarray) -> None:
+        self.write(out)
+
+
+# Made where they go (`into`): a gather from a block's parts, list rows, written values.
+Laid: TypeAlias = "GatherParts | ListRows | Written"
+LAID = (GatherParts, ListRows, Written)
+
+Data: TypeAlias = "pa.Array | np.ndarray | Gather | Laid | list[Any]"
 
 
 @dataclass(slots=True)
@@ -37,8 +55,8 @@ class Field:
         key: the output key.
         data: a null-free primitive Arrow array (zero-copy source), a numpy array, a
             `Gather` of rows of a numpy array (`GatherParts`: of a block's parts), list rows
-            to lay out (`ListRows`); or, when ``shape`` is ``None``, a Python list or a
-            string/binary Arrow array that becomes one.
+            to lay out (`ListRows`), values to write (`Written`); or, when ``shape`` is
+            ``None``, a Python list or a string/binary Arrow array that becomes one.
         shape: the output shape.
     """
 
@@ -55,7 +73,7 @@ def as_numpy(field: Field) -> Any:
     if isinstance(data, Gather):
         taken = data.source.take(data.rows, axis=0)  # (the method: no wrapper's µs)
         return taken if taken.shape == field.shape else taken.reshape(field.shape)
-    if isinstance(data, GatherParts | ListRows):
+    if isinstance(data, LAID):
         out = np.empty(field.shape, data.dtype)
         data.into(out)
         return out

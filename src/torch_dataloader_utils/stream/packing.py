@@ -12,13 +12,13 @@ streams are cut in tokens.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from ..convert import Field, as_numpy, as_tensor
+from ..convert import Field, Written, as_numpy, as_tensor
 from ..planning import Piece
 from ..planning.sequence import DocumentRest
 from ..planning.shuffle import document_permutation
@@ -60,39 +60,73 @@ def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
     """The tokens of ``fragments`` as sequences of ``seq_len``, the last one padded with
     ``pad_value`` (its own fragment in ``cu_seqlens``). Boundaries come from the fragments (the
     list offsets), never from a token's value."""
-    n = fragments.num_rows
-    rows = -(-n // seq_len)
-    size = rows * seq_len
-    dtype = _wide(fragments.values.dtype)
-    tokens = fragments.tokens()  # (gathered; a view of the read values when in order)
-    if n == size and dtype == tokens.dtype and tokens.flags.writeable:
-        ids = tokens  # a whole batch, gathered: no copy (Arrow's memory is read-only)
-    else:
-        ids = np.empty(size, dtype)
-        ids[:n] = tokens
-        ids[n:] = pad_value
-    lengths = fragments.end - fragments.begin
-    starts = fragments.stops - lengths
-    # A document's pieces that meet are one fragment (a cut between blocks).
-    new = ~goes_on(fragments.document, fragments.position, lengths, fragments.source)
-    position_ids = np.empty(size, np.int32)
-    position_ids[:n] = np.repeat((fragments.position - starts).astype(np.int32), lengths)
-    position_ids[:n] += _counting(n)
-    position_ids[n:] = 0
-    document_ids = np.empty(size, np.int32)
-    document_ids[:n] = np.repeat(np.cumsum(new, dtype=np.int32) - 1, lengths)
-    document_ids[n:] = -1
-    # Fragments start at each document and at each sequence; the padding is one more.
-    first = np.zeros(size + 1, bool)
-    first[starts[new]] = True
-    first[0:n:seq_len] = True
-    first[n] = first[size] = True
-    cu_seqlens = np.flatnonzero(first).astype(np.int32)
-    sources = None
-    if fragments.source is not None:
-        sources = np.full(size, -1, np.int32)
-        sources[:n] = np.repeat(fragments.source, lengths)
-    return _packed(seq_len, ids, position_ids, document_ids, cu_seqlens, sources, n)
+    concat = _Concat(fragments, seq_len, pad_value)
+    arrays = []
+    for dtype, write in concat.writers():
+        out = np.empty(concat.size, dtype)
+        write(out)
+        arrays.append(out)
+    ids, positions, documents, *sources = arrays
+    return _packed(
+        seq_len, ids, positions, documents, concat.cu_seqlens, next(iter(sources), None), concat.n
+    )
+
+
+class _Concat:
+    """How a batch of tokens (``fragments``) lies in sequences of ``seq_len``, one after the
+    other (`pack`): worked out from the fragments (a few numbers each); its arrays are written
+    by `writers`, each where it goes (a transport buffer, `convert.Written`)."""
+
+    def __init__(self, fragments: Fragments, seq_len: int, pad_value: int) -> None:
+        self.fragments = fragments
+        self.pad_value = pad_value
+        self.n = n = fragments.num_rows
+        self.size = size = -(-n // seq_len) * seq_len
+        self.lengths = lengths = fragments.end - fragments.begin
+        starts = fragments.stops - lengths
+        # A document's pieces that meet are one fragment (a cut between blocks).
+        new = ~goes_on(fragments.document, fragments.position, lengths, fragments.source)
+        # A token's position: its place in the batch less this (its fragment's shift).
+        self.shift = (starts - fragments.position).astype(np.int32)
+        self.document = np.cumsum(new, dtype=np.int32) - 1
+        # Fragments start at each document and at each sequence; the padding is one more.
+        self.cu_seqlens = _distinct(starts[new], np.arange(0, n, seq_len), np.array([n, size]))
+
+    def writers(self) -> list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]]:
+        """The dtype and writer of ``input_ids``, ``position_ids``, ``document_ids`` and (a
+        mixture's) ``source_ids``; a writer takes an array of ``size`` values (any shape)."""
+        out: list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]] = [
+            (_wide(self.fragments.values.dtype), self._ids),
+            (np.dtype(np.int32), self._positions),
+            (np.dtype(np.int32), self._documents),
+        ]
+        if self.fragments.source is not None:
+            out.append((np.dtype(np.int32), self._sources))
+        return out
+
+    def _ids(self, out: np.ndarray) -> None:
+        flat, n = out.reshape(-1), self.n
+        if flat.dtype == self.fragments.values.dtype:
+            self.fragments.tokens(flat[:n])  # gathered straight into the sequences
+        else:
+            flat[:n] = self.fragments.tokens()
+        flat[n:] = self.pad_value
+
+    def _positions(self, out: np.ndarray) -> None:
+        flat, n = out.reshape(-1), self.n
+        np.subtract(_counting(n), np.repeat(self.shift, self.lengths), out=flat[:n])
+        flat[n:] = 0
+
+    def _documents(self, out: np.ndarray) -> None:
+        flat, n = out.reshape(-1), self.n
+        flat[:n] = np.repeat(self.document, self.lengths)
+        flat[n:] = -1
+
+    def _sources(self, out: np.ndarray) -> None:
+        flat, n = out.reshape(-1), self.n
+        assert self.fragments.source is not None, "only a mixture's tokens have sources"
+        flat[:n] = np.repeat(self.fragments.source, self.lengths)
+        flat[n:] = -1
 
 
 def pack_best_fit(
@@ -144,9 +178,8 @@ def pack_best_fit(
         document_ids[real] = np.repeat(where.item, where.length)
     # Fragments start at each part, each sequence and each sequence's padding.
     sequences = np.arange(rows, dtype=np.int64) * seq_len
-    cuts = np.concatenate([where.start, sequences, sequences + where.filled[:rows], [size]])
-    cuts.sort()
-    cu_seqlens = cuts[np.r_[True, cuts[1:] != cuts[:-1]]].astype(np.int32)
+    ends = sequences + where.filled[:rows]
+    cu_seqlens = _distinct(where.start, sequences, ends, np.array([size]))
     sources = None
     if source is not None:  # a packed mixture's: each token's source, from its piece's
         sources = np.full(size, -1, np.int32)
@@ -173,7 +206,7 @@ def _packed(  # noqa: PLR0917 (the batch's arrays, in `Packed`'s order)
         positions.reshape(shape),
         documents.reshape(shape),
         cu_seqlens,
-        int(np.diff(cu_seqlens).max()) if len(cu_seqlens) > 1 else 0,
+        _longest(cu_seqlens),
         len(ids) - tokens,
         None if sources is None else sources.reshape(shape),
     )
@@ -194,6 +227,22 @@ def _pieces(
     source = None if fragments.source is None else fragments.source[first]
     lengths = np.diff(np.r_[begin, fragments.num_rows])
     return fragments.tokens(), begin, lengths, fragments.position[first], source
+
+
+def _longest(cu_seqlens: np.ndarray) -> int:
+    """The longest fragment of ``cu_seqlens``."""
+    return int(np.diff(cu_seqlens).max()) if len(cu_seqlens) > 1 else 0
+
+
+def _distinct(*cuts: np.ndarray) -> np.ndarray:
+    """The distinct numbers of ``cuts`` in order, as int32 (a batch's ``cu_seqlens``: a few
+    dozen numbers; `np.r_` and `np.unique` cost more than the work)."""
+    out = np.concatenate(cuts)
+    out.sort()
+    keep = np.empty(len(out), bool)
+    keep[:1] = True
+    np.not_equal(out[1:], out[:-1], out=keep[1:])
+    return out[keep].astype(np.int32)
 
 
 def _counting(n: int) -> np.ndarray:
@@ -289,8 +338,12 @@ class PackedConverter:
     batch_tokens: int = 1
 
     def fields(self, batch: Fragments, rows: None = None) -> list[Field]:
-        """The packed batch's fields (``max_seqlen`` a Python int)."""
+        """The packed batch's fields (``max_seqlen`` a Python int). Concat's arrays are
+        written where they go (`convert.Written`: a worker's transport buffer)."""
         assert rows is None, "a packed stream's batches are whole"
+        keys = ["input_ids", "position_ids", "document_ids"]
+        if self.source_key is not None:
+            keys.append(self.source_key)
         if self.method == "best_fit":
             packed = pack_best_fit(
                 batch,
@@ -299,17 +352,23 @@ class PackedConverter:
                 budget=self.batch_tokens,
                 pad_value=self.pad_value,
             )
+            arrays = [packed.input_ids, packed.position_ids, packed.document_ids]
+            if packed.source_ids is not None:
+                arrays.append(packed.source_ids)
+            cu_seqlens, max_seqlen = packed.cu_seqlens, packed.max_seqlen
+            out = [Field(k, a, a.shape) for k, a in zip(keys, arrays, strict=False)]
         else:
-            packed = pack(batch, self.seq_len, pad_value=self.pad_value)
-        out = [
-            Field("input_ids", packed.input_ids, packed.input_ids.shape),
-            Field("position_ids", packed.position_ids, packed.position_ids.shape),
-            Field("document_ids", packed.document_ids, packed.document_ids.shape),
-            Field("cu_seqlens", packed.cu_seqlens, packed.cu_seqlens.shape),
-            Field("max_seqlen", packed.max_seqlen, None),
+            concat = _Concat(batch, self.seq_len, self.pad_value)
+            shape = (concat.size // self.seq_len, self.seq_len)
+            cu_seqlens, max_seqlen = concat.cu_seqlens, _longest(concat.cu_seqlens)
+            out = [
+                Field(key, Written(dtype, write), shape)
+                for key, (dtype, write) in zip(keys, concat.writers(), strict=False)
+            ]
+        out[3:3] = [
+            Field("cu_seqlens", cu_seqlens, cu_seqlens.shape),
+            Field("max_seqlen", max_seqlen, None),
         ]
-        if self.source_key is not None and packed.source_ids is not None:
-            out.append(Field(self.source_key, packed.source_ids, packed.source_ids.shape))
         return out
 
     def __call__(self, batch: Fragments, rows: None = None) -> dict[str, Any]:

@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..convert import Field, Gather, GatherParts, ListRows
+from ..convert import LAID, Field, Gather
 from ..errors import DataError
 
 _TORCH_DTYPES: dict[np.dtype[Any], torch.dtype] = {}
@@ -110,12 +110,12 @@ class _Pickled:
 
 def _dtype_of(field: Field) -> np.dtype[Any]:
     data = field.data
+    if isinstance(data, np.ndarray):  # (the commonest first: a few calls a field a batch)
+        return data.dtype
+    if isinstance(data, LAID):
+        return data.dtype
     if isinstance(data, Gather):
         return np.dtype(data.source.dtype)
-    if isinstance(data, GatherParts | ListRows):
-        return data.dtype
-    if isinstance(data, np.ndarray):
-        return np.dtype(data.dtype)
     if isinstance(data, pa.Array):
         dtype: np.dtype[Any] = np.dtype(data.type.to_pandas_dtype())
         return dtype

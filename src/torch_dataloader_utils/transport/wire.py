@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..convert import Field, Gather, GatherParts, ListRows, as_numpy
+from ..convert import LAID, Field, Gather, as_numpy
 from ..errors import DataError
 from ..errors.on_error import ReadFailure
 from . import buffers
@@ -289,8 +289,8 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
         out = target[where : where + nbytes].view(dtype).reshape(shape)
         if isinstance(field.data, Gather):
             np.take(field.data.source, field.data.rows, axis=0, out=out)
-        elif isinstance(field.data, GatherParts | ListRows):
-            field.data.into(out)  # (lists: laid out or padded straight into the buffer)
+        elif isinstance(field.data, LAID):
+            field.data.into(out)  # (lists laid out or padded, packed sequences: in the buffer)
         else:
             out[...] = as_numpy(field)
     return PackedBundle(
