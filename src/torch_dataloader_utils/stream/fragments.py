@@ -122,7 +122,8 @@ class Fragments:
     def slice(self, offset: int = 0, length: int | None = None) -> Fragments:
         """Tokens ``[offset, offset + length)`` (to the end when ``length`` is ``None``): the
         fragments over them, the first and last cut (a cut document goes on at its position)."""
-        total = self.num_rows
+        every = self.stops
+        total = int(every[-1]) if len(every) else 0
         stop = total if length is None else min(total, offset + length)
         offset = min(max(offset, 0), total)
         if offset == 0 and stop == total:
@@ -131,17 +132,18 @@ class Fragments:
             empty = np.zeros(0, np.int64)
             none = None if self.source is None else self.source[:0]
             return Fragments(self.values, empty, empty, empty, empty, empty, none)
-        i = int(np.searchsorted(self.stops, offset, side="right"))
-        j = int(np.searchsorted(self.stops, stop, side="left")) + 1
-        starts = self.stops[i:j] - (self.end[i:j] - self.begin[i:j])
-        cut_front = offset - int(starts[0])
+        # (Methods and scalars, not numpy's functions: this runs for every batch, ~30 µs less.)
+        i = int(every.searchsorted(offset, side="right"))
+        j = int(every.searchsorted(stop, side="left")) + 1
         begin = self.begin[i:j].copy()
         end = self.end[i:j].copy()
         position = self.position[i:j].copy()
+        cut_front = offset - (int(every[i]) - int(end[0]) + int(begin[0]))
         begin[0] += cut_front
         position[0] += cut_front
-        end[-1] -= int(self.stops[j - 1]) - stop
-        stops = np.minimum(self.stops[i:j], stop) - offset
+        end[-1] -= int(every[j - 1]) - stop
+        stops = every[i:j] - offset
+        stops[-1] = stop - offset
         source = None if self.source is None else self.source[i:j]
         return Fragments(self.values, begin, end, self.document[i:j], position, stops, source)
 
@@ -195,7 +197,10 @@ def goes_on(
     """Whether each fragment goes on with the one before (the same document of the same source,
     its positions continued); the first never does."""
     out = np.zeros(len(document), bool)
-    out[1:] = (document[1:] == document[:-1]) & (position[1:] == position[:-1] + lengths[:-1])
+    np.equal(document[1:], document[:-1], out=out[1:])
+    if not out.any():  # (the usual batch: whole documents, or pieces of different ones)
+        return out
+    out[1:] &= position[1:] == position[:-1] + lengths[:-1]
     if source is not None:
         out[1:] &= source[1:] == source[:-1]
     return out

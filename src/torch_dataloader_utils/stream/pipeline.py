@@ -3,9 +3,11 @@ ahead, then batches cut (one source) or interleaved position by position (a mixt
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 
 import pyarrow as pa
+from torch.utils.data import get_worker_info
 
 from ..errors import DataError
 from ..planning import block_start, cut, strategy_of
@@ -112,7 +114,25 @@ def _read_ahead(
     # The thread reads and assembles whole blocks while this one gathers, converts and packs
     # the previous block. Memory: the block being gathered and the next one being assembled.
     name = "tdu-prefetch" if rows.source is None else f"tdu-mix-{rows.source}"
-    return Prefetcher(blocks, depth=1 if stream.layout.shuffle else 4, name=name)
+    depth = 1 if stream.layout.shuffle else 4
+    return Prefetcher(blocks, depth=depth, name=name, thread=_thread_pays(reader))
+
+
+def _thread_pays(reader: Reads) -> bool:
+    """Whether a thread reading ahead pays: always in the main process, and from object
+    storage (it overlaps the waits). A worker reading local files on a machine whose cores the
+    workers (of every local rank) all take has no core for it: the thread only takes turns with
+    the worker's conversion, 5-7% more CPU and no faster
+    (docs/adr/0020-measurements-behind-constants.md#the-prefetch-thread)."""
+    info = get_worker_info()
+    if info is None or not reader.local:
+        return True
+    try:
+        ranks = max(1, int(os.environ.get("LOCAL_WORLD_SIZE", "1")))
+    except ValueError:
+        ranks = 1
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return (cores or 1) > info.num_workers * ranks
 
 
 def _recent(reader: Reads) -> Callable[[], str]:

@@ -51,7 +51,17 @@ class Prefetcher(Generic[T]):
     more: docs/adr/0020-measurements-behind-constants.md#the-prefetch-thread.)
     """
 
-    def __init__(self, source: Iterable[T], depth: int = 2, name: str = "tdu-prefetch") -> None:
+    def __init__(
+        self,
+        source: Iterable[T],
+        depth: int = 2,
+        name: str = "tdu-prefetch",
+        *,
+        thread: bool = True,
+    ) -> None:
+        # ``thread=False``: ``source`` is iterated in the consumer's thread, nothing ahead (a
+        # worker whose machine has no core left for the thread: `stream.pipeline`).
+        self._source = None if thread else source
         self._queue: queue.Queue[object] = queue.Queue(maxsize=max(1, depth))
         # A permit per item the thread may make before the consumer takes one.
         self._room = threading.Semaphore(max(1, depth))
@@ -86,6 +96,9 @@ class Prefetcher(Generic[T]):
             self._put(_Failure(exc))
 
     def __iter__(self) -> Iterator[T]:
+        if self._source is not None:  # read in turn
+            yield from self._source
+            return
         if self._thread.ident is None:  # not started yet
             _running.add(self)
             self._thread.start()

@@ -53,6 +53,11 @@ class Reads(Protocol):
     def recent_files(self) -> list[str]:
         """The URLs of the last files read."""
 
+    @property
+    def local(self) -> bool:
+        """Whether the files are on a local filesystem (a read waits on nothing but the
+        disk)."""
+
 
 class _InTurn:
     """`Ahead`'s part for pieces read in their turn, nothing ahead (local files)."""
@@ -226,6 +231,11 @@ class Reader:
         """The URLs of the last files read (most recent last): what a batch being assembled
         now came from."""
         return [self.fs.url(path) for path in self._recent]
+
+    @property
+    def local(self) -> bool:
+        """Whether the files are on a local filesystem."""
+        return self.fs.is_local
 
     def estimate(self, piece: Piece) -> float:
         """Bytes a read of ``piece`` holds, estimated: its rows decoded (a filtered read: its
