@@ -356,13 +356,7 @@ class PackedConverter:
         if self.source_key is not None:
             keys.append(self.source_key)
         if self.method == "best_fit":
-            packed = pack_best_fit(
-                batch,
-                self.seq_len,
-                self.batch_size,
-                budget=self.batch_tokens,
-                pad_value=self.pad_value,
-            )
+            packed = self._best_fit(batch)
             arrays = [packed.input_ids, packed.position_ids, packed.document_ids]
             if packed.source_ids is not None:
                 arrays.append(packed.source_ids)
@@ -386,27 +380,26 @@ class PackedConverter:
         """The packed batch, as tensors (``output_format="torch"``) or numpy arrays."""
         assert rows is None, "a packed stream's batches are whole"
         if self.method == "best_fit":
-            packed = pack_best_fit(
-                batch,
-                self.seq_len,
-                self.batch_size,
-                budget=self.batch_tokens,
-                pad_value=self.pad_value,
-            )
+            packed = self._best_fit(batch)
         else:
             packed = pack(batch, self.seq_len, pad_value=self.pad_value)
+        # (Every array is the batch's own: tensors straight from them, no `Field` steps.)
+        make = torch.from_numpy if self.output_format == "torch" else np.asarray
         out: dict[str, Any] = {
-            "input_ids": packed.input_ids,
-            "position_ids": packed.position_ids,
-            "document_ids": packed.document_ids,
-            "cu_seqlens": packed.cu_seqlens,
+            "input_ids": make(packed.input_ids),
+            "position_ids": make(packed.position_ids),
+            "document_ids": make(packed.document_ids),
+            "cu_seqlens": make(packed.cu_seqlens),
+            "max_seqlen": packed.max_seqlen,
         }
         if self.source_key is not None and packed.source_ids is not None:
-            out[self.source_key] = packed.source_ids
-        if self.output_format == "torch":  # (every array is the batch's own: no Field steps)
-            out = {key: torch.from_numpy(array) for key, array in out.items()}
-        out["max_seqlen"] = packed.max_seqlen
+            out[self.source_key] = make(packed.source_ids)
         return out
+
+    def _best_fit(self, batch: Fragments) -> Packed:
+        return pack_best_fit(
+            batch, self.seq_len, self.batch_size, budget=self.batch_tokens, pad_value=self.pad_value
+        )
 
     def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:
         """Nothing to finish in the main process."""
