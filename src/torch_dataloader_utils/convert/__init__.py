@@ -41,7 +41,7 @@ shaped like ``col``).
 """
 
 from .decoders import Decoding
-from .fields import LAID, Field, Gather, Written, as_numpy, as_tensor
+from .fields import IN_PLACE, Field, Gather, Written, as_numpy, as_tensor
 from .lists import ListRows
 from .output import Output
 from .parts import GatherParts, Picks
@@ -57,7 +57,7 @@ from .rules import (
 )
 
 __all__ = [
-    "LAID",
+    "IN_PLACE",
     "LIST_FORMATS",
     "NULL_POLICIES",
     "OUTPUT_FORMATS",

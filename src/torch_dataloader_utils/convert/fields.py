@@ -41,10 +41,10 @@ class Written:
 
 
 # Made where they go (`into`): a gather from a block's parts, list rows, written values.
-Laid: TypeAlias = "GatherParts | ListRows | Written"
-LAID = (GatherParts, ListRows, Written)
+InPlace: TypeAlias = "GatherParts | ListRows | Written"
+IN_PLACE = (GatherParts, ListRows, Written)
 
-Data: TypeAlias = "pa.Array | np.ndarray | Gather | Laid | list[Any]"
+Data: TypeAlias = "pa.Array | np.ndarray | Gather | InPlace | list[Any]"
 
 
 @dataclass(slots=True)
@@ -73,7 +73,7 @@ def as_numpy(field: Field) -> Any:
     if isinstance(data, Gather):
         taken = data.source.take(data.rows, axis=0)  # (the method: no wrapper's µs)
         return taken if taken.shape == field.shape else taken.reshape(field.shape)
-    if isinstance(data, LAID):
+    if isinstance(data, IN_PLACE):
         out = np.empty(field.shape, data.dtype)
         data.into(out)
         return out

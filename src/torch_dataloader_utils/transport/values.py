@@ -12,7 +12,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..convert import LAID, Field, Gather
+from ..convert import IN_PLACE, Field, Gather
 from ..errors import DataError
 
 _TORCH_DTYPES: dict[np.dtype[Any], torch.dtype] = {}
@@ -112,7 +112,7 @@ def _dtype_of(field: Field) -> np.dtype[Any]:
     data = field.data
     if isinstance(data, np.ndarray):  # (the commonest first: a few calls a field a batch)
         return data.dtype
-    if isinstance(data, LAID):
+    if isinstance(data, IN_PLACE):
         return data.dtype
     if isinstance(data, Gather):
         return np.dtype(data.source.dtype)

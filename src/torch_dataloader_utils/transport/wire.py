@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..convert import LAID, Field, Gather, as_numpy
+from ..convert import IN_PLACE, Field, Gather, as_numpy
 from ..errors import DataError
 from ..errors.on_error import ReadFailure
 from . import buffers
@@ -289,7 +289,7 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
         out = target[where : where + nbytes].view(dtype).reshape(shape)
         if isinstance(field.data, Gather):
             np.take(field.data.source, field.data.rows, axis=0, out=out)
-        elif isinstance(field.data, LAID):
+        elif isinstance(field.data, IN_PLACE):
             field.data.into(out)  # (lists laid out or padded, packed sequences: in the buffer)
         else:
             out[...] = as_numpy(field)
