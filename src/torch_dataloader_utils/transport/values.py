@@ -49,7 +49,8 @@ class _Strings:
         array = pa.Array.from_buffers(
             self.type, self.rows, [None, pa.py_buffer(offsets), pa.py_buffer(values)]
         )
-        return list(array.to_pylist())
+        strings: list[Any] = array.to_pylist()  # (a new list already: no copy of it)
+        return strings
 
 
 def _string_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
