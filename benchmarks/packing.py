@@ -76,11 +76,20 @@ def limit(root: Path, seq_len: int, batch: int) -> int:
 
 
 def packed_loader(
-    root: Path, seq_len: int, batch: int, workers: int, method: str = "concat", fill: float = 0.95
+    root: Path,
+    seq_len: int,
+    batch: int,
+    workers: int,
+    method: str = "concat",
+    fill: float = 0.95,
+    positions: str = "fragment",
 ) -> tdu.TabularDataLoader:
+    packing = tdu.Packing(
+        "tokens", seq_len, pad_value=-1, method=method, fill=fill, positions=positions
+    )
     return tdu.create_dataloader(
         str(root),
-        packing=tdu.Packing("tokens", seq_len, pad_value=-1, method=method, fill=fill),
+        packing=packing,
         batch_size=batch,
         shuffle=True,
         num_workers=workers,
@@ -101,7 +110,9 @@ def arrangement(root: Path, seq_len: int, batch: int, **method: object) -> dict[
     """One epoch's fill, and the documents split inside a batch (a document in more than one of
     its sequences) and cut at its ends (going on from the batch before), per document."""
     real = slots = split = cut = 0
-    for b in packed_loader(root, seq_len, batch, 0, **method):  # type: ignore[arg-type]
+    # (positions in documents: a piece that goes on from the batch before starts above 0)
+    loader = packed_loader(root, seq_len, batch, 0, positions="document", **method)  # type: ignore[arg-type]
+    for b in loader:
         ids = b["document_ids"].numpy()
         positions = b["position_ids"].numpy()[ids >= 0]
         real, slots = real + int((ids >= 0).sum()), slots + ids.size

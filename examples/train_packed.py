@@ -8,8 +8,9 @@ What it shows:
 
 - ``packing=tdu.Packing(column="tokens", seq_len=...)`` turns documents of token ids (lists of
   LLM-like lengths, 32-992 tokens) into batches of ``[batch_size, seq_len]`` sequences with
-  ``position_ids`` (each token's position in its document) and ``cu_seqlens``/``max_seqlen``
-  (the document boundaries, for varlen attention such as FlashAttention's).
+  ``position_ids`` (each token's position in its fragment, from 0) and
+  ``cu_seqlens``/``max_seqlen`` (the document boundaries, for varlen attention such as
+  FlashAttention's).
 - Every token is read once per epoch, a document longer than ``seq_len`` continues in the next
   sequence, and only a stream's last sequence is padded.
 - ``loader.state_dict()`` mid-epoch, a new loader (here with another number of workers),
@@ -55,28 +56,40 @@ class TinyLM(nn.Module):
     def __init__(self, seq_len: int) -> None:
         super().__init__()
         self.tokens = nn.Embedding(VOCAB, 32)
-        self.positions = nn.Embedding(seq_len * 8, 32)
+        self.positions = nn.Embedding(seq_len, 32)  # (positions count from 0 in a fragment)
         self.head = nn.Linear(32, VOCAB)
 
     def forward(self, input_ids: torch.Tensor, position_ids: torch.Tensor) -> torch.Tensor:
-        positions = position_ids.clamp(max=self.positions.num_embeddings - 1)
-        hidden = self.tokens(input_ids % VOCAB) + self.positions(positions)
+        hidden = self.tokens(input_ids % VOCAB) + self.positions(position_ids)
         return self.head(hidden)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=Path(tempfile.mkdtemp()) / "corpus")
+    parser.add_argument(
+        "--data",
+        type=Path,
+        help="where to write the corpus (default: a temporary folder, removed at the end)",
+    )
     parser.add_argument("--seq-len", type=int, default=256)
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    args.data.mkdir(parents=True, exist_ok=True)
-    total = write_corpus(args.data)
+    if args.data is not None:
+        train(args, args.data)
+        return
+    with tempfile.TemporaryDirectory(prefix="tdu-packed-") as folder:
+        train(args, Path(folder))
+
+
+def train(args: argparse.Namespace, data: Path) -> None:
+    """Write the corpus under ``data``, train half an epoch, resume for the rest."""
+    data.mkdir(parents=True, exist_ok=True)
+    total = write_corpus(data)
 
     def build(workers: int) -> tdu.TabularDataLoader:
         return tdu.create_dataloader(
-            str(args.data),
+            str(data),
             packing=tdu.Packing(column="tokens", seq_len=args.seq_len, pad_value=PAD),
             batch_size=args.batch_size,
             shuffle=True,

@@ -92,25 +92,36 @@ def real_tokens(batch: dict[str, Any]) -> list[int]:
     return [int(t) for t in ids[ids >= 0].tolist()]
 
 
-def tokens_of(batch: dict[str, Any], where: Where, *, seq_len: int, batch_size: int) -> list[int]:
+def tokens_of(
+    batch: dict[str, Any],
+    where: Where,
+    *,
+    seq_len: int,
+    batch_size: int,
+    positions: str = "fragment",
+) -> list[int]:
     """The batch's tokens, after checking its shape, positions and boundaries: every
-    ``cu_seqlens`` fragment inside one sequence and one document, in order, at the positions
-    ``position_ids`` says; ``max_seqlen`` the longest fragment."""
+    ``cu_seqlens`` fragment inside one sequence and one document, in order; ``position_ids``
+    counting from 0 in every fragment, padding included (``positions="document"``: each real
+    token at its position in its document); ``max_seqlen`` the longest fragment."""
     ids = batch["input_ids"]
     assert ids.shape[1] == seq_len and ids.shape[0] <= batch_size
     flat = ids.reshape(-1)
     real = flat >= 0
-    positions = batch["position_ids"].reshape(-1)
+    position_ids = batch["position_ids"].reshape(-1)
     cu = batch["cu_seqlens"].tolist()
     assert cu[0] == 0 and cu[-1] == flat.numel() and cu == sorted(set(cu))
     assert batch["max_seqlen"] == max(b - a for a, b in itertools.pairwise(cu))
     for a, b in itertools.pairwise(cu):
         assert a // seq_len == (b - 1) // seq_len  # never across a sequence
         fragment = flat[a:b][real[a:b]].tolist()
+        if positions == "fragment" or not fragment:
+            assert position_ids[a:b].tolist() == list(range(b - a))
         if fragment:
             docs = {where[t][0] for t in fragment}
             assert len(docs) == 1  # one document's tokens, in order
-            assert [where[t][1] for t in fragment] == positions[a:b][real[a:b]].tolist()
+            if positions == "document":
+                assert [where[t][1] for t in fragment] == position_ids[a:b][real[a:b]].tolist()
             assert fragment == list(range(fragment[0], fragment[0] + len(fragment)))
     return [int(t) for t in flat[real].tolist()]
 

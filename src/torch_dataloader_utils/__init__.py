@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 
+from . import attention
 from .batching import Packing, TokenBudget
 from .cache import CacheStats
 from .convert import Converter
@@ -119,6 +120,7 @@ __all__ = [
     "WebDatasetFormat",
     "WorkerDiedError",
     "__version__",
+    "attention",
     "available_formats",
     "create_dataloader",
     "get_format",

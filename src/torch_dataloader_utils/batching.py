@@ -6,17 +6,18 @@ from __future__ import annotations
 
 import math
 import numbers
+from collections.abc import Sequence
 from dataclasses import dataclass
 from fractions import Fraction
 
 from .errors import InvalidArgumentError
-from .errors.keywords import check_positive
+from .errors.keywords import SuggestsKeywords, check_positive
 
-__all__ = ["PACKING_METHODS", "Packing", "TokenBudget"]
+__all__ = ["PACKED_KEYS", "PACKING_METHODS", "PACKING_POSITIONS", "Packing", "TokenBudget"]
 
 
 @dataclass(frozen=True)
-class Packing:
+class Packing(SuggestsKeywords):
     """Pack a token-list column into sequences of ``seq_len`` tokens (docs/adr/0022).
 
     Args:
@@ -29,9 +30,18 @@ class Packing:
         eos_token: a token appended after every document (``None``: none).
         fill: best fit: the share of a batch's ``batch_size * seq_len`` slots its tokens take
             (``0 < fill <= 1``); the rest is the room that keeps documents whole.
+        positions: ``"fragment"`` (default: ``position_ids`` count from 0 in every fragment, a
+            document's tokens within one sequence, and in each sequence's padding, so every
+            attention implementation finds the boundaries from them alone) or ``"document"``
+            (a token's position in its whole document, continued across sequences: the
+            boundaries are then only in ``cu_seqlens`` and ``document_ids``; docs/adr/0026).
+        static_shape: every batch ``[batch_size, seq_len]``, a stream's short last one padded
+            with whole sequences of padding (``torch.compile`` and CUDA graphs never see
+            another shape); ``False`` (default): the last batch has the sequences it fills.
 
     Raises:
         InvalidArgumentError: an option is out of range.
+        UnknownKeywordError: a keyword it does not take; the message names the closest one.
     """
 
     column: str
@@ -40,6 +50,8 @@ class Packing:
     method: str = "concat"
     eos_token: int | None = None
     fill: float = 0.95
+    positions: str = "fragment"
+    static_shape: bool = False
 
     def __post_init__(self) -> None:
         if not isinstance(self.column, str) or not self.column:
@@ -53,6 +65,14 @@ class Packing:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int)):
                 raise InvalidArgumentError(f"Packing's {name} must be an int, got {value!r}")
+        if self.positions not in PACKING_POSITIONS:
+            raise InvalidArgumentError(
+                f"Packing's positions must be one of {PACKING_POSITIONS}, got {self.positions!r}"
+            )
+        if not isinstance(self.static_shape, bool):
+            raise InvalidArgumentError(
+                f"Packing's static_shape must be True or False, got {self.static_shape!r}"
+            )
         fill: object = self.fill  # (checked: a caller's value may be of any type)
         if isinstance(fill, bool) or not isinstance(fill, numbers.Real):
             raise InvalidArgumentError(f"Packing's fill must be a number, got {fill!r}")
@@ -72,12 +92,40 @@ class Packing:
         """Tokens of the order a batch of ``batch_size`` sequences takes."""
         return batch_size * self.unit
 
+    def check_columns(
+        self, columns: Sequence[str] | None, *, source_column: str | None, label: str = ""
+    ) -> None:
+        """Refuse ``columns`` (a source's, named ``label`` in a mixture) that name another
+        column than `column`: a packed batch holds only the sequences made of it, so any other
+        would be dropped.
+
+        Raises:
+            InvalidArgumentError: another column is named.
+        """
+        if isinstance(columns, str) or not isinstance(columns, Sequence):
+            return  # (None: the token column alone is read; other kinds are refused by Source)
+        others = [c for c in columns if c != self.column]
+        if not others:
+            return
+        keys = ", ".join(PACKED_KEYS)
+        if source_column is not None:
+            keys += f", and {source_column!r} (the mixture's source_column)"
+        raise InvalidArgumentError(
+            f"{f'the source {label!r}: ' if label else ''}"
+            f"columns={list(columns)!r} with packing=: a packed batch cannot carry "
+            f"{', '.join(map(repr, others))}; it yields only {keys}, made from the column "
+            f"{self.column!r}. Pass columns=[{self.column!r}], or leave columns unset"
+        )
+
 
 PACKING_METHODS = ("concat", "best_fit")
+# What a packed batch holds (besides a mixture's source_column).
+PACKED_KEYS = ("input_ids", "position_ids", "document_ids", "cu_seqlens", "max_seqlen")
+PACKING_POSITIONS = ("fragment", "document")
 
 
 @dataclass(frozen=True)
-class TokenBudget:
+class TokenBudget(SuggestsKeywords):
     """Batches of whole rows whose padded size (rows x longest row) is at most ``max_tokens``,
     instead of ``batch_size`` rows (docs/adr/0022).
 
@@ -89,6 +137,7 @@ class TokenBudget:
 
     Raises:
         InvalidArgumentError: an option is out of range.
+        UnknownKeywordError: a keyword it does not take; the message names the closest one.
     """
 
     column: str

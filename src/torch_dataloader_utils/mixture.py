@@ -16,7 +16,8 @@ from .errors.keywords import check_keywords, keywords_of
 from .formats import Format
 from .fs import FileSystemSpec
 from .iceberg.dataset import plan_table, table_format
-from .options import EVERY_SOURCE, Options, Source, with_defaults
+from .loader import TabularDataLoader
+from .options import EVERY_SOURCE, LOADER_KEYWORDS, LoaderOptions, Options, Source, with_defaults
 from .planning import Chunks, Layout, Plan
 from .planning.interleave import MIXINGS, Mixing
 from .planning.mixture import Mixture, quotas
@@ -104,7 +105,7 @@ class MixtureDataset(StructuredDataset):
                 f"leaves them unset: {', '.join(EVERY_SOURCE)} (options of one source go in "
                 "its tdu.Source); it got"
             ),
-            also=keywords_of(MixtureDataset.__init__)[0] | _OPTIONS,
+            also=keywords_of(MixtureDataset.__init__)[0] | _OPTIONS | set(LOADER_KEYWORDS),
         )
         if settings.split_strategy != "equal":
             raise InvalidArgumentError(
@@ -114,7 +115,13 @@ class MixtureDataset(StructuredDataset):
         self._asked_rows = epoch_rows
         self.mixing: Mixing = mixing
         self.source_column = source_column
-        self._build(tuple(with_defaults(s, defaults) for s in given), settings)
+        sources = tuple(with_defaults(s, defaults) for s in given)
+        if settings.packing is not None:
+            for source in sources:
+                settings.packing.check_columns(
+                    source.columns, source_column=source_column, label=source.label
+                )
+        self._build(sources, settings)
         logger.info(
             "mixture of %d sources, %s rows an epoch (%s), mixing=%s",
             len(self.sources),
@@ -203,6 +210,25 @@ class MixtureDataset(StructuredDataset):
     def schema(self) -> pa.Schema:
         """The schema of the mixture's rows (every source's cast to it)."""
         return self.plan.schema
+
+    @classmethod
+    def create_dataloader(  # type: ignore[override]
+        cls, sources: Sequence[Source], **kwargs: Any
+    ) -> tuple[TabularDataLoader[MixtureDataset], MixtureDataset]:
+        """Build the mixture and a DataLoader over it; see `create_dataloader` for the loader's
+        options and `MixtureDataset` for the mixture's.
+
+        Returns:
+            ``(loader, dataset)``: call ``dataset.set_epoch(epoch)`` before each epoch.
+
+        Raises:
+            InvalidArgumentError: an option is out of range.
+            UnknownKeywordError: a keyword neither the loader nor the mixture takes.
+        """
+        given = dict(kwargs)
+        loading = LoaderOptions(**{k: given.pop(k) for k in LOADER_KEYWORDS if k in given})
+        loader = loading.loader(cls(sources, **given))
+        return loader, loader.dataset
 
     def __repr__(self) -> str:
         return (

@@ -19,7 +19,7 @@ import torch
 from .batching import Packing, TokenBudget
 from .convert import Output
 from .errors import InvalidArgumentError
-from .errors.keywords import check_flags, check_positive
+from .errors.keywords import SuggestsKeywords, check_flags, check_positive
 from .errors.on_error import ON_ERROR, OnError
 from .formats import Format
 from .fs import Paths, RetryPolicy, StorageBackend, StorageOptions
@@ -31,6 +31,7 @@ from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, block_sizes
 _D = TypeVar("_D", bound=Readable)
 
 __all__ = [
+    "DEFAULT_BATCH_SIZE",
     "EVERY_SOURCE",
     "LOADER_KEYWORDS",
     "LoaderOptions",
@@ -41,13 +42,16 @@ __all__ = [
 ]
 
 
+# Rows a batch holds when batch_size is not given (the dataset constructors' default too).
+DEFAULT_BATCH_SIZE = 1024
+
 # Marks a `Source` field that a mixture's own keyword arguments may set for every source that
 # leaves it unset.
 _EVERY = {"every_source": True}
 
 
 @dataclass(frozen=True)
-class Source:
+class Source(SuggestsKeywords):
     """One source of data: files (``path``) or an Iceberg table (``table``), with the options of
     reading it; in a mixture, also its weight.
 
@@ -66,6 +70,7 @@ class Source:
 
     Raises:
         InvalidArgumentError: an option is out of range or of the wrong kind.
+        UnknownKeywordError: a keyword it does not take; the message names the closest one.
 
     Examples:
         >>> import torch_dataloader_utils as tdu  # doctest: +SKIP
@@ -159,7 +164,7 @@ class Options:
         InvalidArgumentError: an option is out of range or of the wrong kind.
     """
 
-    batch_size: int = 1024
+    batch_size: int = DEFAULT_BATCH_SIZE
     shuffle: bool = False
     shuffle_seed: int = 42
     drop_last: bool = False
@@ -213,6 +218,13 @@ class Options:
             if self.packing is not None:
                 raise InvalidArgumentError(
                     "packing= and batching= both make the batches: pass one of them"
+                )
+            # (the default passes: the dataset constructors hand it on whether given or not)
+            if self.batch_size != DEFAULT_BATCH_SIZE:
+                raise InvalidArgumentError(
+                    f"batch_size={self.batch_size} with batching={self.batching}: the token "
+                    "budget replaces batch_size (each batch holds the rows its max_tokens "
+                    "allows); leave batch_size unset"
                 )
             if self.split_strategy != "equal":
                 raise InvalidArgumentError(

@@ -61,10 +61,19 @@ def make(
     workers: int = 0,
     eos: int | None = None,
     method: str = "concat",
+    positions: str = "fragment",
     **options: Any,
 ) -> Any:
     options = {"shuffle": True, "null_policy": "fill", **options}
-    packing = Packing("tokens", SEQ_LEN, pad_value=PAD, eos_token=eos, method=method, fill=FILL)
+    packing = Packing(
+        "tokens",
+        SEQ_LEN,
+        pad_value=PAD,
+        eos_token=eos,
+        method=method,
+        fill=FILL,
+        positions=positions,
+    )
     return tdu.create_dataloader(
         str(root),
         packing=packing,
@@ -76,9 +85,11 @@ def make(
     )
 
 
-def tokens_of(batch: dict[str, Any], where: dict[int, tuple[int, int]]) -> list[int]:
+def tokens_of(
+    batch: dict[str, Any], where: dict[int, tuple[int, int]], positions: str = "fragment"
+) -> list[int]:
     """The batch's tokens, after checking its shape, positions and boundaries."""
-    return checked_tokens(batch, where, seq_len=SEQ_LEN, batch_size=BATCH)
+    return checked_tokens(batch, where, seq_len=SEQ_LEN, batch_size=BATCH, positions=positions)
 
 
 TOPOLOGIES = [
@@ -160,12 +171,13 @@ def test_a_resumed_epoch_reads_every_remaining_token_once(
     (ranks, workers), (new_ranks, new_workers) = before, after
     seen: Counter[int] = Counter()
     state = None
-    kept = {"remainder": "pad", "method": method}
+    # (positions in documents here, from 0 in every fragment elsewhere)
+    kept = {"remainder": "pad", "method": method, "positions": "document"}
     for rank in range(ranks):
         loader = make(root, rank=rank, world_size=ranks, workers=workers, **kept)
         loader.set_epoch(1)
         for batch in itertools.islice(loader, 5):
-            seen.update(tokens_of(batch, where))
+            seen.update(tokens_of(batch, where, "document"))
         if rank == 0:
             state = loader.state_dict()
     assert state is not None
@@ -173,7 +185,7 @@ def test_a_resumed_epoch_reads_every_remaining_token_once(
         loader = make(root, rank=rank, world_size=new_ranks, workers=new_workers, **kept)
         loader.load_state_dict(state)
         for batch in loader:
-            seen.update(tokens_of(batch, where))
+            seen.update(tokens_of(batch, where, "document"))
     assert set(seen) == set(where)  # every token
     # "pad" wraps to the start: only a few tokens twice, fewer than a batch per rank
     assert sum(seen.values()) - len(where) < (ranks + new_ranks) * BATCH * SEQ_LEN
@@ -213,7 +225,7 @@ def test_an_eos_token_ends_every_document_and_counts_in_the_plan(
 ) -> None:
     root, where = data
     lengths = Counter(d for d, _ in where.values())
-    loader = make(root, workers=2, eos=-9)
+    loader = make(root, workers=2, eos=-9, positions="document")
     seen: Counter[int] = Counter()
     for batch in loader:
         flat = batch["input_ids"].reshape(-1).tolist()

@@ -61,8 +61,9 @@ def make(roots: list[Path], method: str = "concat", **options: Any) -> Any:
 
 
 def tokens_of(batch: dict[str, Any], where: Where, *, whole: bool = True) -> list[int]:
-    """The batch's tokens, after checking that each fragment holds one document's, at their
-    positions, and (``whole``: concatenated) that each sequence holds one source's."""
+    """The batch's tokens, after checking that each fragment holds one document's, in order,
+    at positions from 0 (padding too), and (``whole``: concatenated) that each sequence holds
+    one source's."""
     flat = batch["input_ids"].reshape(-1).tolist()
     positions = batch["position_ids"].reshape(-1).tolist()
     sources = batch["source"].reshape(-1).tolist()
@@ -72,11 +73,15 @@ def tokens_of(batch: dict[str, Any], where: Where, *, whole: bool = True) -> lis
         real = [t for t in flat[s : s + SEQ_LEN] if t != PAD]
         assert not whole or len({where[t][0] for t in real}) <= 1  # one source's sequence
     for a, b in itertools.pairwise(cu):
+        assert positions[a:b] == list(range(b - a))
         fragment = [(t, i) for i, t in enumerate(flat[a:b], start=a) if t != PAD]
         if fragment:
             assert len({where[t][1] for t, _ in fragment}) == 1
+            assert [where[t][2] for t, _ in fragment] == list(
+                range(where[fragment[0][0]][2], where[fragment[0][0]][2] + len(fragment))
+            )  # one document's tokens, in order
             for t, i in fragment:
-                assert (where[t][0], where[t][2]) == (sources[i], positions[i])
+                assert where[t][0] == sources[i]
     return [t for t in flat if t != PAD]
 
 

@@ -118,6 +118,14 @@ def test_in_dev_shm_bundles_are_sized_from_its_room_and_logged_once(data: Path) 
     assert "/dev/shm has" in shrunk[0] and "--shm-size" in shrunk[0]
 
 
+def test_a_share_under_a_grain_shrinks_bundles_to_a_grain_not_to_nothing(data: Path) -> None:
+    # 24 MiB for 2 workers' pools of 6: each buffer's share is just under a 1 MiB grain.
+    results, log = in_small_shm("24m", data, RUNS[:1], {"TDU_SHARED_MEMORY": "dev-shm"})
+    assert_exact(results, 24 * 2**20)
+    (shrunk,) = [line for line in log.splitlines() if "bundles shrunk" in line]
+    assert "free of 24.0 MiB: bundles shrunk from 16.0 MiB to 960 KiB for 2 worker" in shrunk
+
+
 def test_without_room_in_dev_shm_batches_go_through_the_pipe(data: Path) -> None:
     runs = [[2, 8192, "fork", False], [2, 1024, "fork", True]]
     results, log = in_small_shm("1m", data, runs, {"TDU_SHARED_MEMORY": "dev-shm"})

@@ -24,9 +24,17 @@ pytestmark = [
 ]
 
 
-def test_the_example_trains_resumes_and_reads_every_token_once() -> None:
+def test_the_example_trains_resumes_and_reads_every_token_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    temporary = tmp_path / "tmp"  # the example's temporary folders go here, and must go
+    temporary.mkdir()
+    monkeypatch.setenv("TMPDIR", str(temporary))
+    # torch keeps its compiler's cache in the temporary folder: not the example's to remove
+    monkeypatch.setenv("TORCHINDUCTOR_CACHE_DIR", str(tmp_path / "inductor"))
     output = run_example("train_packed.py", "--seq-len", "128")
     assert "every token exactly once: yes" in output
+    assert sorted(p.name for p in temporary.iterdir()) == []
 
 
 def test_torchdatas_stateful_loader_resumes_a_packed_epoch_exactly(tmp_path: Path) -> None:

@@ -126,3 +126,96 @@ def test_an_iceberg_dataset_names_a_misspelled_keyword() -> None:
     # Refused before any catalog is asked for the table.
     with pytest.raises(tdu.UnknownKeywordError, match=r"did you mean 'shuffle_seed'\?"):
         tdu.IcebergDataset("db.events", catalog_config={"type": "sql"}, shuffle_sed=1)
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (
+            lambda: tdu.Source("a/", wieght=2),
+            r"^Source got .* 'wieght' \(did you mean 'weight'\?\)",
+        ),
+        (lambda: tdu.Source("a/", colums=["x"]), r"'colums' \(did you mean 'columns'\?\)"),
+        (
+            lambda: tdu.Packing("t", seqlen=8),
+            r"^Packing got .* 'seqlen' \(did you mean 'seq_len'\?\)",
+        ),
+        (lambda: tdu.Packing("t", 8, static_shapes=True), r"did you mean 'static_shape'\?"),
+        (
+            lambda: tdu.TokenBudget("t", max_token=8),
+            r"^TokenBudget got .*did you mean 'max_tokens'",
+        ),
+    ],
+)
+def test_a_misspelled_keyword_of_an_option_value_names_the_closest_one(
+    make: Any, message: str
+) -> None:
+    with pytest.raises(tdu.UnknownKeywordError, match=message) as info:
+        make()
+    assert isinstance(info.value, TypeError)  # as Python's own error was
+
+
+def test_the_option_values_that_check_keywords_stay_dataclasses() -> None:
+    import dataclasses
+    import pickle
+
+    packing = tdu.Packing("tokens", seq_len=8, method="best_fit")
+    assert dataclasses.is_dataclass(packing) and pickle.loads(pickle.dumps(packing)) == packing
+    assert dataclasses.replace(packing, seq_len=16).seq_len == 16
+    source = tdu.Source("a/", weight=2.0)
+    assert pickle.loads(pickle.dumps(source)) == source and hash(packing)
+    assert dataclasses.replace(source, weight=3.0).weight == 3.0
+
+
+def test_a_token_budget_refuses_a_batch_size_it_would_ignore(source: Path) -> None:
+    budget = tdu.TokenBudget("tokens", max_tokens=16)
+    with pytest.raises(tdu.InvalidArgumentError, match="the token budget replaces batch_size"):
+        tdu.create_dataloader(source, num_workers=0, batching=budget, batch_size=8)
+    # The default batch_size is not one given: the budget alone cuts the batches.
+    loader = tdu.create_dataloader(source, num_workers=0, batching=budget, null_policy="fill")
+    assert sum(len(b["id"]) for b in loader) == 50
+
+
+@pytest.mark.parametrize("columns", [["id"], ["tokens", "id"]])
+def test_packing_refuses_columns_a_packed_batch_would_drop(source: Path, columns: Any) -> None:
+    packing = tdu.Packing("tokens", seq_len=8)
+    with pytest.raises(tdu.InvalidArgumentError) as info:
+        tdu.create_dataloader(source, num_workers=0, packing=packing, columns=columns)
+    message = str(info.value)
+    assert "cannot carry 'id'" in message and "columns=['tokens']" in message
+    for key in ("input_ids", "position_ids", "document_ids", "cu_seqlens", "max_seqlen"):
+        assert key in message
+    # A mixture's sources alike, its source_column named among what a batch holds.
+    mixture = [tdu.Source(str(source)), tdu.Source(str(source), name="ids", columns=columns)]
+    with pytest.raises(tdu.InvalidArgumentError, match=r"^the source 'ids': .*'src' \(the mix"):
+        tdu.create_dataloader(mixture, num_workers=0, packing=packing, source_column="src")
+
+
+@pytest.mark.parametrize("columns", [["tokens"], None])
+def test_packing_takes_its_own_column_or_no_columns(source: Path, columns: Any) -> None:
+    packing = tdu.Packing("tokens", seq_len=8)
+    loader = tdu.create_dataloader(source, num_workers=0, packing=packing, columns=columns)
+    assert set(next(iter(loader))) == {
+        "input_ids",
+        "position_ids",
+        "document_ids",
+        "cu_seqlens",
+        "max_seqlen",
+    }
+
+
+@pytest.mark.parametrize(
+    "keyword",
+    [{"weights_schedule": [(0, [1.0])]}, {"mixing": "stratified"}, {"epoch_rows": 10}],
+)
+def test_a_mixtures_keyword_on_one_source_says_it_needs_a_mixture(
+    source: Path, keyword: dict[str, Any]
+) -> None:
+    with pytest.raises(tdu.UnknownKeywordError) as info:
+        tdu.create_dataloader(source, num_workers=0, **keyword)
+    message = str(info.value)
+    assert f"{next(iter(keyword))!r} (a mixture's keyword" in message
+    assert "list of tdu.Source" in message
+    # A mixture of one source takes it.
+    loader = tdu.create_dataloader([tdu.Source(str(source))], num_workers=0, **keyword)
+    assert len(loader) > 0

@@ -124,6 +124,14 @@ def test_a_mixtures_pieces_are_numbered_as_its_plan_and_read_every_row_once(
         ),
         (lambda: TokenBudget("tokens", max_tokens=0), "max_tokens must be a positive integer"),
         (lambda: TokenBudget("tokens", 64, overflow="drop"), 'overflow must be "error"'),
+        (
+            lambda: Options(batch_size=8, batching=TokenBudget("tokens", 64)),
+            "batch_size=8 with batching=TokenBudget.*the token budget replaces batch_size",
+        ),
+        (
+            lambda: Packing("t", 8).check_columns(["t", "id"], source_column=None),
+            r"cannot carry 'id'; it yields only input_ids, .*max_seqlen, made from the column 't'",
+        ),
     ],
 )
 def test_packing_and_token_budgets_refuse_what_is_out_of_range(make: Any, message: str) -> None:
@@ -140,3 +148,28 @@ def test_a_best_fit_batch_takes_its_fill_of_the_slots_in_tokens() -> None:
     assert rows(method="best_fit") == 8 * 1945  # 8 * floor(2,048 * 0.95)
     assert rows(method="best_fit", fill=1) == 8 * 2048
     assert Packing("t", seq_len=100, method="best_fit", fill=0.29).batch_tokens(1) == 29
+
+
+def test_a_token_budget_takes_the_default_batch_size_and_packing_its_own_column() -> None:
+    assert Options(batching=TokenBudget("tokens", 64)).batching is not None
+    Packing("t", 8).check_columns(None, source_column=None)
+    Packing("t", 8).check_columns(["t"], source_column="src")
+
+
+def test_a_mixtures_create_dataloader_gives_the_loader_and_the_mixture_their_keywords(
+    parquet_dir: Any,
+) -> None:
+    first, _ = parquet_dir((30,), name="a")
+    second, _ = parquet_dir((20,), name="b")
+    loader, dataset = tdu.MixtureDataset.create_dataloader(
+        [tdu.Source(str(first)), tdu.Source(str(second))],
+        batch_size=5,
+        num_workers=0,
+        source_column="src",
+    )
+    assert isinstance(dataset, tdu.MixtureDataset) and loader.dataset is dataset
+    assert loader.num_workers == 0 and dataset.batch_size == 5
+    sources = Counter(s for batch in loader for s in batch["src"].tolist())
+    assert sources == {0: 30, 1: 20}
+    with pytest.raises(tdu.UnknownKeywordError, match=r"did you mean 'num_workers'\?"):
+        tdu.MixtureDataset.create_dataloader([tdu.Source(str(first))], num_worker=0)

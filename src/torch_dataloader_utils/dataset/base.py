@@ -173,6 +173,8 @@ class PlannedDataset(IterableDataset[Any]):
                 packing.pad_value,
                 output.format,
                 method=packing.method,
+                positions=packing.positions,
+                static_shape=packing.static_shape,
                 batch_size=self.options.batch_size,
                 batch_tokens=self.options.batch_rows,
                 source_key=self._source_key,

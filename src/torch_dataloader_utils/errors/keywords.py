@@ -1,5 +1,6 @@
 """Keyword arguments checked before use: names a callee does not take (refused with the
-closest valid name), and flags that are not booleans."""
+closest valid name, also by the public option values' constructors: `SuggestsKeywords`), and
+flags that are not booleans."""
 
 from __future__ import annotations
 
@@ -7,15 +8,23 @@ import difflib
 import numbers
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from inspect import Parameter, signature
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 
 from . import InvalidArgumentError, UnknownKeywordError
 
-__all__ = ["check_flags", "check_init_keywords", "check_keywords", "keywords_of"]
+__all__ = [
+    "SuggestsKeywords",
+    "check_flags",
+    "check_init_keywords",
+    "check_keywords",
+    "keywords_of",
+]
 
 _NAMED = (Parameter.POSITIONAL_OR_KEYWORD, Parameter.KEYWORD_ONLY)
+
+_S = TypeVar("_S", bound="SuggestsKeywords")
 
 
 def keywords_of(function: Callable[..., Any]) -> tuple[set[str], bool]:
@@ -31,6 +40,7 @@ def check_keywords(
     *,
     refusal: str,
     also: Collection[str] = (),
+    elsewhere: Mapping[str, str] | None = None,
     list_accepted: bool = False,
 ) -> None:
     """Refuse keywords of ``given`` that are not in ``accepted``.
@@ -41,6 +51,8 @@ def check_keywords(
         refusal: the message's start, naming the callee (``"StructuredDataset got an
             unexpected keyword argument"``); the unknown names follow.
         also: further names to suggest from (another callee's, which ``refusal`` names).
+        elsewhere: keywords another callee takes, each with where it goes (``{"mixing": "a
+            mixture's keyword: ..."}``), said instead of a closest name.
         list_accepted: list every accepted name in the message (a short list: a format's
             options), besides the closest one.
 
@@ -54,6 +66,9 @@ def check_keywords(
     candidates = sorted({*accepted, *also})
     hints = []
     for name in unknown:
+        if elsewhere and name in elsewhere:
+            hints.append(f"{name!r} ({elsewhere[name]})")
+            continue
         close = difflib.get_close_matches(name, candidates, n=1, cutoff=0.6)
         hints.append(f"{name!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
     message = f"{refusal} {', '.join(hints)}"
@@ -74,10 +89,17 @@ def check_flags(**flags: object) -> None:
             raise InvalidArgumentError(f"{name} must be True or False, got {value!r}")
 
 
-def check_init_keywords(cls: type, kwargs: Mapping[str, Any], *, also: Sequence[str] = ()) -> None:
+def check_init_keywords(
+    cls: type,
+    kwargs: Mapping[str, Any],
+    *,
+    also: Sequence[str] = (),
+    elsewhere: Mapping[str, str] | None = None,
+) -> None:
     """Refuse keywords that ``cls.__init__`` does not take, naming the closest valid one (of
-    the class, or ``also``: the loader's, which `create_dataloader` takes besides). A class
-    whose ``__init__`` takes ``**kwargs`` checks its own.
+    the class, or ``also``: the loader's, which `create_dataloader` takes besides), or for
+    one of ``elsewhere``, where it goes (`check_keywords`). A class whose ``__init__`` takes
+    ``**kwargs`` checks its own.
 
     Raises:
         UnknownKeywordError: a keyword the class does not take.
@@ -87,8 +109,30 @@ def check_init_keywords(cls: type, kwargs: Mapping[str, Any], *, also: Sequence[
         return
     named = f"create_dataloader and {cls.__name__}" if also else cls.__name__
     check_keywords(
-        kwargs, accepted, refusal=f"{named} got an unexpected keyword argument", also=also
+        kwargs,
+        accepted,
+        refusal=f"{named} got an unexpected keyword argument",
+        also=also,
+        elsewhere=elsewhere,
     )
+
+
+class SuggestsKeywords:
+    """A base whose constructor refuses a keyword its ``__init__`` does not take, naming the
+    closest valid one, as `create_dataloader` does (``tdu.Source(wieght=2)``: did you mean
+    'weight'?). A dataclass stays one: the check runs in ``__new__``, before the generated
+    ``__init__`` binds the keywords (Python's own error would name no valid one).
+
+    Raises:
+        UnknownKeywordError: a keyword the class does not take.
+    """
+
+    __slots__ = ()
+
+    def __new__(cls: type[_S], *args: Any, **kwargs: Any) -> _S:
+        if kwargs:
+            check_init_keywords(cls, kwargs)
+        return super().__new__(cls)
 
 
 def check_positive(**values: object) -> None:

@@ -1,12 +1,30 @@
 """Translate third-party storage errors into our hierarchy: by type, else by the status in
-pyarrow's message (see `retry`)."""
+pyarrow's message (see `retry`); a protocol's missing fsspec package, into the pip extra that
+installs it."""
 
 from __future__ import annotations
 
-from ..errors import StorageError, StorageNotFoundError, StoragePermissionError
+from ..errors import (
+    MissingDependencyError,
+    StorageError,
+    StorageNotFoundError,
+    StoragePermissionError,
+)
 from .retry import is_missing, is_refused, scrub
 
-__all__ = ["translate_os_error"]
+__all__ = ["missing_filesystem", "translate_os_error"]
+
+# The extra of this package that installs each protocol's fsspec filesystem (pyproject.toml).
+_EXTRAS = {
+    "s3": "s3",
+    "s3a": "s3",
+    "gs": "gcs",
+    "gcs": "gcs",
+    "abfs": "azure",
+    "abfss": "azure",
+    "az": "azure",
+    "adl": "azure",
+}
 
 
 def translate_os_error(exc: OSError, url: str) -> StorageError:
@@ -23,3 +41,18 @@ def translate_os_error(exc: OSError, url: str) -> StorageError:
     if is_refused(exc):
         return StoragePermissionError(f"{url}: permission denied ({detail})")
     return StorageError(f"{url}: {detail}")
+
+
+def missing_filesystem(protocol: str, exc: ImportError) -> MissingDependencyError:
+    """The error for ``protocol``'s fsspec filesystem failing to import (``exc``, fsspec's
+    "Install s3fs to access S3"), naming the pip extra that installs it. The caller raises the
+    result ``from exc``."""
+    extra = _EXTRAS.get(protocol)
+    how = (
+        f"pip install 'torch-dataloader-utils[{extra}]'"
+        if extra is not None
+        else "install the package fsspec names"
+    )
+    return MissingDependencyError(
+        f"{protocol}:// paths need a package not installed ({exc}): {how}"
+    )

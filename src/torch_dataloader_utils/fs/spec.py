@@ -15,6 +15,7 @@ from fsspec.core import split_protocol
 
 from ..errors import InvalidArgumentError
 from .clients import Clients
+from .errors import missing_filesystem
 from .forks import ProcessLocal
 from .native import NATIVE_PROTOCOLS, native_filesystem, untranslatable
 from .options import StorageOptions, merge_options
@@ -172,7 +173,8 @@ class FileSystemSpec:
         if found is None:
             with clients.build_lock:
                 if clients.fsspec is None:
-                    clients.fsspec = fsspec.filesystem(self.protocol, **self.storage_options)
+                    # (fsspec.filesystem's own steps, its class's import error translated)
+                    clients.fsspec = self.fsspec_class()(**self.storage_options)
                 found = clients.fsspec
         return found
 
@@ -365,7 +367,10 @@ class FileSystemSpec:
 
     def fsspec_class(self) -> type[AbstractFileSystem]:
         """The fsspec filesystem class (no connection made)."""
-        return fsspec.get_filesystem_class(self.protocol)  # type: ignore[no-any-return]
+        try:
+            return fsspec.get_filesystem_class(self.protocol)  # type: ignore[no-any-return]
+        except ImportError as exc:  # s3fs, gcsfs, adlfs are extras of this package
+            raise missing_filesystem(self.protocol, exc) from exc
 
     def url(self, path: str) -> str:
         """``path`` with its protocol, for messages and fingerprints."""

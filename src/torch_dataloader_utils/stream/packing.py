@@ -3,7 +3,7 @@
 The design (docs/adr/0022-packed-sequences.md): a packed dataset plans each chunk's token
 count, and the existing streams cut the epoch's token sequence exactly as they cut rows, with a
 batch of ``batch_size * seq_len`` tokens (best fit: ``fill`` of them). A worker reads its
-chunks' documents as `Fragments` (`TokenReader`), a block moves by whole documents
+chunks' documents as `Fragments` (`stream.tokens.TokenReader`), a block moves by whole documents
 (`planning.shuffle.document_permutation`), and each batch of tokens becomes ``batch_size``
 sequences of ``seq_len`` (`pack`, or `pack_best_fit`; `PackedConverter`). Every token is read
 once because every row of the token order is, and every rank has the same batches because the
@@ -12,7 +12,7 @@ streams are cut in tokens.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -20,12 +20,9 @@ import numpy as np
 import torch
 
 from ..convert import Field, Written
-from ..planning import Piece
-from ..planning.sequence import DocumentRest
-from ..planning.shuffle import document_permutation
 from .best_fit import place, sequences_for
 from .fragments import TOKENS_PER_COPY, Fragments, goes_on
-from .read import Reader
+from .tokens import TokenReader
 
 __all__ = ["Packed", "PackedConverter", "TokenReader", "pack", "pack_best_fit"]
 
@@ -37,8 +34,9 @@ class Packed:
     Attributes:
         input_ids: ``[batch, seq_len]`` tokens (concat: the last sequence of a stream padded;
             best fit: each sequence's end).
-        position_ids: int32: each token's position in its document (continued across
-            sequences).
+        position_ids: int32: each token's place in its fragment (``positions="fragment"``), or
+            in its document (``"document"``: continued across sequences); padding counts from 0
+            in each sequence, as a fragment of its own.
         document_ids: int32: each token's document (best fit: document piece), numbered from 0
             in the batch (-1: padding).
         cu_seqlens: int32 ``[k + 1]``: where each document fragment starts in the flattened
@@ -57,20 +55,28 @@ class Packed:
     source_ids: np.ndarray | None = None
 
 
-def pack(fragments: Fragments, seq_len: int, *, pad_value: int = 0) -> Packed:
+def pack(
+    fragments: Fragments,
+    seq_len: int,
+    *,
+    pad_value: int = 0,
+    positions: str = "fragment",
+    rows: int | None = None,
+) -> Packed:
     """The tokens of ``fragments`` as sequences of ``seq_len``, the last one padded with
-    ``pad_value`` (its own fragment in ``cu_seqlens``). Boundaries come from the fragments (the
-    list offsets), never from a token's value."""
-    concat = _Concat(fragments, seq_len, pad_value)
+    ``pad_value`` (its own fragment in ``cu_seqlens``); with ``rows``, that many sequences
+    (a static shape: whole sequences of padding after the tokens, a fragment each). Boundaries
+    come from the fragments (the list offsets), never from a token's value; ``positions``
+    as `batching.Packing` says."""
+    concat = _Concat(fragments, seq_len, pad_value, positions=positions, rows=rows)
     arrays = []
     for dtype, write in concat.writers():
         out = np.empty(concat.size, dtype)
         write(out)
         arrays.append(out)
-    ids, positions, documents, *sources = arrays
-    return _packed(
-        seq_len, ids, positions, documents, concat.cu_seqlens, next(iter(sources), None), concat.n
-    )
+    ids, position_ids, documents, *sources = arrays
+    source_ids = next(iter(sources), None)
+    return _packed(seq_len, ids, position_ids, documents, concat.cu_seqlens, source_ids, concat.n)
 
 
 class _Concat:
@@ -78,11 +84,21 @@ class _Concat:
     other (`pack`): worked out from the fragments (a few numbers each); its arrays are written
     by `writers`, each where it goes (a transport buffer, `convert.Written`)."""
 
-    def __init__(self, fragments: Fragments, seq_len: int, pad_value: int) -> None:
+    def __init__(
+        self,
+        fragments: Fragments,
+        seq_len: int,
+        pad_value: int,
+        *,
+        positions: str = "fragment",
+        rows: int | None = None,
+    ) -> None:
         self.fragments = fragments
         self.pad_value = pad_value
+        self.by_fragment = positions == "fragment"
         self.n = n = fragments.num_rows
-        self.size = size = -(-n // seq_len) * seq_len
+        self.size = size = (-(-n // seq_len) if rows is None else rows) * seq_len
+        assert n <= size, "more tokens than the sequences hold"
         self.lengths = lengths = fragments.end - fragments.begin
         starts = fragments.stops - lengths
         # A token's position: its place in the batch less this (its fragment's shift).
@@ -95,8 +111,9 @@ class _Concat:
             starts = starts[~joined]
         else:
             self.document = np.arange(len(lengths), dtype=np.int32)
-        # Fragments start at each document and at each sequence; the padding is one more.
-        self.cu_seqlens = _distinct(starts, np.arange(0, n, seq_len), [n, size])
+        # Fragments start at each document and at each sequence; the padding of each sequence
+        # is one more.
+        self.cu_seqlens = _distinct(starts, np.arange(0, size, seq_len), [n, size])
 
     def writers(self) -> list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]]:
         """The dtype and writer of ``input_ids``, ``position_ids``, ``document_ids`` and (a
@@ -120,8 +137,12 @@ class _Concat:
 
     def _positions(self, out: np.ndarray) -> None:
         flat, n = out.reshape(-1), self.n
+        if self.by_fragment:  # every fragment, padding included, counts from 0
+            _fragment_positions(self.cu_seqlens, flat)
+            return
         np.subtract(_counting(n), np.repeat(self.shift, self.lengths), out=flat[:n])
-        flat[n:] = 0
+        cuts = self.cu_seqlens
+        _fragment_positions(cuts[cuts >= n] - n, flat[n:])
 
     def _documents(self, out: np.ndarray) -> None:
         flat, n = out.reshape(-1), self.n
@@ -136,32 +157,48 @@ class _Concat:
 
 
 def pack_best_fit(
-    fragments: Fragments, seq_len: int, batch_size: int, *, budget: int, pad_value: int = 0
+    fragments: Fragments,
+    seq_len: int,
+    batch_size: int,
+    *,
+    budget: int,
+    pad_value: int = 0,
+    positions: str = "fragment",
+    static_shape: bool = False,
 ) -> Packed:
     """The tokens of ``fragments`` (a batch of at most ``budget`` tokens) as ``batch_size``
     sequences of ``seq_len`` arranged by best fit (`best_fit.place`): each document piece whole
     in one sequence where one has room, padding at each sequence's end (its own fragment in
     ``cu_seqlens``). A short batch (a stream's last) takes the sequences it fills, at most
-    `best_fit.sequences_for`. ``document_ids`` number the pieces in batch order."""
+    `best_fit.sequences_for` (with ``static_shape``, ``batch_size`` all the same, the rest
+    padding). ``document_ids`` number the pieces in batch order; ``positions`` as
+    `batching.Packing` says."""
     n = fragments.num_rows
     values, begin, lengths, position, source = _pieces(fragments)
     rows = batch_size if n >= budget else sequences_for(n, batch_size, budget)
     where = place(lengths.tolist(), seq_len, rows)
     if n < budget:  # (the used sequences are the first ones)
         rows = int(np.count_nonzero(where.filled))
+    if static_shape:
+        rows = batch_size
+    filled = np.zeros(rows, np.int64)
+    used = min(rows, len(where.filled))
+    filled[:used] = where.filled[:used]
     size = rows * seq_len
     src = begin[where.item] + where.offset
-    starts = position[where.item] + where.offset
+    # A part's first position: 0 (each fragment counts from 0), or where it is in its document.
+    starts = position[where.item] + where.offset if positions == "document" else None
     ids = np.empty(size, _wide(values.dtype))
     position_ids = np.empty(size, np.int32)
     document_ids = np.empty(size, np.int32)
     if len(src) * TOKENS_PER_COPY <= n:  # long parts: a copy each, then each padding
         count = np.arange(seq_len, dtype=np.int32)
+        firsts = [0] * len(src) if starts is None else starts.tolist()
         for at, b, length, p, i in zip(
             where.start.tolist(),
             src.tolist(),
             where.length.tolist(),
-            starts.tolist(),
+            firsts,
             where.item.tolist(),
             strict=True,
         ):
@@ -170,27 +207,28 @@ def pack_best_fit(
             if p:  # (most parts are whole documents; an add costs a microsecond)
                 position_ids[at : at + length] += p
             document_ids[at : at + length] = i
-        for j, used in enumerate(where.filled[:rows].tolist()):
+        for j, used in enumerate(filled.tolist()):
             pad = slice(j * seq_len + used, (j + 1) * seq_len)
-            ids[pad], position_ids[pad], document_ids[pad] = pad_value, 0, -1
+            ids[pad], position_ids[pad], document_ids[pad] = pad_value, count[: seq_len - used], -1
     else:  # many short parts: gathers, and every sequence's head of real tokens at once
-        ids[:], position_ids[:], document_ids[:] = pad_value, 0, -1
-        real = (np.arange(seq_len) < where.filled[:rows, None]).reshape(-1)
+        ids[:], document_ids[:] = pad_value, -1
+        real = (np.arange(seq_len) < filled[:, None]).reshape(-1)
         stops = np.cumsum(where.length)
-        parts = Fragments(values, src, src + where.length, where.item, starts, stops)
+        parts = Fragments(values, src, src + where.length, where.item, where.offset, stops)
         ids[real] = parts.tokens(np.empty(n, values.dtype))
-        first = stops - where.length
-        position_ids[real] = np.repeat(starts - first, where.length) + np.arange(n)
         document_ids[real] = np.repeat(where.item, where.length)
     # Fragments start at each part, each sequence and each sequence's padding.
     sequences = np.arange(rows, dtype=np.int64) * seq_len
-    ends = sequences + where.filled[:rows]
-    cu_seqlens = _distinct(where.start, sequences, ends, [size])
+    cu_seqlens = _distinct(where.start, sequences, sequences + filled, [size])
+    if len(src) * TOKENS_PER_COPY > n:  # (the loop above wrote the positions)
+        _fragment_positions(cu_seqlens, position_ids)
+        if starts is not None:  # a document's: its part's first position added
+            position_ids[real] += np.repeat(starts, where.length)
     sources = None
     if source is not None:  # a packed mixture's: each token's source, from its piece's
         sources = np.full(size, -1, np.int32)
         # The real slots are each sequence's head, filled by the parts in the order they start.
-        real = (np.arange(seq_len) < where.filled[:rows, None]).reshape(-1)
+        real = (np.arange(seq_len) < filled[:, None]).reshape(-1)
         order = np.argsort(where.start, kind="stable")
         sources[real] = np.repeat(source[where.item][order], where.length[order])
     return _packed(seq_len, ids, position_ids, document_ids, cu_seqlens, sources, n)
@@ -262,74 +300,17 @@ def _counting(n: int) -> np.ndarray:
 _COUNTING = np.arange(0, dtype=np.int32)
 
 
+def _fragment_positions(cu_seqlens: np.ndarray, out: np.ndarray) -> None:
+    """Each token's place in its fragment of ``cu_seqlens`` (which span ``out``), into
+    ``out``: the positions no attention implementation misreads (docs/adr/0026)."""
+    np.subtract(_counting(len(out)), np.repeat(cu_seqlens[:-1], np.diff(cu_seqlens)), out=out)
+
+
 def _wide(dtype: np.dtype[Any]) -> np.dtype[Any]:
     """A token dtype torch handles fully: unsigned ids of 16 bits and more widened."""
     if dtype.kind == "u" and dtype.itemsize >= 2:
         return np.dtype(np.int32 if dtype.itemsize == 2 else np.int64)
     return dtype
-
-
-class TokenReader:
-    """Reads a packed stream's pieces (token ranges of chunks) as `Fragments`.
-
-    Args:
-        reader: the source's reader of rows.
-        column: the token-list column.
-        chunk_rows: rows of each chunk (after the filter): a piece's chunk is read whole.
-        eos: a token appended after each document, or ``None``.
-        source: a mixture's source this reads (its documents carry it), or ``None``.
-    """
-
-    def __init__(
-        self,
-        reader: Reader,
-        column: str,
-        chunk_rows: np.ndarray,
-        eos: int | None = None,
-        source: int | None = None,
-    ) -> None:
-        self.reader = reader
-        self.column = column
-        self.eos = eos
-        self.source = source
-        self.chunk_rows = np.asarray(chunk_rows, dtype=np.int64)
-        # The number of each chunk's first document: documents are numbered in plan order.
-        self.first_document = np.cumsum(self.chunk_rows) - self.chunk_rows
-
-    def read(
-        self, parts: Iterable[tuple[list[Piece], np.ndarray | DocumentRest | None]]
-    ) -> Iterator[Fragments]:
-        """The tokens of ``parts``: each part is pieces in tokens, and which of their tokens to
-        take (``None``: all; a `DocumentRest`: worked out from the documents read)."""
-        for pieces, select in parts:
-            if select is None:  # (each piece as read: the block joins them, one copy)
-                yield from map(self._piece, pieces)
-                continue
-            assert isinstance(select, DocumentRest), "packed runs take pieces or a rest"
-            # What an earlier leg left of a block: the block again, as that leg had it.
-            rows = Fragments.concat([self._piece(piece) for piece in pieces])
-            order = document_permutation(len(rows.begin), **dict(select.key))
-            left = rows.permuted(order).slice(select.read).in_values_order()
-            yield left.slice(select.first, select.last - select.first)
-
-    def _piece(self, piece: Piece) -> Fragments:
-        whole = Piece(piece.chunk, 0, int(self.chunk_rows[piece.chunk]))
-        document = int(self.first_document[piece.chunk])
-        read = []
-        for batch in self.reader.read([([whole], None)]):
-            tokens = batch.column(self.column)
-            read.append(Fragments.from_lists(tokens, document, self.eos, self.source))
-            document += batch.num_rows
-        return Fragments.concat(read).slice(piece.start, piece.stop - piece.start)
-
-    def recent_files(self) -> list[str]:
-        """The files read last (for errors)."""
-        return self.reader.recent_files()
-
-    @property
-    def local(self) -> bool:
-        """Whether the files are on a local filesystem."""
-        return self.reader.local
 
 
 @dataclass(frozen=True)
@@ -345,6 +326,8 @@ class PackedConverter:
     list_format: str = "padded"  # (nothing nested to finish in the main process)
     source_key: str | None = None  # a mixture's ``source_column``: each token's source
     method: str = "concat"
+    positions: str = "fragment"
+    static_shape: bool = False
     batch_size: int = 1
     batch_tokens: int = 1
 
@@ -363,7 +346,7 @@ class PackedConverter:
             cu_seqlens, max_seqlen = packed.cu_seqlens, packed.max_seqlen
             out = [Field(k, a, a.shape) for k, a in zip(keys, arrays, strict=False)]
         else:
-            concat = _Concat(batch, self.seq_len, self.pad_value)
+            concat = self._concat(batch)
             shape = (concat.size // self.seq_len, self.seq_len)
             cu_seqlens, max_seqlen = concat.cu_seqlens, _longest(concat.cu_seqlens)
             out = [
@@ -382,7 +365,13 @@ class PackedConverter:
         if self.method == "best_fit":
             packed = self._best_fit(batch)
         else:
-            packed = pack(batch, self.seq_len, pad_value=self.pad_value)
+            packed = pack(
+                batch,
+                self.seq_len,
+                pad_value=self.pad_value,
+                positions=self.positions,
+                rows=self.batch_size if self.static_shape else None,
+            )
         # (Every array is the batch's own: tensors straight from them, no `Field` steps.)
         make = torch.from_numpy if self.output_format == "torch" else np.asarray
         out: dict[str, Any] = {
@@ -396,9 +385,19 @@ class PackedConverter:
             out[self.source_key] = make(packed.source_ids)
         return out
 
+    def _concat(self, batch: Fragments) -> _Concat:
+        rows = self.batch_size if self.static_shape else None
+        return _Concat(batch, self.seq_len, self.pad_value, positions=self.positions, rows=rows)
+
     def _best_fit(self, batch: Fragments) -> Packed:
         return pack_best_fit(
-            batch, self.seq_len, self.batch_size, budget=self.batch_tokens, pad_value=self.pad_value
+            batch,
+            self.seq_len,
+            self.batch_size,
+            budget=self.batch_tokens,
+            pad_value=self.pad_value,
+            positions=self.positions,
+            static_shape=self.static_shape,
         )
 
     def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:

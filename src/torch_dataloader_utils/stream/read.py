@@ -45,7 +45,7 @@ _MADE_CHUNKS = 4 * AHEAD_PIECES
 
 class Reads(Protocol):
     """What the pipeline reads a stream's rows of one source with (`Reader`, or a packed
-    dataset's `stream.packing.TokenReader`)."""
+    dataset's `stream.tokens.TokenReader`)."""
 
     def read(self, parts: Iterable[tuple[list[Piece], Any]]) -> Iterator[pa.RecordBatch]:
         """The rows of ``parts`` in order (each part: pieces, and which of their rows)."""

@@ -58,6 +58,10 @@ POOL_BUFFERS = 6
 # A new buffer is rounded up to this, so that a slightly larger next message still fits it.
 POOL_GRAIN = 1 << 20
 
+# What a buffer holds besides a bundle's values (its header, each value's alignment): a bundle
+# closes this much short of its buffer's grains.
+_BUFFER_SLACK = POOL_GRAIN // 16
+
 # Of the room /dev/shm has when a worker starts, the share our bundles may use: the rest stays
 # for everything else on the machine that needs it (other ranks' loaders, NCCL, torch).
 _ROOM_SHARE = 0.5
@@ -203,9 +207,10 @@ def bundle_bytes(workers: int, *, tell: bool = True) -> int:
     if memory_kind() == "memfd" or size == 0:  # (no /dev/shm to size for: macOS, Windows)
         return BUNDLE_BYTES
     ranks = _local_ranks()
-    # A buffer is rounded up to POOL_GRAIN: what a bundle may fill is one grain less.
     share = int(free * _ROOM_SHARE) // max(1, workers * ranks * POOL_BUFFERS)
-    fits = max(0, share - POOL_GRAIN)
+    # Buffers are whole grains: a bundle fills the grains of its share, and at least one (no
+    # buffer is smaller, so a smaller bundle would take as much memory in more messages).
+    fits = max(1, share // POOL_GRAIN) * POOL_GRAIN - _BUFFER_SLACK
     if fits >= BUNDLE_BYTES:
         return BUNDLE_BYTES
     if tell:
@@ -251,4 +256,8 @@ def room_log(kind: str, message: str) -> None:
 
 
 def _mib(nbytes: int) -> str:
+    """``nbytes`` for a log line: in MiB, or in KiB below one (never a "0.0 MiB" that is not
+    nothing)."""
+    if nbytes < 2**20:
+        return f"{nbytes / 2**10:.0f} KiB"
     return f"{nbytes / 2**20:.1f} MiB"

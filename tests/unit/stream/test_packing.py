@@ -100,19 +100,20 @@ def test_a_document_order_moves_each_document_whole_and_in_order(
     seq_len=st.integers(1, 8),
     skip=st.integers(0, 9),
     dtype=st.sampled_from([pa.int32(), pa.int64(), pa.uint16()]),
+    positions=st.sampled_from(["fragment", "document"]),
 )
 def test_sequences_hold_every_token_once_with_boundaries_from_the_documents(
-    docs: list[list[int]], seq_len: int, skip: int, dtype: pa.DataType
+    docs: list[list[int]], seq_len: int, skip: int, dtype: pa.DataType, positions: str
 ) -> None:
     fragments = Fragments.from_lists(pa.array(docs, pa.list_(dtype)), 0).slice(skip)
     every = triples(fragments)
-    packed = pack(fragments, seq_len, pad_value=-7)
+    packed = pack(fragments, seq_len, pad_value=-7, positions=positions)
     n = len(every)
     flat = packed.input_ids.reshape(-1)
     assert flat[:n].tolist() == [t for t, _, _ in every]
     assert (flat[n:] == -7).all() and packed.padding == len(flat) - n < seq_len
     assert packed.input_ids.dtype in (np.int32, np.int64)  # (uint16 widened)
-    assert packed.position_ids.reshape(-1)[:n].tolist() == [p for _, _, p in every]
+    check_positions(packed, [p for _, _, p in every], positions)
     cu = packed.cu_seqlens.tolist()
     assert cu[0] == 0 and cu[-1] == len(flat) and cu == sorted(set(cu))
     documents = [d for _, d, _ in every]
@@ -163,6 +164,22 @@ def reference(lengths: list[int], seq_len: int, rows: int) -> list[list[tuple[in
     return sequences
 
 
+def check_positions(packed: Packed, in_document: list[int], positions: str) -> None:
+    """``position_ids``: each real token's position in its document (``in_document``, in
+    order) with ``positions="document"``, else its place in its ``cu_seqlens`` fragment; the
+    padding counts from 0 in its fragment either way."""
+    cu = packed.cu_seqlens.tolist()
+    place = [i - a for a, b in itertools.pairwise(cu) for i in range(a, b)]
+    got = packed.position_ids.reshape(-1).tolist()
+    real = (packed.document_ids.reshape(-1) >= 0).tolist()
+    assert [g for g, r in zip(got, real, strict=True) if not r] == [
+        p for p, r in zip(place, real, strict=True) if not r
+    ]
+    in_fragment = [p for p, r in zip(place, real, strict=True) if r]
+    want = in_document if positions == "document" else in_fragment
+    assert [g for g, r in zip(got, real, strict=True) if r] == want
+
+
 def check_boundaries(packed: Packed, seq_len: int) -> None:
     """``cu_seqlens``: from 0 to the end, a fragment at each sequence start and each change of
     document (padding one too), never across either."""
@@ -184,6 +201,7 @@ def check_boundaries(packed: Packed, seq_len: int) -> None:
     seed=st.one_of(st.none(), st.integers(0, 9)),
     dtype=st.sampled_from([pa.int32(), pa.int64(), pa.uint16()]),
     scale=st.sampled_from([1, 70]),  # (70: parts long enough to be copied one by one)
+    positions=st.sampled_from(["fragment", "document"]),
 )
 def test_best_fit_places_every_token_once_whole_documents_where_they_fit(
     lengths: list[int],
@@ -194,6 +212,7 @@ def test_best_fit_places_every_token_once_whole_documents_where_they_fit(
     seed: int | None,
     dtype: pa.DataType,
     scale: int,
+    positions: str,
 ) -> None:
     lengths, seq_len, skip = [n * scale for n in lengths], seq_len * scale, skip * scale
     docs = [list(range(20 * scale * d, 20 * scale * d + n)) for d, n in enumerate(lengths)]
@@ -205,7 +224,9 @@ def test_best_fit_places_every_token_once_whole_documents_where_they_fit(
     batch = fragments.slice(skip, budget)  # (short when the documents run out)
     every = triples(batch)
     n = len(every)
-    packed = pack_best_fit(batch, seq_len, batch_size, budget=budget, pad_value=-7)
+    packed = pack_best_fit(
+        batch, seq_len, batch_size, budget=budget, pad_value=-7, positions=positions
+    )
     rows = packed.input_ids.shape[0]
     assert packed.input_ids.shape == (rows, seq_len) and packed.input_ids.dtype != np.uint16
     if n == budget:
@@ -214,12 +235,11 @@ def test_best_fit_places_every_token_once_whole_documents_where_they_fit(
         assert -(-n // seq_len) <= rows <= sequences_for(n, batch_size, budget) <= batch_size
     flat = packed.input_ids.reshape(-1).tolist()
     ids = packed.document_ids.reshape(-1).tolist()
-    positions = packed.position_ids.reshape(-1).tolist()
     real = [i for i, d in enumerate(ids) if d >= 0]
     # Every token once, at its position; padding at each sequence's end, and only there.
     where = {token: (document, position) for token, document, position in every}
     assert sorted(flat[i] for i in real) == sorted(where)
-    assert all(positions[i] == where[flat[i]][1] for i in real)
+    check_positions(packed, [where[flat[i]][1] for i in real], positions)
     assert packed.padding == rows * seq_len - n == flat.count(-7)
     used = [sum(d >= 0 for d in row) for row in packed.document_ids.tolist()]
     for row, count in zip(packed.document_ids.tolist(), used, strict=True):
@@ -260,9 +280,12 @@ def test_best_fit_keeps_documents_whole_where_concat_cuts_them() -> None:
 
 def test_best_fit_splits_a_long_document_and_its_positions_go_on() -> None:
     batch = Fragments.from_lists(pa.array([list(range(11)), [50, 51]], pa.list_(pa.int64())), 0)
-    packed = pack_best_fit(batch.slice(2), 4, 3, budget=11, pad_value=-1)  # (cut: from 2)
+    cut = batch.slice(2)  # (from 2)
+    packed = pack_best_fit(cut, 4, 3, budget=11, pad_value=-1, positions="document")
     assert packed.input_ids.tolist() == [[2, 3, 4, 5], [6, 7, 8, 9], [10, 50, 51, -1]]
     assert packed.position_ids.tolist() == [[2, 3, 4, 5], [6, 7, 8, 9], [10, 0, 1, 0]]
+    fragment = pack_best_fit(cut, 4, 3, budget=11, pad_value=-1)  # (the default)
+    assert fragment.position_ids.tolist() == [[0, 1, 2, 3], [0, 1, 2, 3], [0, 0, 1, 0]]
     assert packed.document_ids.tolist() == [[0, 0, 0, 0], [0, 0, 0, 0], [0, 1, 1, -1]]
     assert packed.cu_seqlens.tolist() == [0, 4, 8, 9, 11, 12]
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import codecs
 import dataclasses
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -33,6 +34,11 @@ _NULL_VALUES = tuple(pacsv.ConvertOptions().null_values)  # pyarrow's, for infer
 _LINES_UP_TO = 256 << 20  # an error's line number is counted through at most this many bytes
 _CONVERSION = re.compile(
     r"In CSV column #(\d+):(?: Row #\d+:)? CSV conversion error to (.+?): invalid value '(.*)'"
+)
+# pyarrow's one error for text that is not UTF-8 (after transcoding from `encoding`): an
+# ArrowInvalid like every other, told apart by its message alone.
+_NOT_UTF8 = re.compile(
+    r"In CSV column #(\d+):(?: Row #\d+:)? CSV conversion error to .+?: invalid UTF8"
 )
 
 
@@ -167,7 +173,7 @@ class CsvFormat(TextFormat):
             return tuple(schema.names)
         except UnicodeDecodeError as exc:
             raise DataError(
-                f"{url}: the header's column names are not {self.encoding} ({exc}); pass "
+                f"{url}: the header's column names are not {_named(self.encoding)} ({exc}); pass "
                 "format_options={'encoding': ...} with the file's encoding (e.g. 'latin-1', "
                 "'cp1252', 'shift_jis'): pyarrow transcodes it to UTF-8"
             ) from None
@@ -270,6 +276,9 @@ class CsvFormat(TextFormat):
     def _bad_value(
         self, exc: pa.ArrowInvalid, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, where: str
     ) -> CorruptFileError:
+        not_utf8 = _NOT_UTF8.search(str(exc))
+        if not_utf8 is not None:
+            return self._not_utf8(int(not_utf8[1]), chunk, fs, layout, where)
         found = _CONVERSION.search(str(exc))
         if found is None:
             return super()._bad_value(exc, chunk, fs, layout, where)
@@ -288,6 +297,23 @@ class CsvFormat(TextFormat):
         )
         return CorruptFileError(
             f"{where}: column {column!r}: value {value!r}{at} is not a valid {type_name}{advice}"
+        )
+
+    def _not_utf8(
+        self, index: int, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, where: str
+    ) -> CorruptFileError:
+        """The error of a text value that is not UTF-8: where it is, and how to read it."""
+        column = layout.names[index] if index < len(layout.names) else f"#{index}"
+        try:
+            at = self._locate(chunk, fs, layout, column, _not_utf8, kind=pa.binary())
+        except (CorruptFileError, StorageError, pa.ArrowException):
+            at = ""  # the error at hand says enough; locating it is a courtesy
+        return CorruptFileError(
+            f"{where}: column {column!r}: a value{at} is not {_named(self.encoding)} text. "
+            "If the file is in another encoding, pass format_options={'encoding': ...} with it "
+            "(e.g. 'latin-1', 'cp1252', 'shift_jis'; pyarrow transcodes it to UTF-8); to read "
+            "the column's bytes as they are, pass format_options={'schema': "
+            f"pyarrow.schema([...])}} with pyarrow.binary() for {column!r}"
         )
 
     def null_origin(
@@ -320,13 +346,18 @@ class CsvFormat(TextFormat):
         fs: FileSystemSpec,
         layout: TextLayout,
         column: str,
-        match: Callable[[str | None], bool],
+        match: Callable[[Any], bool],
+        *,
+        kind: pa.DataType | None = None,
     ) -> str:
-        """Where the first value of ``column`` in ``chunk`` that ``match``es is: its line in
-        the file and byte offset when the chunk's bytes can be scanned for record boundaries,
-        else its row."""
+        """Where the first value of ``column`` (read as ``kind``, default string) in ``chunk``
+        that ``match``es is: its line in the file and byte offset when the chunk's bytes can be
+        scanned for record boundaries, else its row."""
         strings = dataclasses.replace(
-            layout, schema=pa.schema([(column, pa.string())]), inferred=False, empty_is_null=()
+            layout,
+            schema=pa.schema([(column, kind or pa.string())]),
+            inferred=False,
+            empty_is_null=(),
         )
         row = 0
         for batch in self._batches(chunk, fs, strings, [column]):
@@ -365,6 +396,21 @@ class CsvFormat(TextFormat):
 
     def __repr__(self) -> str:
         return f"CsvFormat(delimiter={self.delimiter!r}, header={self.header})"
+
+
+def _named(encoding: str) -> str:
+    """``encoding`` as messages name it (``"utf8"``: ``"UTF-8"``)."""
+    return "UTF-8" if codecs.lookup(encoding).name == "utf-8" else encoding
+
+
+def _not_utf8(value: bytes | None) -> bool:
+    if value is None:
+        return False
+    try:
+        value.decode("utf-8")
+    except UnicodeDecodeError:
+        return True
+    return False
 
 
 def _ascii_compatible(encoding: str) -> str:
