@@ -232,6 +232,12 @@ def test_flash_attentions_keywords_reach_the_attention_and_keep_documents_apart(
                     **{k: v for k, v in eager_inputs.items() if k != "labels"}
                 ).logits
             assert float((flash - eager).abs().max()) < TOLERANCE
+            # The same keywords serve the batch flattened to [1, B * L].
+            flat = {k: v for k, v in inputs.items() if k != "labels"}
+            flat.update({k: inputs[k].reshape(1, -1) for k in ("input_ids", "position_ids")})
+            with torch.no_grad():
+                flat_logits = models["tdu_varlen_reference"](**flat).logits
+            assert float((flat_logits.view_as(flash) - flash).abs().max()) < TOLERANCE
 
 
 def test_flex_attention_takes_the_block_mask(corpus: tuple[Path, int]) -> None:
