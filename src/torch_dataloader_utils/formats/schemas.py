@@ -14,6 +14,7 @@ from ..errors import (
     UnsupportedTypeError,
 )
 from ..fs import FileSystemSpec, SourceFile
+from ..planning.plan import portable_schema
 from .base import ReadOptions
 
 __all__ = ["FileSchema", "check_readable", "check_schemas", "nullable", "project"]
@@ -108,7 +109,8 @@ def check_schemas(
     fs: FileSystemSpec,
     options: ReadOptions,
 ) -> pa.Schema:
-    """The schema of the columns read, the same in every file that has rows to read.
+    """The schema of the columns read, the same in every file that has rows to read, in its
+    portable form (`portable_schema`).
 
     Raises:
         ColumnNotFoundError: a requested column is in no file.
@@ -137,8 +139,9 @@ def check_schemas(
                 f"{fs.url(f.path)}: has no column(s) {absent}, which {fs.url(having.path)} has"
             )
         # Nullability is not compared: a file whose writer marked a column non-nullable holds
-        # the same values as one that did not.
-        projected = nullable(project(fact.schema, columns).remove_metadata())
+        # the same values as one that did not. Nor the names pickle gives children: a file's
+        # facts may have crossed processes (ranks, kept plans) and another's not.
+        projected = portable_schema(nullable(project(fact.schema, columns).remove_metadata()))
         if reference is None:
             reference, reference_file = projected, fs.url(f.path)
         elif not projected.equals(reference):

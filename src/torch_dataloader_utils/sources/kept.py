@@ -42,6 +42,9 @@ def _library_version() -> str:
 
 
 VERSION = _library_version()
+# The form of the plans kept, in their key: a plan kept before plans had one schema on every
+# path (`portable_schema`) is not used, whatever the version says.
+_PLAN_FORM = 2
 
 
 def kept_plans(directory: str, *, clear: bool = False) -> int:
@@ -102,9 +105,9 @@ class KeptPlans:
         """The store of a source planned with ``options`` (everything that changes its plan:
         the format, the path, the columns, filter, partitioning, splits and counts)."""
         try:
-            given = pickle.dumps((VERSION, *options), protocol=4)
+            given = pickle.dumps((VERSION, _PLAN_FORM, *options), protocol=4)
         except Exception:  # (an option that does not pickle: keyed by its text)
-            given = repr((VERSION, *options)).encode()
+            given = repr((VERSION, _PLAN_FORM, *options)).encode()
         return cls(directory, hashlib.sha256(given).hexdigest()[:32])
 
     @property

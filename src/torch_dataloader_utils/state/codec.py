@@ -137,11 +137,12 @@ def read_failures(state: Mapping[str, Any]) -> tuple[int, int]:
 def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
     now = _plan_facts(plan)
     if saved.get("fingerprint") not in (None, now["fingerprint"]):
-        # A state saved by a version that fingerprinted plans chunk by chunk (before the
-        # columnar plan): computed only for such a state.
-        legacy = plan.legacy_fingerprint()
-        if saved.get("fingerprint") == legacy:
-            now["fingerprint"] = legacy
+        # A state saved by a version that fingerprinted plans otherwise (chunk by chunk, or
+        # over Parquet's names of a schema's children): computed only for such a state.
+        for earlier in plan.earlier_fingerprints():
+            if saved.get("fingerprint") == earlier:
+                now["fingerprint"] = earlier
+                break
     if saved.get("fingerprint") == now["fingerprint"] and saved.get("file_versions") in (
         None,  # a state saved before versions were pinned
         now["file_versions"],

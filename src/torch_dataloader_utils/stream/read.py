@@ -32,6 +32,7 @@ from ..fs import FileSystemSpec
 from ..fs.identity import Identity, check_identity
 from ..fs.threads import READ_THREADS
 from ..planning import Chunk, Piece
+from ..planning.plan import portable_schema
 from .ahead import AHEAD_PIECES, Ahead
 
 if TYPE_CHECKING:
@@ -97,6 +98,9 @@ class Reader:
         failures: where skipped reads are recorded.
         row_bytes: estimated decoded bytes per row (the plan's): what pieces read ahead hold
             is estimated with it (0: by their chunks' ``num_bytes`` only).
+        schema: the plan's schema: a batch whose columns differ from it only as planning lets
+            files differ (nullability; a child's name, `planning.plan.portable_schema`) is cast
+            to it, so that the batches of different files concatenate (``None``: as read).
     """
 
     chunks: Sequence[Chunk]
@@ -109,6 +113,7 @@ class Reader:
     on_error: OnError = "raise"
     failures: FailureLog | None = None
     row_bytes: float = 0.0
+    schema: pa.Schema | None = None
     _checked: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
     # When this reader began: a metadata request made since (its own open of a file) is fresh
     # enough for the file's check; one made before, for an earlier pass, is not.
@@ -118,6 +123,10 @@ class Reader:
         default_factory=lambda: deque(maxlen=3), init=False, repr=False, compare=False
     )
     _made: dict[int, Chunk] = field(default_factory=dict, init=False, repr=False, compare=False)
+    # Each schema batches came in, and what it is cast to (None: kept as it is).
+    _casts: dict[pa.Schema, pa.Schema | None] = field(
+        default_factory=dict, init=False, repr=False, compare=False
+    )
 
     def _chunk(self, index: int) -> Chunk:
         """Chunk ``index``, made once while its pieces are within reach (a piece's read asks
@@ -320,4 +329,31 @@ class Reader:
             )
         if self.output_columns is not None:
             batch = batch.select(list(self.output_columns))
+        if self.schema is not None:
+            target = self._cast_to(batch.schema)
+            if target is not None:
+                batch = batch.cast(target)
         return batch
+
+    def _cast_to(self, schema: pa.Schema) -> pa.Schema | None:
+        """The schema batches of ``schema`` are cast to: where a column differs from the plan's
+        only as planning lets files differ (`_alike`), the plan's; else None (as read)."""
+        if schema in self._casts:
+            return self._casts[schema]
+        assert self.schema is not None
+        planned = {f.name: f for f in self.schema}
+        fields = [
+            planned[f.name] if f.name in planned and _alike(f, planned[f.name]) else f
+            for f in schema
+        ]
+        target = pa.schema(fields, metadata=schema.metadata)
+        out = None if target.equals(schema) else target
+        self._casts[schema] = out
+        return out
+
+
+def _alike(read: pa.Field, planned: pa.Field) -> bool:
+    """Whether ``read`` is ``planned`` but for nullability and the children's names pickle
+    gives (the differences `formats.schemas.check_schemas` accepts between files)."""
+    one = portable_schema(pa.schema([read.with_nullable(True)]))
+    return bool(one.equals(portable_schema(pa.schema([planned.with_nullable(True)]))))
