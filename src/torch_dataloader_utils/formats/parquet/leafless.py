@@ -48,9 +48,21 @@ def leaf_count(t: pa.DataType) -> int:
         return sum(leaf_count(t.field(k).type) for k in range(t.num_fields))
     if pa.types.is_map(t):
         return leaf_count(t.key_type) + leaf_count(t.item_type)
-    if pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    if _is_list(t):
         return leaf_count(t.value_type)
     return 1
+
+
+def _is_list(t: pa.DataType) -> bool:
+    """A list of any kind: one Parquet repeated level over its values' leaves (a list view, read
+    back from the file's Arrow schema, is stored as a list)."""
+    return bool(
+        pa.types.is_list(t)
+        or pa.types.is_large_list(t)
+        or pa.types.is_fixed_size_list(t)
+        or pa.types.is_list_view(t)
+        or pa.types.is_large_list_view(t)
+    )
 
 
 def _empty_struct(t: pa.DataType, path: str) -> str | None:
@@ -66,7 +78,7 @@ def _empty_struct(t: pa.DataType, path: str) -> str | None:
         return _empty_struct(t.key_type, f"{path}.key") or _empty_struct(
             t.item_type, f"{path}.value"
         )
-    elif pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t):
+    elif _is_list(t):
         return _empty_struct(t.value_type, f"{path}.element")
     return None
 

@@ -139,3 +139,19 @@ def test_the_loader_delivers_every_column_and_row(leafless: Path, output: str) -
             assert values == [None] * len(values)
         ids += batch.column("id").to_pylist() if output == "arrow" else batch["id"].tolist()
     assert sorted(ids) == list(range(ROWS))
+
+
+@pytest.mark.parametrize("large", [False, True])
+def test_a_list_view_of_a_struct_or_map_counts_its_leaves(tmp_path: Path, large: bool) -> None:
+    """A list view (read back from the file's Arrow schema) is stored as a list: its values'
+    leaves are its leaf columns; it was refused as a footer with more column chunks than the
+    schema's leaves."""
+    view = pa.large_list_view if large else pa.list_view
+    item = pa.struct([("a", pa.int64()), ("m", pa.map_(pa.string(), pa.int32()))])
+    rows = [[{"a": i, "m": [("k", i)]}] * (i % 3) for i in range(40)]
+    table = pa.table({"id": pa.array(range(40)), "v": pa.array(rows, view(item))})
+    pq.write_table(table, tmp_path / "views.parquet", row_group_size=16)
+    loader = tdu.create_dataloader(str(tmp_path), batch_size=7, output_format="arrow")
+    got = pa.concat_tables(pa.Table.from_batches([b]) for b in loader)
+    assert sorted(got["id"].to_pylist()) == list(range(40))
+    assert got.sort_by("id")["v"].to_pylist() == table["v"].to_pylist()
