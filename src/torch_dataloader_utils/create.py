@@ -8,7 +8,6 @@ from typing import Any, cast
 
 import torch
 
-from .batching import Packing
 from .dataset import StructuredDataset
 from .errors import InvalidArgumentError
 from .errors.keywords import check_init_keywords, keywords_of
@@ -119,9 +118,6 @@ def create_dataloader(
         sources = [data] if isinstance(data, Source) else list(data)
         return loading.loader(MixtureDataset(sources, **dataset_options))
     check_init_keywords(dataset_class, dataset_options, also=_OWN, elsewhere=_MIXTURE_ONLY)
-    packing = dataset_options.get("packing")
-    if isinstance(packing, Packing):
-        packing.check_columns(dataset_options.get("columns"), source_column=None)
     return loading.loader(dataset_class(cast(Paths, data), format, **dataset_options))
 
 

@@ -7,7 +7,7 @@ import dataclasses
 import functools
 import multiprocessing
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, cast
 
 import pyarrow as pa
@@ -157,29 +157,59 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         return super().__len__() - passes.skipped_in(passes.epoch)
 
     def skip(self, epoch: int, batches: range) -> None:
-        """Do not deliver ``batches`` (numbered from the first batch of ``epoch``) on any
-        rank: every rank still yields as many batches, each the same ones it would have, less
-        these. The skip is part of `state_dict`, so a resumed run skips them too.
+        """Do not deliver ``batches`` (numbered from the first batch of ``epoch``, as `rows_at`
+        numbers them) on any rank: every rank still yields as many batches, each the same ones
+        it would have, less these. The skip is part of `state_dict`, so a resumed run skips
+        them too. A skip given while the epoch is read applies to the batches still to come.
 
         Raises:
-            InvalidArgumentError: the range is empty, steps, or passes the end of the epoch.
+            InvalidArgumentError: the range is empty, steps, passes the end of the epoch, or
+                holds batches already delivered (in this pass, or before the state loaded).
         """
         if not isinstance(batches, range) or batches.step != 1:
             raise InvalidArgumentError(f"skip takes a range of batches, got {batches!r}")
-        total = self.dataset.rank_batches(epoch, num_workers=self.num_workers)
-        self.dataset.passes.skip(epoch, batches.start, batches.stop, total)
+        self.dataset.passes.skip(epoch, batches.start, batches.stop, num_workers=self.num_workers)
 
-    def rows_at(self, batch: int, epoch: int | None = None, rank: int | None = None) -> pa.Table:
-        """The rows this loader delivers as batch ``batch`` (counted from the first batch of
-        ``epoch``, default: the loader's epoch) on ``rank`` (default: this one), in delivered
-        order, with ``__file__`` (each row's file), ``__row__`` (its row in the file, counting
-        rows a filter leaves out; null where the plan cannot tell) and, for a mixture,
-        ``__source__``: computed from the plan and read on demand, without iterating.
+    def rows_at(
+        self,
+        batch: int,
+        epoch: int | None = None,
+        rank: int | None = None,
+        *,
+        columns: Sequence[str] | None = None,
+    ) -> pa.Table:
+        """The rows this loader delivers as batch ``batch`` of ``epoch`` (default: the loader's
+        epoch) on ``rank`` (default: this one), in delivered order, computed from the plan
+        without iterating (docs/concepts/order.md).
+
+        The table holds the data's ``columns`` (default: the dataset's; a packed dataset's:
+        none), ``__file__`` (each row's file), ``__row__`` (its row in the file, counting rows
+        a filter leaves out; null where the plan cannot tell) and, for a mixture,
+        ``__source__``. A packed batch's rows are the fragments of documents it holds, in
+        token order: ``__fragment_tokens__`` (its document's tokens it holds) and
+        ``__fragment_start__`` (where in its document it starts), then ``columns`` of its
+        document and the document's file and row.
+
+        Batches are numbered as `skip` and ``len()`` number them: from the epoch's first batch
+        on this rank, skipped ones counted. Resumed from a state, the numbers go on from the
+        state's: batch ``k`` is the epoch's ``k``-th on this rank, whichever run delivered it.
+        After an elastic resume (other ranks, workers or options) inside ``epoch``, the
+        batches before it are those the saved run's ``rank`` delivered, the later ones this
+        loader's. This holds for the pass loaded or being read, and the last one read of
+        ``epoch``; otherwise the batch is a fresh pass's, on this loader's topology.
 
         Raises:
-            InvalidArgumentError: no such batch or rank.
+            InvalidArgumentError: no such batch or rank (or no such rank before an elastic
+                resume).
+            ColumnNotFoundError: a column asked for is not in the data.
+
+        Example:
+            >>> loader.rows_at(123, epoch=3, columns=["id"]).to_pylist()  # doctest: +SKIP
+            [{'id': 90211, '__file__': 's3://corpus/part-0412.parquet', '__row__': 211}, ...]
         """
-        return self.dataset.rows_at(batch, epoch, rank, num_workers=self.num_workers)
+        return self.dataset.rows_at(
+            batch, epoch, rank, num_workers=self.num_workers, columns=columns
+        )
 
     @kept
     def set_epoch(self, epoch: int) -> None:

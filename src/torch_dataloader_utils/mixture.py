@@ -116,11 +116,6 @@ class MixtureDataset(StructuredDataset):
         self.mixing: Mixing = mixing
         self.source_column = source_column
         sources = tuple(with_defaults(s, defaults) for s in given)
-        if settings.packing is not None:
-            for source in sources:
-                settings.packing.check_columns(
-                    source.columns, source_column=source_column, label=source.label
-                )
         self._build(sources, settings)
         logger.info(
             "mixture of %d sources, %s rows an epoch (%s), mixing=%s",

@@ -120,7 +120,7 @@ def test_deletes_and_a_filter_count_only_the_live_rows_that_pass(catalog: Catalo
 
 def test_an_eos_token_after_every_document_is_counted_at_planning(catalog: Catalog) -> None:
     where = _table(catalog)
-    loader = _packed(catalog, num_workers=2, eos=-9, columns=["id"])  # tokens read anyway
+    loader = _packed(catalog, num_workers=2, eos=-9, columns=["tokens"])
     read: Counter[int] = Counter()
     for batch in loader:
         ids = batch["input_ids"]
@@ -130,6 +130,12 @@ def test_an_eos_token_after_every_document_is_counted_at_planning(catalog: Catal
     table = catalog.load("docs").scan().to_arrow()
     assert eos == len(table) - table["tokens"].null_count  # one per document not null
     assert loader.dataset.plan.num_rows == len(where) + eos
+
+
+def test_columns_a_packed_table_cannot_carry_are_refused(catalog: Catalog) -> None:
+    _table(catalog)
+    with pytest.raises(tdu.InvalidArgumentError, match="'id'"):
+        _packed(catalog, num_workers=0, columns=["tokens", "id"])
 
 
 def test_a_resumed_packed_table_reads_every_remaining_token_once(catalog: Catalog) -> None:

@@ -208,8 +208,8 @@ def test_packed_batches_looked_up_are_the_pieces_delivered(
             for f, r, p, n in zip(
                 table.column("__file__").to_pylist(),
                 table.column("__row__").to_pylist(),
-                table.column("position").to_pylist(),
-                table.column("tokens").to_pylist(),
+                table.column("__fragment_start__").to_pylist(),
+                table.column("__fragment_tokens__").to_pylist(),
                 strict=True,
             ):
                 file = int(f.rsplit("part-", 1)[1].split(".")[0])
@@ -254,9 +254,182 @@ def test_a_packed_mixtures_batches_looked_up_are_the_pieces_delivered(
             for s, r, p, n in zip(
                 table.column("__source__").to_pylist(),
                 table.column("__row__").to_pylist(),
-                table.column("position").to_pylist(),
-                table.column("tokens").to_pylist(),
+                table.column("__fragment_start__").to_pylist(),
+                table.column("__fragment_tokens__").to_pylist(),
                 strict=True,
             ):
                 expected += [s * 1_000_000 + r * 100 + p + i for i in range(n)]
             assert expected == ids
+
+
+# --- after a resume: batches numbered from the epoch's first, whichever run delivered them ------
+
+
+@pytest.fixture(scope="module")
+def documents(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Three files of 60 documents; ``id`` = file * 1000 + row, each token unique: file *
+    100,000 + row * 100 + position."""
+    root = tmp_path_factory.mktemp("documents")
+    rng = np.random.default_rng(7)
+    for f in range(3):
+        lengths = rng.integers(1, 40, 60)
+        tokens = [[f * 100_000 + r * 100 + p for p in range(int(n))] for r, n in enumerate(lengths)]
+        table = pa.table(
+            {"id": np.arange(60) + 1000 * f, "tokens": pa.array(tokens, pa.list_(pa.int64()))}
+        )
+        pq.write_table(table, root / f"part-{f}.parquet", row_group_size=13)
+    return root
+
+
+def loader_of(kind: str, data: Path, documents: Path, **options: Any) -> Any:
+    """A loader of ``kind``: rows of one source, a mixture's, packed sequences, token budgets."""
+    if kind == "rows":
+        return make(data, shuffle=True, **options)
+    if kind == "mixture":
+        sources = [
+            tdu.Source(str(data), weight=2, columns=["id"]),
+            tdu.Source(str(documents), columns=["id"]),
+        ]
+        return tdu.create_dataloader(
+            sources, epoch_rows=250, batch_size=7, shuffle=True, source_column="s", **options
+        )
+    if kind == "packed":
+        packing = tdu.Packing("tokens", seq_len=16, pad_value=-1)
+        return tdu.create_dataloader(
+            str(documents), packing=packing, batch_size=3, shuffle=True, **options
+        )
+    budget = tdu.TokenBudget("tokens", max_tokens=90)
+    return tdu.create_dataloader(str(documents), batching=budget, shuffle=True, **options)
+
+
+def delivered_ids(kind: str, batch: Any) -> list[int]:
+    """A batch's row ids (a packed batch's: its tokens, padding left out)."""
+    if kind == "packed":
+        return [t for t in batch["input_ids"].reshape(-1).tolist() if t >= 0]
+    return list(batch["id"].tolist())
+
+
+def looked_up(kind: str, loader: Any, batch: int, epoch: int) -> list[int]:
+    """The ids `rows_at` gives for ``batch`` (a packed batch's tokens, from its fragments)."""
+    table = loader.rows_at(batch, epoch=epoch)
+    if kind != "packed":
+        return list(table.column("id").to_pylist())
+    tokens = []
+    for f, r, p, n in zip(
+        table.column("__file__").to_pylist(),
+        table.column("__row__").to_pylist(),
+        table.column("__fragment_start__").to_pylist(),
+        table.column("__fragment_tokens__").to_pylist(),
+        strict=True,
+    ):
+        file = int(f.rsplit("part-", 1)[1].split(".")[0])
+        tokens += [file * 100_000 + r * 100 + p + i for i in range(n)]
+    return tokens
+
+
+# (saved ranks, workers) -> (ranks, workers): the same topology, then elastic resumes.
+RESUMES = [((1, 2), (1, 2)), ((1, 2), (1, 0)), ((2, 2), (3, 0)), ((3, 0), (2, 2))]
+SAVED = 4  # batches each rank delivers before the state is saved
+
+
+@pytest.mark.parametrize("kind", ["rows", "mixture", "packed", "budget"])
+@pytest.mark.parametrize(("before", "after"), RESUMES)
+def test_rows_at_after_a_resume_are_the_batches_delivered(
+    data: Path,
+    documents: Path,
+    kind: str,
+    before: tuple[int, int],
+    after: tuple[int, int],
+) -> None:
+    """Batch ``k`` is the epoch's ``k``-th on the rank: the saved run's before the state, the
+    resumed run's after it, looked up before the pass, while it runs and after it."""
+    (ranks, workers), (new_ranks, new_workers) = before, after
+    first: dict[int, list[list[int]]] = {}
+    state = None
+    for rank in range(ranks):
+        loader = loader_of(kind, data, documents, rank=rank, world_size=ranks, num_workers=workers)
+        loader.set_epoch(2)
+        first[rank] = [delivered_ids(kind, b) for b in itertools.islice(loader, SAVED)]
+        state = loader.state_dict() if rank == 0 else state
+    for rank in range(new_ranks):
+        loader = loader_of(
+            kind, data, documents, rank=rank, world_size=new_ranks, num_workers=new_workers
+        )
+        loader.load_state_dict(state)
+        ahead = looked_up(kind, loader, SAVED, 2)  # (the loaded state's pass, not begun)
+        rest = []
+        for j, batch in enumerate(loader):
+            rest.append(delivered_ids(kind, batch))
+            if j == 1:  # (the pass being read)
+                assert looked_up(kind, loader, SAVED + 1, 2) == rest[1]
+        assert rest and ahead == rest[0]
+        for j, ids in enumerate(rest):  # (the pass read last)
+            assert looked_up(kind, loader, SAVED + j, 2) == ids, (rank, j)
+        if rank < ranks:  # the saved run's batches of this rank
+            for b, ids in enumerate(first[rank]):
+                assert looked_up(kind, loader, b, 2) == ids, (rank, b)
+        else:
+            with pytest.raises(tdu.InvalidArgumentError, match="was not one of them"):
+                loader.rows_at(0, epoch=2)
+        with pytest.raises(tdu.InvalidArgumentError, match="not a batch of rank"):
+            loader.rows_at(SAVED + len(rest), epoch=2)
+
+
+def test_tdu_explain_looks_up_a_packed_runs_batch_from_its_state(
+    documents: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A state saved after an elastic resume (2 workers, then 0): batches of both legs."""
+    before = loader_of("packed", documents, documents, rank=1, world_size=2, num_workers=2)
+    before.set_epoch(3)
+    delivered = [delivered_ids("packed", b) for b in itertools.islice(before, 3)]
+    loader = loader_of("packed", documents, documents, rank=1, world_size=2, num_workers=0)
+    loader.load_state_dict(before.state_dict())
+    delivered += [delivered_ids("packed", b) for b in itertools.islice(loader, 3)]
+    state = tmp_path / "state.json"
+    state.write_text(json.dumps(loader.state_dict()))
+    common = [str(documents), "--rank", "1", "--state", str(state), "--limit", "1000"]
+    for batch in (1, 4):
+        assert main(["explain", *common, "--packing", "tokens", "--batch", str(batch)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        tokens = sum(len(ids) for ids in [delivered[batch]])
+        assert out[0].startswith(f"epoch 3, rank 1 of 2, 1 worker, batch {batch}: ")
+        assert out[0].endswith(f" fragments of documents, {tokens} tokens")
+        got = []
+        for line in out[1:]:
+            fields = dict(field.split("=", 1) for field in line.split())
+            file = int(fields["__file__"].rsplit("part-", 1)[1].split(".")[0])
+            start, count = int(fields["__fragment_start__"]), int(fields["__fragment_tokens__"])
+            got += [file * 100_000 + int(fields["__row__"]) * 100 + start + i for i in range(count)]
+        assert got == delivered[batch]
+    # Without --packing the state is refused, saying what to pass.
+    assert main(["explain", *common, "--batch", "1"]) == 2
+    assert "--packing COLUMN" in capsys.readouterr().err
+
+
+def test_rows_at_reads_the_columns_asked_for(data: Path, documents: Path) -> None:
+    loader = make(data, shuffle=True, num_workers=2)
+    loader.set_epoch(1)
+    batches = [b["id"].tolist() for b in loader]
+    for b, ids in enumerate(batches):
+        table = loader.rows_at(b, epoch=1, columns=["id"])
+        assert table.column_names == ["id", "__file__", "__row__"]
+        assert table.column("id").to_pylist() == ids
+        bare = loader.rows_at(b, epoch=1, columns=[])  # (nothing read: the plan tells)
+        assert bare.column_names == ["__file__", "__row__"]
+        assert bare.column("__row__").to_pylist() == [i % 1000 for i in ids]
+    with pytest.raises(tdu.ColumnNotFoundError, match="nope"):
+        loader.rows_at(0, epoch=1, columns=["nope"])
+    packed = loader_of("packed", documents, documents, num_workers=2)
+    packed.set_epoch(1)
+    for b, _ in enumerate(packed):
+        table = packed.rows_at(b, epoch=1)
+        assert table.column_names == [
+            "__fragment_tokens__",
+            "__fragment_start__",
+            "__file__",
+            "__row__",
+        ]
+        rows = table.column("__row__").to_pylist()
+        files = [int(f.rsplit("part-", 1)[1][0]) for f in table.column("__file__").to_pylist()]
+        ids = packed.rows_at(b, epoch=1, columns=["id"]).column("id").to_pylist()
+        assert ids == [f * 1000 + r for f, r in zip(files, rows, strict=True)]

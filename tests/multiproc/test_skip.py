@@ -190,3 +190,48 @@ def test_rows_at_numbers_batches_as_skip_does(data: Path, workers: int) -> None:
     got = [b["id"].tolist() for b in loader]
     kept = [b for b in range(len(got) + 3) if not 3 <= b < 6]
     assert got == [loader.rows_at(b, epoch=2)["id"].to_pylist() for b in kept]
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_a_skip_of_batches_already_delivered_is_refused(data: Path, workers: int) -> None:
+    every = batches_of(make(data, num_workers=workers), 0)
+    loader = make(data, num_workers=workers)
+    loader.set_epoch(0)
+    batches = iter(loader)
+    got = [next(batches)["id"].tolist() for _ in range(3)]
+    with pytest.raises(tdu.InvalidArgumentError, match="delivered already"):
+        loader.skip(epoch=0, batches=range(2, 5))
+    assert len(loader) == len(every)  # (nothing counted out)
+    loader.skip(epoch=0, batches=range(4, 6))  # later ones: skipped in this pass already
+    assert len(loader) == len(every) - 2
+    got += [b["id"].tolist() for b in batches]
+    assert got == every[:4] + every[6:]
+    # ... and those before a loaded state's position (delivered by the run that saved it)
+    loader = make(data, num_workers=workers)
+    loader.set_epoch(0)
+    first = [b["id"].tolist() for b in itertools.islice(loader, 5)]
+    resumed = make(data, num_workers=workers)
+    resumed.load_state_dict(loader.state_dict())
+    with pytest.raises(tdu.InvalidArgumentError, match="at batch 5"):
+        resumed.skip(epoch=0, batches=range(4, 7))
+    resumed.skip(epoch=0, batches=range(5, 7))
+    assert first + [b["id"].tolist() for b in resumed] == every[:5] + every[7:]
+
+
+def test_skips_after_an_elastic_resume_number_the_epochs_batches(data: Path) -> None:
+    """Saved with 2 workers after 4 batches, resumed with none: batch 4 is the first the new
+    loader delivers, as `rows_at` numbers it."""
+    loader = make(data, num_workers=2)
+    loader.set_epoch(0)
+    first = [b["id"].tolist() for b in itertools.islice(loader, 4)]
+    resumed = make(data, num_workers=0)
+    resumed.load_state_dict(loader.state_dict())
+    expected = [resumed.rows_at(b, epoch=0)["id"].to_pylist() for b in range(len(resumed))]
+    assert expected[:4] == first
+    with pytest.raises(tdu.InvalidArgumentError, match="at batch 4"):
+        resumed.skip(epoch=0, batches=range(3, 6))
+    resumed.skip(epoch=0, batches=range(5, 7))
+    assert len(resumed) == len(expected) - 2
+    rest = [b["id"].tolist() for b in resumed]
+    assert rest == expected[4:5] + expected[7:]
+    assert set(i for b in first + rest for i in b).isdisjoint(i for b in expected[5:7] for i in b)

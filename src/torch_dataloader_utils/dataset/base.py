@@ -28,12 +28,14 @@ from ..sources.files import Planned
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
 from ..stream.blocks import Segment
-from ..stream.packing import PackedConverter, TokenReader
+from ..stream.packing import PackedConverter
 from ..stream.pipeline import stream_segments
 from ..stream.read import Reader, Reads
+from ..stream.tokens import TokenReader
 from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
-from .lookup import rows_at
+from .chunk_rows import ChunkRows
+from .lookup import Lookup
 from .tokens import in_tokens, length_index
 
 __all__ = ["Combined", "PlannedDataset"]
@@ -60,11 +62,19 @@ class PlannedDataset(IterableDataset[Any]):
     read (`_format`), planned (`_plan`) and how the planned sources combine (`_combine`).
     """
 
+    _lookup: Lookup | None = None  # `rows_at`'s, made when first used
+
     # --- the one body: plan the sources, combine them, cut the epochs ---------------------------
 
     def _build(self, sources: Sequence[Source], options: Options) -> None:
         """Plan ``sources`` in one planning step and set up the dataset over them."""
         IterableDataset.__init__(self)
+        if options.packing is not None:  # (before planning: what a packed batch cannot carry)
+            for source in sources:
+                label = source.label if len(sources) > 1 else ""
+                options.packing.check_columns(
+                    source.columns, source_column=self._source_key, label=label
+                )
         self.options = options
         self.collate_fn = options.collate_fn
         self.on_error: OnError = options.on_error
@@ -304,6 +314,11 @@ class PlannedDataset(IterableDataset[Any]):
         if carry and self._carried and options.columns is not None and output is not None:
             options = dataclasses.replace(options, columns=(*options.columns, *self._carried))
             output = (*output, *self._carried)
+        packing = self.options.packing
+        if packing is not None and options.columns is None and options.filter is None:
+            # A packed stream uses its token column alone: the others were decoded for nothing.
+            options = dataclasses.replace(options, columns=(packing.column,))
+            output = (packing.column,)
         reader = Reader(
             planned.plan.chunks,
             planned.format,
@@ -315,8 +330,8 @@ class PlannedDataset(IterableDataset[Any]):
             on_error=self.on_error,
             failures=self.failure_log if failures is None else failures,
             row_bytes=planned.plan.row_bytes,
+            schema=planned.plan.schema,
         )
-        packing = self.options.packing
         if packing is None:
             return reader
         mixed = source if len(self.sources) > 1 else None
@@ -393,6 +408,7 @@ class PlannedDataset(IterableDataset[Any]):
         state = self.__dict__.copy()
         state["_reading"] = None
         state["_failures"] = None  # each process its own
+        state["_lookup"] = None  # (what lookups keep: the main process's)
         return state
 
     def __len__(self) -> int:
@@ -402,36 +418,30 @@ class PlannedDataset(IterableDataset[Any]):
             TypeError: the count depends on the number of workers
                 (``split_strategy="round_robin"``).
         """
-        return self.rank_batches(self.passes.epoch, num_workers=self.passes.num_workers)
-
-    def rank_batches(self, epoch: int, *, num_workers: int = 1) -> int:
-        """Batches this rank yields in a fresh pass over ``epoch``, skipped ones counted."""
-        rank, world_size = self.resolved_rank()
-        topology = Topology(rank, world_size, 0, max(1, num_workers))
-        return self.streams.rank_batches(topology, epoch)
+        return self.passes.rank_batches(self.passes.epoch, num_workers=self.passes.num_workers)
 
     def rows_at(
-        self, batch: int, epoch: int | None = None, rank: int | None = None, *, num_workers: int = 1
+        self,
+        batch: int,
+        epoch: int | None = None,
+        rank: int | None = None,
+        *,
+        num_workers: int = 1,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """`TabularDataLoader.rows_at` (``num_workers``: the loader's DataLoader workers).
 
         Raises:
             InvalidArgumentError: no such batch or rank.
+            ColumnNotFoundError: a column asked for is not in the data.
         """
         mine, world_size = self.resolved_rank()
-        rank = mine if rank is None else rank
-        if not 0 <= rank < world_size:
-            raise InvalidArgumentError(f"rank must be in [0, {world_size}), got {rank}")
-        return rows_at(
-            self.streams,
-            self.sources,
-            lambda i: self.reader(source=i),
-            batch,
-            epoch=self.passes.iteration(self.passes.epoch if epoch is None else epoch),
-            rank=rank,
-            world_size=world_size,
-            workers=max(1, num_workers),
-        )
+        if self._lookup is None:  # (made once: it keeps what lookups share)
+            rows = ChunkRows(self.sources, self._cached)
+            self._lookup = Lookup(self.streams, rows, self.options.packing)
+        iteration = self.passes.numbered(self.passes.epoch if epoch is None else epoch)
+        ranks = (mine if rank is None else rank, world_size, max(1, num_workers))
+        return self._lookup.rows_at(batch, iteration=iteration, ranks=ranks, columns=columns)
 
     @property
     def epoch_rows(self) -> int:

@@ -15,8 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import warnings
-from collections.abc import Iterator
-from dataclasses import dataclass
+from collections.abc import Iterator, Sequence
 from typing import Any, Protocol, TypeVar
 
 import pyarrow as pa
@@ -35,40 +34,12 @@ from .codec import (
     is_complete,
 )
 from .control import PassControl
-from .keys import BATCHES, LAYOUT, NUM_WORKERS, SKIPS, TOPOLOGY, WORLD_SIZE
+from .keys import BATCHES, LAYOUT, LEGS, NUM_WORKERS, SKIPS, TOPOLOGY, WORLD_SIZE
+from .progress import Progress, before_leg
 
 __all__ = ["Passes", "Progress", "Readable"]
 
 _T = TypeVar("_T")
-
-
-@dataclass
-class Progress:
-    """The pass being read in this process: where it started, its batches, what was delivered.
-
-    Attributes:
-        iteration: the pass.
-        start: batches delivered before this pass began reading (a resume).
-        total: batches of the pass from the start of the epoch.
-        topology: whose batches these are (the rank's, or one worker's stream).
-        delivered: batches delivered in this pass.
-    """
-
-    iteration: Iteration
-    start: int
-    total: int
-    topology: Topology
-    delivered: int = 0
-
-    @property
-    def batches(self) -> int:
-        """Batches delivered in the epoch so far (before and in this pass)."""
-        return self.start + self.delivered
-
-    @property
-    def complete(self) -> bool:
-        """Whether every batch of the epoch was delivered."""
-        return self.batches >= self.total
 
 
 class Passes:
@@ -96,6 +67,8 @@ class Passes:
         # Batches not to deliver, by epoch: ranges of the rank's batch numbers (`skip`).
         self.skips: dict[int, list[tuple[int, int]]] = {}
         self.steps = (0, 0)  # a loaded state's `Iteration.steps`
+        # The legs of the epochs this process read after an elastic resume (`numbered`).
+        self._legs: dict[int, tuple[Leg, ...]] = {}
 
     def iteration(
         self, epoch: int, legs: tuple[Leg, ...] = (), batches: int = 0, generation: int = 0
@@ -161,6 +134,9 @@ class Passes:
         else:
             iteration = self.iteration(epoch, generation=generation)
         self._begun, self._claimed = iteration, not for_workers
+        self._legs.pop(epoch, None)
+        if iteration.legs:
+            self._legs[epoch] = iteration.legs
         return iteration
 
     def this_pass(self, topology: Topology) -> tuple[Iteration, int | None]:
@@ -192,18 +168,72 @@ class Passes:
             return mine, None
         return self.iteration(self.epoch, generation=generation), None
 
-    # --- skipped batches ---------------------------------------------------------------------
+    # --- the batches of an epoch, numbered ------------------------------------------------------
 
-    def skip(self, epoch: int, first: int, stop: int, batches: int) -> None:
-        """Do not deliver batches ``[first, stop)`` of ``epoch`` (of ``batches``), on any rank.
+    def numbered(self, epoch: int) -> Iteration:
+        """The pass over ``epoch`` whose batches `rows_at` and `skip` number, from the epoch's
+        first on this rank: the pass loaded or begun last, if of ``epoch``, with the legs of
+        its elastic resumes (an earlier leg's batches come first); else the last pass read of
+        it here; else a fresh pass."""
+        for iteration in (self.pending, self._begun):
+            if iteration is not None and iteration.epoch == epoch:
+                return dataclasses.replace(iteration, batches=0, generation=0)
+        return self.iteration(epoch, self._legs.get(epoch, ()))
+
+    def rank_batches(self, epoch: int, *, num_workers: int = 1) -> int:
+        """Batches this rank yields in ``epoch`` (skipped ones counted), as `numbered` numbers
+        them: a fresh pass's, or a resumed one's earlier legs' and its own.
 
         Raises:
-            InvalidArgumentError: the range is empty or passes the epoch's end.
+            TypeError: the count depends on the number of workers
+                (``split_strategy="round_robin"``).
         """
+        rank, world_size = self.ranks.resolve()
+        topology = Topology(rank, world_size, 0, max(1, num_workers))
+        iteration = self.numbered(epoch)
+        if not iteration.legs:
+            return self.streams.rank_batches(topology, epoch)
+        return before_leg(iteration) + sum(self.streams.rank_streams(iteration, topology)[0])
+
+    def delivered_in(self, epoch: int) -> int:
+        """Batches of ``epoch`` (numbered as `numbered` numbers them) delivered in the pass
+        being read, or before the state loaded for it: 0 when neither is of ``epoch`` or it is
+        complete (a pass after it reads the epoch anew)."""
+        if self.pending is not None:
+            iteration, complete = self.pending, self.pending_complete
+        elif self.progress is not None:
+            progress = self.progress
+            iteration = dataclasses.replace(progress.iteration, batches=progress.batches)
+            complete = progress.complete
+        else:
+            return 0
+        if iteration.epoch != epoch or complete:
+            return 0
+        return before_leg(iteration) + iteration.batches
+
+    # --- skipped batches ---------------------------------------------------------------------
+
+    def skip(self, epoch: int, first: int, stop: int, *, num_workers: int = 1) -> None:
+        """Do not deliver batches ``[first, stop)`` of ``epoch`` (numbered as `numbered`
+        numbers them), on any rank.
+
+        Raises:
+            InvalidArgumentError: the range is empty, passes the epoch's end, or holds batches
+                delivered already.
+        """
+        batches = self.rank_batches(epoch, num_workers=num_workers)
         if not 0 <= first < stop <= batches:
             raise InvalidArgumentError(
                 f"skip batches [{first}, {stop}) of epoch {epoch}: the epoch has {batches} "
                 f"batches (0 to {batches - 1}), and the range must be inside it and not empty"
+            )
+        delivered = self.delivered_in(epoch)
+        if first < delivered:
+            # (They would count out of len() and the state, yet have been delivered.)
+            raise InvalidArgumentError(
+                f"skip batches [{first}, {stop}) of epoch {epoch}: batches 0 to "
+                f"{delivered - 1} of it were delivered already (this pass, or the run whose "
+                f"state was loaded, is at batch {delivered}); skip batches from {delivered} on"
             )
         ranges = sorted([*self.skips.get(epoch, []), (first, stop)])
         merged: list[tuple[int, int]] = []
@@ -224,13 +254,14 @@ class Passes:
 
     def skipping(self, batches: Iterator[_T], progress: Progress) -> Iterator[_T]:
         """``batches`` less those not to deliver, each of which counts as delivered (the state
-        goes past it)."""
+        goes past it). Skips given while the pass is read apply to the batches still to come."""
         epoch = progress.iteration.epoch
-        if not self.skips.get(epoch):
-            yield from batches
-            return
+        # Counted here, not from `progress`: a reader one batch ahead (a device copy,
+        # accelerate's last-batch look-ahead) takes the next before this one is counted.
+        at = before_leg(progress.iteration) + progress.start
         for batch in batches:
-            if self.skipped(epoch, progress.batches):
+            at += 1
+            if self.skipped(epoch, at - 1):
                 progress.delivered += 1
                 if progress.delivered == 1:
                     self.control.delivered()
@@ -314,9 +345,10 @@ class Passes:
             int(state[BATCHES]),
         )
         now = (self.ranks.resolve()[1], max(1, num_workers), self.layout)
-        future = [
-            (max(a, saved.batches), b) for a, b in self.skips.get(epoch, ()) if b > saved.batches
-        ]
+        # Skips number the epoch's batches, a leg's skips its own (`Leg.skips`).
+        before = sum(int(leg[BATCHES]) for leg in state[LEGS])
+        at = before + saved.batches
+        future = [(max(a, at) - before, b - before) for a, b in self.skips.get(epoch, ()) if b > at]
         if not future or (saved.world_size, saved.num_workers, saved.layout) == now:
             return iteration
         if not isinstance(self.streams, OneSource | Mixed) or self.layout.unit:
@@ -377,12 +409,15 @@ class Readable(Protocol):
         """Set the epoch of the next pass."""
 
     def rows_at(
-        self, batch: int, epoch: int | None = None, rank: int | None = None, *, num_workers: int = 1
+        self,
+        batch: int,
+        epoch: int | None = None,
+        rank: int | None = None,
+        *,
+        num_workers: int = 1,
+        columns: Sequence[str] | None = None,
     ) -> pa.Table:
         """The rows of a batch, from the plan (see `TabularDataLoader.rows_at`)."""
-
-    def rank_batches(self, epoch: int, *, num_workers: int = 1) -> int:
-        """Batches this rank yields in a fresh pass over ``epoch``, skipped ones counted."""
 
     def __iter__(self) -> Iterator[Any]:
         """The batches of this process's stream of the next pass."""

@@ -22,9 +22,8 @@ import torch
 from ..convert import Field, Written
 from .best_fit import place, sequences_for
 from .fragments import TOKENS_PER_COPY, Fragments, goes_on
-from .tokens import TokenReader
 
-__all__ = ["Packed", "PackedConverter", "TokenReader", "pack", "pack_best_fit"]
+__all__ = ["Packed", "PackedConverter", "pack", "pack_best_fit"]
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,5 @@
-"""The ``tdu`` command line: ``tdu demo``, ``tdu plan``, ``tdu read``, ``tdu index`` and
-``tdu cache``."""
+"""The ``tdu`` command line: ``tdu demo``, ``tdu plan``, ``tdu read``, ``tdu index``,
+``tdu explain`` (`cli.explain`) and ``tdu cache``."""
 
 from __future__ import annotations
 
@@ -14,7 +14,9 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from .errors import InvalidArgumentError, TorchDataloaderUtilsError
+from ..errors import InvalidArgumentError, TorchDataloaderUtilsError
+from .explain import add_explain
+from .explain import explain as explain_batch
 
 __all__ = ["main", "parser"]
 
@@ -74,7 +76,7 @@ def make_demo_dataset(root: Path, rows: int, files: int = 8) -> Path:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from . import create_dataloader
+    from .. import create_dataloader
 
     root = make_demo_dataset(Path(args.dir), args.rows)
     print(f"dataset: {root} ({args.rows:,} rows: 8 float32, label, text, 32-d embedding, tokens)")
@@ -105,7 +107,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _plan(args: argparse.Namespace) -> int:
-    from . import StructuredDataset
+    from .. import StructuredDataset
 
     dataset = StructuredDataset(args.path, args.format, partitioning=args.partitioning)
     plan = dataset.plan
@@ -119,8 +121,8 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def _index(args: argparse.Namespace) -> int:
-    from .fs.spec import FileSystemSpec
-    from .webdataset.index import build_index, format_index, index_path
+    from ..fs.spec import FileSystemSpec
+    from ..webdataset.index import build_index, format_index, index_path
 
     fs = FileSystemSpec.for_path(args.shard)
     path = fs.strip(args.shard)
@@ -143,7 +145,7 @@ def _index(args: argparse.Namespace) -> int:
 
 def _read(args: argparse.Namespace) -> int:
     """Read epochs of a source; per epoch: rows, rows/s and what the cache did."""
-    from . import create_dataloader
+    from .. import create_dataloader
 
     options = json.loads(args.storage_options) if args.storage_options else None
     start = time.perf_counter()
@@ -173,63 +175,6 @@ def _read(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explain(args: argparse.Namespace) -> int:
-    """Print the rows of one batch (its files and row numbers), from a state or the options."""
-    from . import create_dataloader
-
-    options: dict[str, Any] = {
-        "batch_size": args.batch_size,
-        "shuffle": args.shuffle,
-        "shuffle_seed": args.seed,
-        "world_size": args.world_size,
-        "workers": args.workers,
-    }
-    epoch = args.epoch
-    if args.state is not None:  # the run's own options and epoch, from its saved state
-        state = _load_state(args.state)
-        layout, topology = state["layout"], state["topology"]
-        options.update(
-            batch_size=layout["batch_size"],
-            shuffle=layout["shuffle"],
-            shuffle_seed=layout["seed"],
-            world_size=topology["world_size"],
-            workers=topology["num_workers"],
-        )
-        epoch = state["epoch"] if epoch is None else epoch
-    workers = options.pop("workers")
-    loader = create_dataloader(
-        args.path,
-        format=args.format,
-        rank=args.rank,
-        num_workers=workers,
-        **options,
-    )
-    table = loader.rows_at(args.batch, epoch=epoch or 0, rank=args.rank)
-    print(
-        f"epoch {epoch or 0}, rank {args.rank} of {options['world_size']}, {workers} workers, "
-        f"batch {args.batch}: {table.num_rows} rows"
-    )
-    shown = ["__file__", "__row__", *[c for c in table.column_names if not c.startswith("__")]]
-    for row in table.select(shown[: 2 + args.columns]).to_pylist()[: args.limit]:
-        print("  " + "  ".join(f"{k}={v}" for k, v in row.items()))
-    if table.num_rows > args.limit:
-        print(f"  ... {table.num_rows - args.limit} more rows")
-    return 0
-
-
-def _load_state(path: str) -> dict[str, Any]:
-    """A loader state saved as JSON, or with torch.save (alone or under a ``"data"`` key)."""
-    if path.endswith(".json"):
-        with open(path) as f:
-            state: dict[str, Any] = json.load(f)
-        return state
-    import torch
-
-    saved = torch.load(path, weights_only=True)
-    found: dict[str, Any] = saved.get("data", saved) if isinstance(saved, dict) else saved
-    return found
-
-
 def _cache_line(stats: Any) -> str:
     return (
         f"cache hits {stats.hits:,}, misses {stats.misses:,}, "
@@ -242,8 +187,8 @@ def _cache_line(stats: Any) -> str:
 
 def _cache(args: argparse.Namespace) -> int:
     """Show or clear a node-local cache."""
-    from .cache import CacheConfig, open_store
-    from .sources.kept import kept_plans
+    from ..cache import CacheConfig, open_store
+    from ..sources.kept import kept_plans
 
     config = CacheConfig.of(args.dir, None)
     if config is None:
@@ -273,11 +218,12 @@ def _ints(text: str) -> list[int]:
 
 
 class _Help(argparse.ArgumentDefaultsHelpFormatter):
-    """Shows each option's default, unless its help already says it in words."""
+    """Shows each option's default, unless its help already says it in words or it has none
+    (a required option)."""
 
     def _get_help_string(self, action: argparse.Action) -> str | None:
         text = action.help or ""
-        return text if "default" in text else super()._get_help_string(action)
+        return text if "default" in text or action.required else super()._get_help_string(action)
 
 
 def parser() -> argparse.ArgumentParser:
@@ -347,22 +293,8 @@ def parser() -> argparse.ArgumentParser:
     explain = command(
         "explain", "print one batch's rows (files and row numbers), from the plan, read on demand"
     )
-    explain.add_argument("path", help="a path, URL, directory or glob")
-    explain.add_argument(
-        "--batch", type=int, required=True, help="the batch, from the epoch's start"
-    )
-    explain.add_argument("--epoch", type=int, default=None, help="default: the state's, else 0")
-    explain.add_argument("--rank", type=int, default=0, help="the rank")
-    explain.add_argument("--state", default=None, help="a saved loader state (.json or torch)")
-    explain.add_argument("--format", default="parquet", help="the format's name")
-    explain.add_argument("--batch-size", type=int, default=1024, help="without --state")
-    explain.add_argument("--shuffle", action="store_true", help="without --state")
-    explain.add_argument("--seed", type=int, default=42, help="shuffle_seed, without --state")
-    explain.add_argument("--world-size", type=int, default=1, help="without --state")
-    explain.add_argument("--workers", type=int, default=0, help="without --state")
-    explain.add_argument("--columns", type=int, default=3, help="data columns to print")
-    explain.add_argument("--limit", type=int, default=20, help="rows to print")
-    explain.set_defaults(run=_explain)
+    add_explain(explain)
+    explain.set_defaults(run=explain_batch)
     cache = command("cache", "show or clear a node-local cache")
     cache.add_argument(
         "action", nargs="?", choices=["show", "clear"], default="show", help="what to do"
@@ -399,7 +331,3 @@ def _last_words(text: str) -> str:
         return text
     kind, _, message = lines[-1].partition(": ")  # "package.module.SomeError: message"
     return message if message and kind.rsplit(".", 1)[-1].isidentifier() else lines[-1]
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())
