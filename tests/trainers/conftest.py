@@ -30,6 +30,9 @@ def run_example(name: str, *args: str, timeout: float = 240) -> str:
     env = {k: v for k, v in os.environ.items() if k not in _RANK_VARIABLES}
     env.update(GLOO_SOCKET_IFNAME="lo", MASTER_ADDR="127.0.0.1", PYTHONUNBUFFERED="1")
     env.update(RAY_AUTH_MODE="disabled", RAY_USAGE_STATS_ENABLED="0")
+    # One compute thread: the suite runs two test processes on two cores, and OpenMP threads
+    # that spin on a core another process holds slowed an example's model steps ten-fold.
+    env.setdefault("OMP_NUM_THREADS", "1")
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO), env.get("PYTHONPATH")]))
     try:
         done = subprocess.run(

@@ -14,8 +14,8 @@ import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
 from ..cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
-from ..convert import Converter, Decoding, Output
-from ..errors import InvalidArgumentError, UnsupportedTypeError
+from ..convert import Decoding, Output
+from ..errors import InvalidArgumentError
 from ..errors.on_error import FailureLog, OnError
 from ..formats import Format
 from ..fs import FileSystemSpec, RetryPolicy
@@ -28,13 +28,13 @@ from ..sources.files import Planned
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
 from ..stream.blocks import Segment
-from ..stream.packing import PackedConverter
 from ..stream.pipeline import stream_segments
 from ..stream.read import Reader, Reads
 from ..stream.tokens import TokenReader
 from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
 from .chunk_rows import ChunkRows
+from .conversion import conversion
 from .lookup import Lookup
 from .tokens import in_tokens, length_index
 
@@ -135,61 +135,11 @@ class PlannedDataset(IterableDataset[Any]):
 
     def _convert(self, output: Output) -> None:
         """The converter, each source's checks and the decoders of the sources' formats."""
-        decoders: dict[str, Any] = {}
-        if output.format != "arrow":
-            for source in self.sources:
-                for name, decoder in source.format.decoders(source.plan.schema).items():
-                    decoders.setdefault(name, decoder)
-        # Read with the columns that name a sample (every source has them), so that a value
-        # that does not decode is named by its file and sample whatever the columns asked
-        # for; dropped after decoding.
-        schema = self.plan.schema
-        carried = [
-            c
-            for c in self.sources[0].format.sample_columns
-            if decoders
-            and c not in schema.names
-            and all(c in s.format.sample_columns for s in self.sources)
-        ]
-        self._carried = tuple(carried)
-        strings = [pa.field(c, pa.string()) for c in carried]
-        # Each source's rows are checked by its own converter (a mixture's are cast after);
-        # where the rows are the dataset's (one source), that converter converts them too.
-        converters = [
-            _converter(output, pa.schema([*s.plan.schema, *strings]), s.label) for s in self.sources
-        ]
-        self._checks = tuple(c.check for c in converters)
-        whole = pa.schema([*schema, *strings])
-        self.converter: Converts = (
-            converters[0]
-            if len(converters) == 1 and converters[0].schema.equals(whole)
-            else _converter(output, whole, _label(self.sources))
+        made = conversion(
+            self.sources, self.plan.schema, output, self.options, self.collate_fn, self._source_key
         )
-        self._collate = (
-            Decoding(
-                decoders,
-                output_format=output.format,
-                collate=self.collate_fn,
-                on_error=self.on_error,
-                carried=self._carried,
-            )
-            if decoders
-            else self.collate_fn
-        )
-        packing = self.options.packing
-        if packing is not None:  # a batch of tokens becomes sequences; nothing to decode
-            self.converter = PackedConverter(
-                packing.seq_len,
-                packing.pad_value,
-                output.format,
-                method=packing.method,
-                positions=packing.positions,
-                static_shape=packing.static_shape,
-                batch_size=self.options.batch_size,
-                batch_tokens=self.options.batch_rows,
-                source_key=self._source_key,
-            )
-            self._collate = self.collate_fn
+        self.converter: Converts = made.converter
+        self._checks, self._collate, self._carried = made.checks, made.collate, made.carried
 
     def _format(self, source: Source) -> Format:
         """The format ``source`` is read with (on every rank)."""
@@ -447,15 +397,3 @@ class PlannedDataset(IterableDataset[Any]):
     def epoch_rows(self) -> int:
         """Rows an epoch reads across all ranks, before the remainder policy."""
         return self.streams.epoch_rows
-
-
-def _converter(output: Output, schema: pa.Schema, label: str) -> Converter:
-    try:
-        return output.converter(schema)
-    except UnsupportedTypeError as exc:  # at planning: name the source
-        raise UnsupportedTypeError(f"{label}: {exc}") from None
-
-
-def _label(sources: Sequence[PlannedSource]) -> str:
-    """The dataset's name in messages: its source's, or a mixture's."""
-    return sources[0].label if len(sources) == 1 else f"a mixture of {len(sources)} sources"

@@ -10,21 +10,14 @@ from ..errors import (
     StorageNotFoundError,
     StoragePermissionError,
 )
+from .native import NATIVE_PROTOCOLS
 from .retry import is_missing, is_refused, scrub
 
 __all__ = ["missing_filesystem", "translate_os_error"]
 
-# The extra of this package that installs each protocol's fsspec filesystem (pyproject.toml).
-_EXTRAS = {
-    "s3": "s3",
-    "s3a": "s3",
-    "gs": "gcs",
-    "gcs": "gcs",
-    "abfs": "azure",
-    "abfss": "azure",
-    "az": "azure",
-    "adl": "azure",
-}
+# The extra of this package that installs each protocol's fsspec filesystem (pyproject.toml):
+# named as the native families are, and Azure Data Lake Gen1 with the rest of Azure.
+_EXTRAS = {**NATIVE_PROTOCOLS, "adl": "azure"}
 
 
 def translate_os_error(exc: OSError, url: str) -> StorageError:

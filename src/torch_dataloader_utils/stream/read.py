@@ -124,8 +124,8 @@ class Reader:
     )
     _made: dict[int, Chunk] = field(default_factory=dict, init=False, repr=False, compare=False)
     # Each schema batches came in, and what it is cast to (None: kept as it is).
-    _casts: dict[pa.Schema, pa.Schema | None] = field(
-        default_factory=dict, init=False, repr=False, compare=False
+    _casts: list[tuple[pa.Schema, pa.Schema | None]] = field(
+        default_factory=list, init=False, repr=False, compare=False
     )
 
     def _chunk(self, index: int) -> Chunk:
@@ -332,14 +332,22 @@ class Reader:
         if self.schema is not None:
             target = self._cast_to(batch.schema)
             if target is not None:
-                batch = batch.cast(target)
+                # Not a cast, which aborts the process on some types (a union's nullability): a
+                # column under the plan's field as it is, or a view where a child's
+                # nullability differs (a view of a sliced union's values is not sound).
+                columns = [
+                    c if c.type == f.type else c.view(f.type)
+                    for c, f in zip(batch.columns, target, strict=True)
+                ]
+                batch = pa.RecordBatch.from_arrays(columns, schema=target)
         return batch
 
     def _cast_to(self, schema: pa.Schema) -> pa.Schema | None:
         """The schema batches of ``schema`` are cast to: where a column differs from the plan's
         only as planning lets files differ (`_alike`), the plan's; else None (as read)."""
-        if schema in self._casts:
-            return self._casts[schema]
+        for seen, target in self._casts:  # (a few schemas at most; some types do not hash)
+            if seen.equals(schema):
+                return target
         assert self.schema is not None
         planned = {f.name: f for f in self.schema}
         fields = [
@@ -348,7 +356,7 @@ class Reader:
         ]
         target = pa.schema(fields, metadata=schema.metadata)
         out = None if target.equals(schema) else target
-        self._casts[schema] = out
+        self._casts.append((schema, out))
         return out
 
 

@@ -203,6 +203,12 @@ class CsvFormat(TextFormat):
         raw = self._names(schema, url)
         names = unique_names(raw)
         renamed = raw if names != raw else ()
+        if renamed and head[:1] in (b"\n", b"\r"):
+            # New names skip the header's line by count, and pyarrow counts an empty one.
+            raise UnsupportedFileError(
+                f"{url}: the header repeats a name or has an empty one, and empty lines come "
+                "before it; remove them or rename the columns in the file"
+            )
         if renamed and any("\n" in n or "\r" in n for n in raw):
             # New names replace the header by skipping its line, which a quoted newline breaks.
             raise UnsupportedFileError(
@@ -380,6 +386,8 @@ class CsvFormat(TextFormat):
             ends.extend(scan.feed(read_range(chunk.path, offset, size, fs)).tolist())
             if len(ends) >= wanted:
                 break
+        if len(ends) < wanted:  # (the scan and pyarrow disagree on records: a lone "\r")
+            return f" (row {row} of the chunk)"
         byte = ends[wanted - 1] if wanted else chunk.start
         line = self._line(chunk.path, byte, fs)
         return f" at {line}byte {byte} (row {row} of the chunk)"

@@ -54,3 +54,23 @@ def test_a_value_not_utf8_is_refused_saying_how_to_read_it(
 def test_the_encoding_it_names_reads_the_file(latin1: Path) -> None:
     (batch,) = _read(latin1, format_options={"encoding": "latin-1", "infer_bytes": 1000})
     assert batch["name"][150] == "café" and len(batch["name"]) == 300
+
+
+def test_a_value_after_a_lone_carriage_return_is_refused_naming_its_row(tmp_path: Path) -> None:
+    """pyarrow ends a record at a lone ``\\r``, the record scan does not: the value is placed by
+    its row (it raised an IndexError)."""
+    path = tmp_path / "cr.csv"
+    path.write_bytes(b"a,b\r\x80,")
+    with pytest.raises(tdu.CorruptFileError, match=r"cr\.csv.*column 'a'.*row 0.*encoding"):
+        _read(path)
+
+
+def test_empty_lines_before_a_header_that_is_renamed_are_refused(tmp_path: Path) -> None:
+    """A header with an empty name is read under new names by skipping its line by count,
+    which an empty line before it would shift (its names read as a row)."""
+    path = tmp_path / "blank.csv"
+    path.write_bytes(b"\r,b\n1,2\n3,4\n")
+    with pytest.raises(tdu.UnsupportedFileError, match=r"blank\.csv.*empty lines come before"):
+        _read(path)
+    path.write_bytes(b",b\n1,2\n3,4\n")  # (without them, read as column0)
+    assert _read(path)[0]["column0"] == [1, 3]
