@@ -29,6 +29,8 @@ from typing import Any, NamedTuple
 import torch
 import torch.multiprocessing
 
+from .descriptors import keep_socket_path_short
+
 __all__ = [
     "BUNDLE_BYTES",
     "DEV_SHM",
@@ -102,6 +104,7 @@ def _memfd_works() -> bool:
 
 def new_buffer(nbytes: int) -> Buffer | None:
     """A new shared buffer of ``nbytes`` bytes, or None when shared memory has no room."""
+    keep_socket_path_short()  # (its descriptor goes to the main process through a socket)
     if memory_kind() == "memfd":
         return _new_memfd(nbytes)
     if not dev_shm_fits(nbytes):
