@@ -52,7 +52,12 @@ def main() -> None:
     parser.add_argument("--ranks", type=int, default=2)
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
-    root = Path(tempfile.mkdtemp())
+    with tempfile.TemporaryDirectory(prefix="tdu-spawn-") as folder:
+        spawned(args, Path(folder))
+
+
+def spawned(args: argparse.Namespace, root: Path) -> None:
+    """Write the data under ``root``, plan here once, read it in spawned ranks."""
     for i, ids in enumerate(np.array_split(np.arange(ROWS), 4)):
         pq.write_table(pa.table({"id": ids}), root / f"part-{i}.parquet", row_group_size=100)
     loader = tdu.create_dataloader(

@@ -34,9 +34,21 @@ ROWS = 5_000
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--data", type=Path, default=Path(tempfile.mkdtemp()) / "data")
+    parser.add_argument(
+        "--data", type=Path, help="the data's folder (default: a temporary one, removed after)"
+    )
     parser.add_argument("--workers", type=int, default=2)
     args = parser.parse_args()
+    if args.data is not None:
+        train(args)
+        return
+    with tempfile.TemporaryDirectory(prefix="tdu-torchdata-") as folder:
+        args.data = Path(folder) / "data"
+        train(args)
+
+
+def train(args: argparse.Namespace) -> None:
+    """Write the data under ``args.data`` unless it is there, stop epoch 0, resume."""
     if not args.data.exists():
         args.data.mkdir(parents=True)
         for i, ids in enumerate(np.array_split(np.arange(ROWS), 4)):

@@ -231,6 +231,7 @@ def test_explain_refuses_a_state_of_other_data(saved: tuple[Path, Path], tmp_pat
     write_parquet(other / "b.parquet", np.arange(1000, 1500))
     done = tdu("explain", str(other), "--batch", "1", "--state", str(state))
     assert_one_line(done, "explain", str(state), "rows: 300 then, 500 now", "mixture")
+    assert "allow_changed_data" not in done.stderr  # (a load_state_dict keyword, not a flag)
     done = tdu("explain", str(data), "--batch", "1", "--state", str(state), "--limit", "2")
     assert done.returncode == 0, done.stderr
     assert done.stdout.startswith("epoch 0, rank 0 of 1, 1 worker, batch 1: 8 rows")

@@ -252,8 +252,11 @@ def _load(loader: Any, state: dict[str, Any], args: argparse.Namespace) -> None:
     try:
         loader.load_state_dict(state)
     except StateMismatchError as exc:
+        from ..state.codec import RESUME_ANYWAY  # (a load_state_dict keyword: not for here)
+
+        refusal = str(exc).replace(RESUME_ANYWAY, "")
         raise StateMismatchError(
-            f"{args.state} does not fit {args.path}: {exc}. {plans}; {python}"
+            f"{args.state} does not fit {args.path}: {refusal}. {plans}; {python}"
         ) from None
     saved, now = Layout(**state["layout"]), loader.dataset.layout
     changed = [

@@ -18,6 +18,7 @@ from ..planning import Iteration, Layout, Leg, Plan
 from . import keys as k
 
 __all__ = [
+    "RESUME_ANYWAY",
     "STATE_VERSION",
     "STREAM_STATE_KIND",
     "Iteration",
@@ -29,6 +30,12 @@ __all__ = [
     "read_failures",
     "with_read_failures",
 ]
+
+# The way past a changed plan, told with the refusal (a caller with no load_state_dict, such as
+# `tdu explain`, leaves it out).
+RESUME_ANYWAY = (
+    "; pass allow_changed_data=True to load_state_dict to resume at the same epoch and batch anyway"
+)
 
 STATE_VERSION = 1
 _KIND = "torch_dataloader_utils.loader_state"
@@ -171,8 +178,7 @@ def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
     raise StateMismatchError(
         f"the state was saved for plan {saved.get('fingerprint')} and the data now plans as "
         f"{now['fingerprint']} ({'; '.join(changes)}). {hint}Resuming would lose or repeat "
-        "rows; pass allow_changed_data=True to load_state_dict to resume at the same epoch and "
-        "batch anyway"
+        f"rows{RESUME_ANYWAY}"
     )
 
 
