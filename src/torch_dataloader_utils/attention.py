@@ -156,10 +156,14 @@ def hf_inputs(
     }
     if with_labels:
         out["labels"] = labels(batch)
-    if attn_implementation in _FLASH:
-        cu = batch["cu_seqlens"].to(torch.int32)
-        longest = int(batch["max_seqlen"])
-        out.update(cu_seq_lens_q=cu, cu_seq_lens_k=cu, max_length_q=longest, max_length_k=longest)
+    if attn_implementation in _FLASH:  # (varlen_inputs' values, under transformers' names)
+        varlen = varlen_inputs(batch)
+        out.update(
+            cu_seq_lens_q=varlen["cu_seqlens_q"],
+            cu_seq_lens_k=varlen["cu_seqlens_k"],
+            max_length_q=varlen["max_seqlen_q"],
+            max_length_k=varlen["max_seqlen_k"],
+        )
     elif attn_implementation == "flex_attention":
         out["attention_mask"] = block_mask(batch)
     elif attn_implementation in _MASKED:
