@@ -26,7 +26,7 @@ import pyarrow.csv as pacsv
 import pyarrow.json as pajson
 
 import torch_dataloader_utils as tdu
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.formats.text import CsvFormat, JsonFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 
@@ -107,7 +107,7 @@ def main() -> None:
         scans = []
         for _ in range(2):
             began = time.perf_counter()
-            fmt.plan(files, [()] * len(files), fs, ReadOptions())
+            fmt.plan(Listing.of(files), fs, ReadOptions())
             scans.append(time.perf_counter() - began)
         print(
             f"{name}: {size / 1e6:.0f} MB; plan-time scan {size / scans[0] / 1e6:.0f} MB/s "

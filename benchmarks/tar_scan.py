@@ -8,7 +8,7 @@ Modes, each over every shard (page cache warm after the first pass):
 - ``tarfile index``: ``tarfile.open(mode="r:")`` iterating members without reading data;
 - ``scan_tar index``: `scan_tar` through ``os.pread`` in 8 MB windows (headers only; small
   members' data comes along in the windows);
-- ``scan_tar full``: one read of the whole shard, `iter_tar` over it, every member's bytes
+- ``scan_tar full``: one read of the whole shard, `scan_tar` over it, every member's bytes
   sliced out (what a reader does with a chunk's range).
 - ``build_index``: `scan_tar` + `group_samples` (the plan-time work per shard).
 
@@ -29,7 +29,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from torch_dataloader_utils.webdataset import build_index, iter_tar, scan_tar
+from torch_dataloader_utils.webdataset import build_index, scan_tar
 
 
 def make_shards(root: Path, size_mb: int, member_kb: float, shards: int) -> list[Path]:
@@ -81,7 +81,7 @@ def scan_full(path: Path) -> int:
     data = path.read_bytes()
     view = memoryview(data)
     total = 0
-    for m in iter_tar(view, where=str(path)):
+    for m in scan_tar(lambda o, n: view[o : o + n], len(view), where=str(path), window=len(view)):
         total += len(bytes(view[m.offset : m.end]))
     return total
 

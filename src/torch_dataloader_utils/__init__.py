@@ -9,6 +9,18 @@ Examples:
     ...     loader.set_epoch(epoch)
     ...     for batch in loader:
     ...         ...
+
+The public names, by who reads them (``__all__`` holds them sorted):
+
+- Training: `create_dataloader`, `TabularDataLoader`, `StructuredDataset`, `IcebergDataset`,
+  `MixtureDataset`, `Source`, `Packing`, `TokenBudget`, `RetryPolicy`, `CacheStats`,
+  `attention`, `ShardWriter`.
+- Format authors: `Format`, `FormatPlan`, `Listing`, `ReadOptions`, `Chunk`, `Plan`, `register_format`,
+  `get_format`, `available_formats`, and the formats shipped: `ParquetFormat`, `OrcFormat`,
+  `CsvFormat`, `JsonFormat`, `IpcFormat`, `WebDatasetFormat`.
+- Tools over the data order: `Piece`, `Topology`, `Converter`.
+- Errors and warnings: `TorchDataloaderUtilsError` and its kinds (the names ending in
+  ``Error``), `TorchDataloaderUtilsWarning`.
 """
 
 from __future__ import annotations
@@ -20,7 +32,7 @@ from .batching import Packing, TokenBudget
 from .cache import CacheStats
 from .convert import Converter
 from .create import create_dataloader
-from .dataset import StructuredDataset
+from .dataset import IcebergDataset, MixtureDataset, StructuredDataset
 from .errors import (
     ColumnNotFoundError,
     CorruptFileError,
@@ -50,6 +62,7 @@ from .errors import (
 from .formats import (
     Format,
     FormatPlan,
+    Listing,
     ReadOptions,
     available_formats,
     get_format,
@@ -60,9 +73,7 @@ from .formats.orc import OrcFormat
 from .formats.parquet import ParquetFormat
 from .formats.text import CsvFormat, JsonFormat
 from .fs import RetryPolicy
-from .iceberg import IcebergDataset
 from .loader import TabularDataLoader
-from .mixture import MixtureDataset
 from .options import Source
 from .planning import Chunk, Piece, Plan, Topology
 from .webdataset import ShardWriter
@@ -87,6 +98,7 @@ __all__ = [
     "InvalidSourceError",
     "IpcFormat",
     "JsonFormat",
+    "Listing",
     "MissingComponentError",
     "MissingDependencyError",
     "MixtureDataset",

@@ -8,14 +8,12 @@ from typing import Any, cast
 
 import torch
 
-from .dataset import StructuredDataset
+from .dataset import MixtureDataset, PlannedDataset, StructuredDataset
 from .errors import InvalidArgumentError
-from .errors.keywords import check_init_keywords, keywords_of
 from .formats import Format
 from .fs import Paths
 from .loader import DEFAULT_BUNDLE_ROWS, TabularDataLoader
-from .mixture import MixtureDataset
-from .options import LOADER_KEYWORDS, LoaderOptions, Source
+from .options import LoaderOptions, Source
 
 __all__ = ["create_dataloader"]
 
@@ -37,7 +35,7 @@ def create_dataloader(
     accelerator: Any = None,
     dataset_class: type[StructuredDataset] = StructuredDataset,
     **dataset_options: Any,
-) -> TabularDataLoader[StructuredDataset]:
+) -> TabularDataLoader[PlannedDataset]:
     """Build a dataset over ``source`` and a DataLoader that reads it.
 
     Args:
@@ -117,20 +115,4 @@ def create_dataloader(
             )
         sources = [data] if isinstance(data, Source) else list(data)
         return loading.loader(MixtureDataset(sources, **dataset_options))
-    check_init_keywords(dataset_class, dataset_options, also=_OWN, elsewhere=_MIXTURE_ONLY)
     return loading.loader(dataset_class(cast(Paths, data), format, **dataset_options))
-
-
-# create_dataloader's own keywords, suggested when a keyword is misspelt.
-_OWN = (*LOADER_KEYWORDS, "source", "path", "format", "dataset_class")
-
-# A mixture's own keywords, given with one source: said to be a mixture's, not unknown.
-_MIXTURE_ONLY = dict.fromkeys(
-    sorted(
-        keywords_of(MixtureDataset.__init__)[0]
-        - keywords_of(StructuredDataset.__init__)[0]
-        - {"sources"}
-    ),
-    "a mixture's keyword: it needs a list of tdu.Source as the source, "
-    "e.g. [tdu.Source(path_a), tdu.Source(path_b)]",
-)

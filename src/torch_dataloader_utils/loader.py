@@ -1,11 +1,11 @@
-"""The DataLoader of a dataset (`TabularDataLoader`), and the options that build it
-(`LoaderOptions`); `create_dataloader` (create.py) builds the dataset first."""
+"""The DataLoader of a dataset (`TabularDataLoader`). Its options are checked as a value before
+it is built (`options.LoaderOptions`); `create_dataloader` (create.py) builds the dataset
+first."""
 
 from __future__ import annotations
 
 import dataclasses
 import functools
-import multiprocessing
 import sys
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, cast
@@ -436,12 +436,3 @@ def _collected(
         failures.extend(log.drain())
         yield batch
     failures.extend(log.drain())
-
-
-def _start_method(context: Any) -> str:
-    """How ``context`` (a DataLoader's ``multiprocessing_context``) starts processes."""
-    if context is not None:
-        return str(context.get_start_method())
-    # (multiprocessing.get_context() would fix the default for the whole program)
-    method = multiprocessing.get_start_method(allow_none=True)
-    return method or multiprocessing.get_all_start_methods()[0]

@@ -35,9 +35,11 @@ __all__ = [
     "EVERY_SOURCE",
     "LOADER_KEYWORDS",
     "LoaderOptions",
+    "OPTION_KEYWORDS",
     "Options",
     "Source",
     "ranks_of",
+    "source_keywords",
     "with_defaults",
 ]
 
@@ -48,6 +50,9 @@ DEFAULT_BATCH_SIZE = 1024
 # Marks a `Source` field that a mixture's own keyword arguments may set for every source that
 # leaves it unset.
 _EVERY = {"every_source": True}
+# Marks a `Source` field that only one kind of source takes (``reads``: files or a table), or
+# only a source of a mixture: the keywords each dataset takes follow (`dataset.keywords`).
+_FILES, _TABLE, _MIXED = {"reads": "files"}, {"reads": "table"}, {"reads": "mixture"}
 
 
 @dataclass(frozen=True)
@@ -79,11 +84,11 @@ class Source(SuggestsKeywords):
         ...     epoch_rows=1_000_000, batch_size=1024, shuffle=True)
     """
 
-    path: Paths | None = None
+    path: Paths | None = field(default=None, metadata=_FILES)
     format: str | Format = "parquet"
-    table: Any = None
-    weight: float | None = None
-    name: str | None = None
+    table: Any = field(default=None, metadata=_TABLE)
+    weight: float | None = field(default=None, metadata=_MIXED)
+    name: str | None = field(default=None, metadata=_MIXED)
     columns: Sequence[str] | None = field(default=None, metadata=_EVERY)
     filters: Any = field(default=None, metadata=_EVERY)
     storage_options: StorageOptions | None = field(default=None, metadata=_EVERY)
@@ -93,11 +98,13 @@ class Source(SuggestsKeywords):
     split_rows: int | None = field(default=None, metadata=_EVERY)
     storage_backend: StorageBackend = "auto"
     retries: RetryPolicy | int | None = field(default=None, metadata=_EVERY)
-    catalog_config: Mapping[str, Any] | None = field(default=None, repr=False, metadata=_EVERY)
-    snapshot_id: int | None = None
-    as_of: Any = None
-    ref: str | None = None
-    from_snapshot_id: int | None = None
+    catalog_config: Mapping[str, Any] | None = field(
+        default=None, repr=False, metadata={**_EVERY, **_TABLE}
+    )
+    snapshot_id: int | None = field(default=None, metadata=_TABLE)
+    as_of: Any = field(default=None, metadata=_TABLE)
+    ref: str | None = field(default=None, metadata=_TABLE)
+    from_snapshot_id: int | None = field(default=None, metadata=_TABLE)
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.table is None):
@@ -338,6 +345,22 @@ LOADER_KEYWORDS = tuple(f.name for f in dataclasses.fields(LoaderOptions))
 
 # `Output`'s fields under their public names (``output_format``, ``list_format``, ...).
 _OUTPUT = (("output_", "format"), ("", "list_format"), ("", "null_policy"), ("", "pad_value"))
+
+# `Options` as keywords: its fields, ``output``'s under their public names, and ``num_ranks``
+# (the earlier library's ``world_size``).
+OPTION_KEYWORDS = frozenset(
+    {f.name for f in dataclasses.fields(Options)} - {"output"}
+    | {p + k for p, k in _OUTPUT}
+    | {"num_ranks"}
+)
+
+
+def source_keywords(reads: str) -> frozenset[str]:
+    """The `Source` fields a dataset of one source of kind ``reads`` (``"files"`` or
+    ``"table"``) takes as keywords: every field but the other kind's and a mixture's."""
+    return frozenset(
+        f.name for f in dataclasses.fields(Source) if f.metadata.get("reads") in (None, reads)
+    )
 
 
 def ranks_of(world_size: int | None, num_ranks: int | None) -> int | None:

@@ -22,7 +22,7 @@ import pytest
 from tests.conftest import write_parquet
 from tests.format_files import write_ipc, write_orc
 from torch_dataloader_utils import get_format
-from torch_dataloader_utils.formats import Format, FormatPlan, ReadOptions
+from torch_dataloader_utils.formats import Format, FormatPlan, Listing, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.planning import Chunk
@@ -88,7 +88,7 @@ def _source(tmp_path: Path, name: str, where: str, memory_root: str) -> str:
 def _plan(fmt: Format, source: str, options: ReadOptions) -> tuple[FormatPlan, FileSystemSpec]:
     fs = FileSystemSpec.for_path(source)
     files = list_files(source, fs)
-    return fmt.plan(files, [()] * len(files), fs, options), fs
+    return fmt.plan(Listing.of(files), fs, options), fs
 
 
 # Options that make a chunk several native units, so a read is mid-chunk at the fork.

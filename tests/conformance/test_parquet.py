@@ -4,7 +4,7 @@ and proof that each suite fails broken implementations."""
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -18,7 +18,7 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from tests.conftest import MakeParquetDir, make_table, write_parquet
-from torch_dataloader_utils.formats import FormatPlan, ReadOptions
+from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
 from torch_dataloader_utils.planning import Chunk
@@ -89,8 +89,6 @@ def test_schema_needs_the_id_column(parquet_dir: MakeParquetDir) -> None:
 
 # Broken formats, each wrong in one way; the suite must name the duty each one breaks.
 
-Files = Sequence[SourceFile]
-Parts = Sequence[tuple[tuple[str, object], ...]]
 Batches = Iterator[pa.RecordBatch]
 
 
@@ -164,11 +162,9 @@ class KeepsPlanOnItself(ParquetFormat):
 
     planned = False
 
-    def plan(
-        self, files: Files, partitions: Parts, fs: FileSystemSpec, options: ReadOptions
-    ) -> FormatPlan:
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
         self.planned = True
-        return super().plan(files, partitions, fs, options)
+        return super().plan(listing, fs, options)
 
     def read(
         self, chunk: Chunk, row_start: int, row_stop: int, fs: FileSystemSpec, options: ReadOptions
@@ -188,36 +184,28 @@ def _last_chunk_one_row_short(plan: FormatPlan) -> FormatPlan:
 class PlanOneRowShort(ParquetFormat):
     """Consistent chunks (unit_rows sum to num_rows) that count one row too few."""
 
-    def plan(
-        self, files: Files, partitions: Parts, fs: FileSystemSpec, options: ReadOptions
-    ) -> FormatPlan:
-        return _last_chunk_one_row_short(super().plan(files, partitions, fs, options))
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
+        return _last_chunk_one_row_short(super().plan(listing, fs, options))
 
 
 class PlanNumRowsOffByOne(ParquetFormat):
-    def plan(
-        self, files: Files, partitions: Parts, fs: FileSystemSpec, options: ReadOptions
-    ) -> FormatPlan:
-        plan = super().plan(files, partitions, fs, options)
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
+        plan = super().plan(listing, fs, options)
         first = plan.chunks[0]
         return replace(plan, chunks=[replace(first, num_rows=first.num_rows + 1), *plan.chunks[1:]])
 
 
 class PlanReversed(ParquetFormat):
-    def plan(
-        self, files: Files, partitions: Parts, fs: FileSystemSpec, options: ReadOptions
-    ) -> FormatPlan:
-        plan = super().plan(files, partitions, fs, options)
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
+        plan = super().plan(listing, fs, options)
         return replace(plan, chunks=plan.chunks[::-1])
 
 
 class SplitLosesRows(ParquetFormat):
     """Right by default; drops a row only when asked to regroup."""
 
-    def plan(
-        self, files: Files, partitions: Parts, fs: FileSystemSpec, options: ReadOptions
-    ) -> FormatPlan:
-        plan = super().plan(files, partitions, fs, options)
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
+        plan = super().plan(listing, fs, options)
         return _last_chunk_one_row_short(plan) if options.split_rows else plan
 
 

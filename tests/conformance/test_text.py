@@ -14,7 +14,7 @@ import pyarrow.csv as pacsv
 import pytest
 
 import torch_dataloader_utils as tdu
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.formats.text import CsvFormat, JsonFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.planning import Topology
@@ -87,7 +87,7 @@ def test_json_conformance(jsonl_source: Path) -> None:
 def test_one_big_file_has_many_blocks(csv_source: Path) -> None:
     fs = FileSystemSpec("file")
     files = [f for f in list_files(str(csv_source), fs) if f.path.endswith("part-2.csv")]
-    plan = CsvFormat(block_bytes=1024).plan(files, [()], fs, ReadOptions())
+    plan = CsvFormat(block_bytes=1024).plan(Listing.of(files), fs, ReadOptions())
     assert len(plan.chunks) >= 10 and sum(c.num_rows for c in plan.chunks) == 600
 
 

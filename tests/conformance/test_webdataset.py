@@ -11,7 +11,7 @@ import pytest
 import webdataset as wds
 
 import torch_dataloader_utils as tdu
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.testing import check_elastic_resume, check_format, check_resume
 from torch_dataloader_utils.testing.conformance import (
@@ -102,7 +102,7 @@ def test_conformance_skipping_samples(tmp_path: Path) -> None:
     check_no_columns(fmt, files, fs=fs, num_rows=42)  # every sample: none lacks a component
     # A chunk planned with ("cls", "id") read with fewer columns (how the loader counts a
     # filter's rows: the plan's read options, other columns) still holds the planned rows.
-    plan = fmt.plan(files, [()] * len(files), fs, ReadOptions(columns=("cls", "id")))
+    plan = fmt.plan(Listing.of(files), fs, ReadOptions(columns=("cls", "id")))
     assert plan.read_options is not None
     counting = dataclasses.replace(plan.read_options, columns=())
     read = [

@@ -11,6 +11,7 @@ import textwrap
 import pytest
 
 from torch_dataloader_utils import InvalidArgumentError
+from torch_dataloader_utils.formats import Listing
 from torch_dataloader_utils.iceberg.format import IcebergFormat
 
 pytestmark = pytest.mark.timeout(60)
@@ -42,5 +43,5 @@ def test_import_without_pyiceberg_and_the_error_naming_the_extra() -> None:
 def test_the_format_plans_nothing_itself_and_pickles() -> None:
     fmt = IcebergFormat()
     with pytest.raises(InvalidArgumentError, match="IcebergDataset"):
-        fmt.plan([], [], None, None)  # type: ignore[arg-type]
+        fmt.plan(Listing.of([]), None, None)  # type: ignore[arg-type]
     assert type(pickle.loads(pickle.dumps(fmt))) is IcebergFormat

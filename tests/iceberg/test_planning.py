@@ -16,6 +16,7 @@ from pyiceberg.io.pyarrow import parquet_file_to_data_file
 from tests.iceberg.conftest import GROUP_ROWS, Catalog, batch_ids, flat, loader, rows
 from torch_dataloader_utils import CorruptFileError
 from torch_dataloader_utils.iceberg import deletes, planning
+from torch_dataloader_utils.sources import table_deletes
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -101,20 +102,20 @@ def test_physical_range_and_mask_brute_force() -> None:
         live = [i for i in range(n) if i not in set(deleted.tolist())]
         for a in range(len(live) + 1):
             for b in range(a, len(live) + 1):
-                start, stop = deletes.physical_range(deleted, a, b)
+                start, stop = table_deletes.physical_range(deleted, a, b)
                 if a == b:
                     continue
                 assert start == live[a] and stop == live[b - 1] + 1
-                mask = deletes.keep_mask(deleted, start, stop - start)
+                mask = table_deletes.keep_mask(deleted, start, stop - start)
                 kept = [p for k, p in enumerate(range(start, stop)) if mask is None or mask[k]]
                 assert kept == live[a:b]
-        assert deletes.live_rows(deleted, 0, n) == len(live)
+        assert table_deletes.live_rows(deleted, 0, n) == len(live)
 
 
 def test_deleted_in_shifts_to_the_range() -> None:
     positions = np.array([1, 5, 10, 15, 20], dtype=np.int64)
-    assert deletes.deleted_in(positions, 5, 16).tolist() == [0, 5, 10]
-    assert deletes.live_rows(positions, 5, 16) == 8
+    assert table_deletes.deleted_in(positions, 5, 16).tolist() == [0, 5, 10]
+    assert table_deletes.live_rows(positions, 5, 16) == 8
 
 
 def test_merge_positions_unions_delete_files() -> None:

@@ -16,6 +16,7 @@ from tests.iceberg.conftest import GROUP_ROWS, Catalog, batch_ids, data_files, f
 from torch_dataloader_utils import (
     IcebergDataset,
     InvalidArgumentError,
+    Source,
     StorageNotFoundError,
     Topology,
 )
@@ -150,20 +151,11 @@ def test_create_dataloader_returns_the_iceberg_dataset(catalog: Catalog, events:
 def test_ranks_that_receive_the_plan_never_touch_the_catalog(catalog: Catalog, events: str) -> None:
     """Under torch.distributed rank 0 plans and broadcasts (pickles) the plan: the other ranks
     build their filesystem and read from it alone, with no catalog access of their own."""
+    from torch_dataloader_utils.dataset.tables import plan_table
     from torch_dataloader_utils.fs import FileSystemSpec
-    from torch_dataloader_utils.iceberg.planning import plan_table
-    from torch_dataloader_utils.iceberg.snapshots import SnapshotSelector
 
-    planned = plan_table(
-        "db.events",
-        catalog.config,
-        SnapshotSelector(),
-        columns=None,
-        filters="id < 1000",
-        split_bytes=None,
-        split_rows=None,
-        user_fs=FileSystemSpec("file"),
-    )
+    source = Source(table="db.events", catalog_config=catalog.config, filters="id < 1000")
+    planned = plan_table(source, FileSystemSpec("file"))
     received = pickle.dumps(planned)  # the source's plan, as rank 0 broadcasts it
 
     class Received:  # rank 1's `Spread`: rank 0's plan arrives; make() is never called

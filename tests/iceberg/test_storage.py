@@ -11,7 +11,7 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from tests.iceberg.conftest import Catalog, batch_ids, flat
-from torch_dataloader_utils import IcebergDataset, InvalidArgumentError
+from torch_dataloader_utils import IcebergDataset, InvalidArgumentError, Source
 from torch_dataloader_utils.fs import FileSystemSpec
 from torch_dataloader_utils.iceberg.catalog import load_table
 from torch_dataloader_utils.iceberg.storage import (
@@ -161,21 +161,11 @@ def test_the_plan_carries_the_tables_storage_never_the_users_options(catalog: Ca
     """Rank 0 broadcasts (pickles) its plan: the table's storage travels in it, rank 0's
     storage_options do not. A rank that receives it reads under its own options (a function:
     called in its own processes), backend and retries."""
-    from torch_dataloader_utils.iceberg.planning import plan_table
-    from torch_dataloader_utils.iceberg.snapshots import SnapshotSelector
+    from torch_dataloader_utils.dataset.tables import plan_table
 
     catalog.create("t", [range(300)])
     rank0 = FileSystemSpec("file", {"rank_marker": SECRET})
-    planned = plan_table(
-        "db.t",
-        catalog.config,
-        SnapshotSelector(),
-        columns=None,
-        filters=None,
-        split_bytes=None,
-        split_rows=None,
-        user_fs=rank0,
-    )
+    planned = plan_table(Source(table="db.t", catalog_config=catalog.config), rank0)
     received = pickle.dumps(planned)  # the source's plan, as rank 0 broadcasts it
     assert SECRET.encode() not in received
     assert planned.fs is not None and planned.fs.protocol == "file"

@@ -375,6 +375,38 @@ def test_rows_at_after_a_resume_are_the_batches_delivered(
             loader.rows_at(SAVED + len(rest), epoch=2)
 
 
+@pytest.mark.parametrize("kind", ["rows", "mixture"])
+def test_rows_at_describes_the_pass_this_loader_holds_else_a_fresh_one(
+    data: Path, documents: Path, kind: str
+) -> None:
+    """Which pass `rows_at` describes after an elastic resume (2 ranks with 2 workers, then 3
+    ranks with none) inside epoch 2: the batches delivered, every leg's, while the loader holds
+    that pass (loaded, read, or the last it read of the epoch, after it moved on too); the
+    last pass it read of an epoch when it read the epoch again; and for an epoch it holds no
+    pass of, a fresh pass on its own topology, not what the saved run delivered then."""
+    saved = loader_of(kind, data, documents, rank=0, world_size=2, num_workers=2)
+    saved.set_epoch(1)
+    saved_first = [delivered_ids(kind, b) for b in saved]
+    saved.set_epoch(2)
+    delivered = [delivered_ids(kind, b) for b in itertools.islice(saved, SAVED)]
+    loader = loader_of(kind, data, documents, rank=0, world_size=3, num_workers=0)
+    loader.load_state_dict(saved.state_dict())
+    delivered += [delivered_ids(kind, b) for b in loader]
+    loader.set_epoch(3)
+    third = [delivered_ids(kind, b) for b in loader]
+    assert [looked_up(kind, loader, b, 2) for b in range(len(delivered))] == delivered
+    assert [looked_up(kind, loader, b, 3) for b in range(len(third))] == third
+    # Epoch 1 was the saved run's, on its topology: this loader describes its own fresh pass.
+    fresh = loader_of(kind, data, documents, rank=0, world_size=3, num_workers=0)
+    fresh.set_epoch(1)
+    first = [delivered_ids(kind, b) for b in fresh]
+    assert [looked_up(kind, loader, b, 1) for b in range(len(first))] == first != saved_first
+    # Epoch 2 read again, fresh: the pass read last is that one.
+    loader.set_epoch(2)
+    again = [delivered_ids(kind, b) for b in loader]
+    assert [looked_up(kind, loader, b, 2) for b in range(len(again))] == again != delivered
+
+
 def test_tdu_explain_looks_up_a_packed_runs_batch_from_its_state(
     documents: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

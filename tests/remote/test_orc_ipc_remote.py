@@ -12,7 +12,7 @@ import torch_dataloader_utils as tdu
 from tests.format_files import write_orc_ipc_source
 from tests.services.seaweedfs import SeaweedFS
 from torch_dataloader_utils.errors import CorruptFileError
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.formats.ipc import IpcFormat
 from torch_dataloader_utils.formats.orc import OrcFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
@@ -74,7 +74,7 @@ def test_formats_on_s3_plan_and_read_like_local(
     for fmt, format_ in (("orc", OrcFormat()), ("ipc", IpcFormat())):
         fs = FileSystemSpec("s3", seaweedfs.s3fs_options(), backend=backend)
         files = list_files(remote_sources[fmt], fs)
-        plan = format_.plan(files, [()] * len(files), fs, ReadOptions(columns=("id",)))
+        plan = format_.plan(Listing.of(files), fs, ReadOptions(columns=("id",)))
         assert [c.num_rows for c in plan.chunks][:2] == [250, 250]
         ids = [
             i

@@ -290,3 +290,55 @@ def test_cycles_are_found_and_named(tmp_path: Path) -> None:
     assert cycles(graph) == [["pkg.a", "pkg.b", "pkg.sub.c", "pkg.a"], ["pkg.f", "pkg.g", "pkg.f"]]
     assert describe(cycles(graph), "pkg") == "a -> b -> sub.c -> a\nf -> g -> f"
     assert cycles(subpackage_graph(graph, "pkg")) == [["a", "b", "sub", "a"], ["f", "g", "f"]]
+
+
+# --- the floors of the house ----------------------------------------------------------------------
+
+# Rooms (the top-level modules and subpackages) stand on floors: each above every room it
+# imports, so the house is as tall as its longest chain of imports (14 before the datasets
+# moved into `dataset/`, docs/adr/0029-the-house-third-round.md).
+FLOORS = 12
+
+
+def floors(graph: Mapping[str, set[str]]) -> dict[str, int]:
+    """Each node's floor in an acyclic ``graph``: 1 for a node that imports nothing of it, else
+    one above the highest node it imports."""
+    found: dict[str, int] = {}
+
+    def floor(node: str) -> int:
+        if node not in found:
+            found[node] = 1 + max((floor(t) for t in graph.get(node, ())), default=0)
+        return found[node]
+
+    for node in graph:
+        floor(node)
+    return found
+
+
+def test_floors_count_the_longest_chain() -> None:
+    graph = {"a": {"b", "c"}, "b": {"c"}, "c": set(), "d": set()}
+    assert floors(graph) == {"a": 3, "b": 2, "c": 1, "d": 1}
+
+
+def test_the_house_has_at_most_twelve_floors() -> None:
+    rooms = subpackage_graph(import_graph())
+    height = floors(rooms)
+    top = max(height.values())
+    chain = [max(height, key=lambda r: height[r])]
+    while rooms[chain[-1]]:
+        chain.append(max(rooms[chain[-1]], key=lambda r: height[r]))
+    assert top <= FLOORS, " -> ".join(chain)
+
+
+def test_the_table_layer_stands_below_the_datasets() -> None:
+    # `iceberg/__init__` names `IcebergDataset` for earlier versions' imports by a lookup when
+    # asked (importlib), not an import: the table layer needs no dataset.
+    above = {"dataset", "loader", "options", "create"}
+    offenders = sorted(
+        (module, target)
+        for module, targets in import_graph().items()
+        if module.split(".")[1:2] == ["iceberg"]
+        for target in targets
+        if target.split(".")[1:2] and target.split(".")[1] in above
+    )
+    assert not offenders, offenders

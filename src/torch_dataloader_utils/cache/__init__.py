@@ -3,7 +3,7 @@ and planning metadata, keyed by the identity the plan pinned, shared by every pr
 machine (docs/concepts/cache.md)."""
 
 from .config import CACHE_DIR_VARIABLE, CACHE_LIMIT_VARIABLE, CacheConfig, parse_size
-from .files import CachingFileSystem
+from .files import CachingFileSystem, ReadCache
 from .stats import CacheCounter, CacheStats
 from .store import CacheSummary, RangeStore, file_key, open_store
 
@@ -16,6 +16,7 @@ __all__ = [
     "CacheSummary",
     "CachingFileSystem",
     "RangeStore",
+    "ReadCache",
     "file_key",
     "open_store",
     "parse_size",

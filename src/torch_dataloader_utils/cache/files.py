@@ -15,6 +15,7 @@ import functools
 import os
 import threading
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
@@ -27,7 +28,37 @@ from .config import CacheConfig
 from .stats import CacheCounter
 from .store import RangeStore, file_key
 
-__all__ = ["CachingFileSystem"]
+__all__ = ["CachingFileSystem", "ReadCache"]
+
+
+@dataclass(frozen=True, eq=False)
+class ReadCache:
+    """A dataset's node-local cache, as its readers and its planning use it: which filesystem
+    reads a source's files (`wrap`).
+
+    Attributes:
+        config: the cache directory and limit.
+        counter: where every read through it is counted (the dataset's `CacheStats`).
+    """
+
+    config: CacheConfig
+    counter: CacheCounter
+
+    def wrap(
+        self,
+        fs: FileSystemSpec,
+        files: Mapping[str, Identity],
+        *,
+        trusted: bool = False,
+        immutable: bool = False,
+    ) -> FileSystemSpec:
+        """``fs`` with its reads of ``files`` (their pinned identities) through the cache;
+        local storage as it is (see `CachingFileSystem` for ``trusted`` and ``immutable``)."""
+        if fs.is_local:
+            return fs
+        return CachingFileSystem(
+            fs, self.config, self.counter, files, immutable=immutable, trusted=trusted
+        )
 
 
 class CachingFileSystem(FileSystemSpec):

@@ -71,7 +71,9 @@ def as_numpy(field: Field) -> Any:
     if field.shape is None:
         return data.to_pylist() if isinstance(data, pa.Array) else data
     if isinstance(data, Gather):
-        taken = data.source.take(data.rows, axis=0)  # (the method: no wrapper's µs)
+        # (The array's method, not np.take, whose wrapper costs each batch:
+        # docs/adr/0020-measurements-behind-constants.md#converting-rows)
+        taken = data.source.take(data.rows, axis=0)
         return taken if taken.shape == field.shape else taken.reshape(field.shape)
     if isinstance(data, IN_PLACE):
         out = np.empty(field.shape, data.dtype)

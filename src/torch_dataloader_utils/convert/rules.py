@@ -107,7 +107,8 @@ class Converter:
         self._rules: list[tuple[str, Rule]] = []
         column_rules = ColumnRules(list_format, null_policy, pad_value)
         # The columns of the record batch converted last, by name: small batches are cut from
-        # one shuffle block thousands of times, and making 9 columns' wrappers costs ~12 µs.
+        # one shuffle block thousands of times, each paying for its wrappers otherwise
+        # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
         self._columns: LastBlock[dict[str, pa.Array]] = LastBlock()
         # The same for a shuffle block left in parts (a table; see `BlockParts`).
         self._parts: LastBlock[BlockParts] = LastBlock()
@@ -178,13 +179,14 @@ class Converter:
 
         Checked by the reader, where the file and rows are known, so the error names them.
         """
-        # Each column's position, once (each access to the names builds their list, ~4 µs).
+        # Each column's position, once: each access to the names builds their list
+        # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
         at = {name: i for i, name in enumerate(batch.schema.names)}
         for name in self._no_nulls:
             i = at.get(name)
             if i is None:
                 continue
-            column = batch.column(i)  # (by position: a name is looked up again, ~0.2 µs)
+            column = batch.column(i)  # (by position: by name, it is looked up again)
             if column.null_count or (isinstance(column, _LISTS) and column.flatten().null_count):
                 return Problem(
                     NullValueError,

@@ -1,8 +1,9 @@
 """Small shuffled batches of many numeric columns: a block's columns stacked once, so that each
 batch takes its rows of all of them in one gather.
 
-Converting column by column costs a few µs a column a batch (its rule, a gather, a tensor), which
-at 8 rows a batch is most of the time; stacks halve it (docs/adr/0016-main-process-share.md).
+Converting column by column costs each column a rule, a gather and a tensor a batch, which at 8
+rows a batch is most of the time; stacks halve it
+(docs/adr/0020-measurements-behind-constants.md#converting-rows).
 """
 
 from __future__ import annotations

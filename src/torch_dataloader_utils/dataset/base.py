@@ -6,25 +6,32 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 from torch.utils.data import IterableDataset, get_worker_info
 
-from ..cache import CacheConfig, CacheCounter, CacheStats, CachingFileSystem, open_store
+from ..cache import CacheConfig, CacheCounter, CacheStats, ReadCache, open_store
 from ..convert import Decoding, Output
 from ..errors import InvalidArgumentError
 from ..errors.on_error import FailureLog, OnError
-from ..formats import Format
 from ..fs import FileSystemSpec, RetryPolicy
 from ..options import Options, Source
-from ..planning import Iteration, Layout, Piece, Plan, Ranks, Topology, strategy_of
+from ..planning import (
+    Iteration,
+    Layout,
+    Piece,
+    Plan,
+    Ranks,
+    Remainder,
+    SplitStrategy,
+    Topology,
+    strategy_of,
+)
 from ..planning.budget import group_rows
-from ..planning.streams import Budgeted, OneSource, Stream, Streams
-from ..sources.broadcast import Spread
-from ..sources.files import Planned
+from ..planning.streams import OneSource, Stream, Streams
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
 from ..stream.blocks import Segment
@@ -35,7 +42,10 @@ from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
 from .chunk_rows import ChunkRows
 from .conversion import conversion
+from .keywords import check_dataset_keywords
 from .lookup import Lookup
+from .planning import format_of, plan
+from .tables import table_kind_of
 from .tokens import in_tokens, length_index
 
 __all__ = ["Combined", "PlannedDataset"]
@@ -58,11 +68,19 @@ class PlannedDataset(IterableDataset[Any]):
     its loader and workers share, and the reading of one process's stream.
 
     A constructor (`StructuredDataset`, `IcebergDataset`, `MixtureDataset`) turns its
-    arguments into `Source` and `Options` values and calls `_build`; it says how a source is
-    read (`_format`), planned (`_plan`) and how the planned sources combine (`_combine`).
+    arguments into `Source` and `Options` values and calls `_build`, which plans each source
+    as its kind is planned (`dataset.planning`); a mixture also says how its planned sources
+    combine (`_combine`). The keywords a constructor takes are those of its kind of sources
+    (``_reads``), checked before it runs (`dataset.keywords`).
     """
 
     _lookup: Lookup | None = None  # `rows_at`'s, made when first used
+    _reads = "files"  # the keywords the constructor takes: a source of files, a table, a mixture
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> PlannedDataset:
+        # Before __init__ binds them: Python's own error would name no valid keyword.
+        check_dataset_keywords(cls, cls._reads, kwargs)
+        return super().__new__(cls)
 
     # --- the one body: plan the sources, combine them, cut the epochs ---------------------------
 
@@ -81,11 +99,12 @@ class PlannedDataset(IterableDataset[Any]):
         self._failures: FailureLog | None = None  # this process's, made when first used
         self._ranks = Ranks(options.rank, options.world_size)  # validates an explicit rank now
         self._reading: Progress | None = None  # the pass this process reads
-        self.cache: CacheConfig | None = CacheConfig.of(options.cache_dir, options.cache_limit)
-        self._cache_counter = CacheCounter() if self.cache is not None else None
-        if self.cache is not None:
-            open_store(self.cache)  # a directory that cannot be made fails here, named
-        formats = [self._format(s) for s in sources]
+        config = CacheConfig.of(options.cache_dir, options.cache_limit)
+        if config is not None:
+            open_store(config)  # a directory that cannot be made fails here, named
+        # The node-local cache planning and every reader read through (none: storage as it is).
+        self.cache: ReadCache | None = None if config is None else ReadCache(config, CacheCounter())
+        formats = [format_of(s) for s in sources]
         filesystems = [
             FileSystemSpec.for_path(
                 s.first_path,
@@ -99,11 +118,18 @@ class PlannedDataset(IterableDataset[Any]):
         # up (the others receive the result), else here.
         planned = plan_sources(
             len(sources),
-            lambda i, spread: self._plan(sources[i], formats[i], filesystems[i], spread),
+            lambda i, spread: plan(
+                sources[i],
+                formats[i],
+                filesystems[i],
+                spread,
+                options=options,
+                cache=self.cache,
+            ),
             explicit=options.rank is not None,
         )
         self.sources: tuple[PlannedSource, ...] = tuple(
-            planned_source(s.label, p, f, fs, immutable=s.table is not None)
+            planned_source(s.label, p, f, fs, immutable=table_kind_of(s) is not None)
             for s, p, f, fs in zip(sources, planned, formats, filesystems, strict=True)
         )
         packing = options.packing
@@ -123,10 +149,8 @@ class PlannedDataset(IterableDataset[Any]):
         strategy_of(self.layout.strategy).check(self.layout, self._ranks)
         self.streams: Streams = combined.streams(self.layout)
         if budget is not None and lengths is not None:
-            assert isinstance(self.streams, OneSource), "token budgets batch one source"
             truncate = budget.overflow == "truncate"
-            measured = dataclasses.replace(self.streams, lengths=lengths)
-            self.streams = Budgeted(measured, budget.column, truncate)
+            self.streams = self.streams.budgeted(lengths, budget.column, truncate)
         # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
         # too) and with the loader: see `Passes`.
         self.passes = Passes(self.plan, self.streams, self._ranks)
@@ -141,14 +165,6 @@ class PlannedDataset(IterableDataset[Any]):
         self.converter: Converts = made.converter
         self._checks, self._collate, self._carried = made.checks, made.collate, made.carried
 
-    def _format(self, source: Source) -> Format:
-        """The format ``source`` is read with (on every rank)."""
-        raise NotImplementedError
-
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec, spread: Spread) -> Planned:
-        """Plan ``source`` on every rank of ``spread`` (each step on the ranks it says)."""
-        raise NotImplementedError
-
     def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
         """The planned sources as one (a mixture's differ): here, the only one."""
         (only,) = sources
@@ -156,27 +172,11 @@ class PlannedDataset(IterableDataset[Any]):
 
     # --- the node-local cache ------------------------------------------------------------------
 
-    def _cached(
-        self,
-        fs: FileSystemSpec,
-        files: Mapping[str, tuple[int, str]],
-        *,
-        trusted: bool = False,
-        immutable: bool = False,
-    ) -> FileSystemSpec:
-        """``fs`` with its reads of ``files`` through the cache (remote storage only)."""
-        if self.cache is None or fs.is_local:
-            return fs
-        assert self._cache_counter is not None
-        return CachingFileSystem(
-            fs, self.cache, self._cache_counter, files, immutable=immutable, trusted=trusted
-        )
-
     @property
     def cache_stats(self) -> CacheStats | None:
         """What the node-local cache did for this dataset so far (every process, planning
         included); None without a cache."""
-        return None if self._cache_counter is None else self._cache_counter.snapshot()
+        return None if self.cache is None else self.cache.counter.snapshot()
 
     @property
     def storage_retries(self) -> int:
@@ -269,10 +269,13 @@ class PlannedDataset(IterableDataset[Any]):
             # A packed stream uses its token column alone: the others were decoded for nothing.
             options = dataclasses.replace(options, columns=(packing.column,))
             output = (packing.column,)
+        fs = planned.fs
+        if self.cache is not None:
+            fs = self.cache.wrap(fs, planned.plan.files, immutable=planned.immutable)
         reader = Reader(
             planned.plan.chunks,
             planned.format,
-            self._cached(planned.fs, planned.plan.files, immutable=planned.immutable),
+            fs,
             options,
             output_columns=output,
             check=self._checks[source],
@@ -387,7 +390,7 @@ class PlannedDataset(IterableDataset[Any]):
         """
         mine, world_size = self.resolved_rank()
         if self._lookup is None:  # (made once: it keeps what lookups share)
-            rows = ChunkRows(self.sources, self._cached)
+            rows = ChunkRows(self.sources, self.cache)
             self._lookup = Lookup(self.streams, rows, self.options.packing)
         iteration = self.passes.numbered(self.passes.epoch if epoch is None else epoch)
         ranks = (mine if rank is None else rank, world_size, max(1, num_workers))
@@ -397,3 +400,45 @@ class PlannedDataset(IterableDataset[Any]):
     def epoch_rows(self) -> int:
         """Rows an epoch reads across all ranks, before the remainder policy."""
         return self.streams.epoch_rows
+
+    # --- the options, as the layout holds them ---------------------------------------------------
+
+    @property
+    def batch_size(self) -> int:
+        """Rows per batch."""
+        return self.layout.batch_size
+
+    @property
+    def shuffle(self) -> bool:
+        """Whether chunks and rows inside blocks are shuffled."""
+        return self.layout.shuffle
+
+    @property
+    def shuffle_seed(self) -> int:
+        """The shuffle seed."""
+        return self.layout.seed
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether each rank's last short batch is dropped."""
+        return self.layout.drop_last
+
+    @property
+    def remainder(self) -> Remainder:
+        """What happens to rows that do not divide among ranks."""
+        return self.layout.remainder
+
+    @property
+    def split_strategy(self) -> SplitStrategy:
+        """How streams divide the epoch."""
+        return self.layout.strategy
+
+    @property
+    def block_rows(self) -> int:
+        """Rows shuffled together."""
+        return self.layout.block_rows
+
+    @property
+    def first_block_rows(self) -> int:
+        """Rows of a stream's first block."""
+        return self.layout.first_block_rows

@@ -5,12 +5,13 @@ from __future__ import annotations
 
 import dataclasses
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import numpy as np
 import pyarrow as pa
 
+from ..cache import ReadCache
 from ..convert.arrow_values import take
 from ..errors import ColumnNotFoundError
 from ..formats.partitions import with_partition
@@ -36,12 +37,11 @@ class ChunkRows:
 
     Attributes:
         sources: the dataset's planned sources.
-        cached: a source's filesystem for the reads of its files, through the node-local
-            cache if there is one (`PlannedDataset._cached`).
+        cache: the node-local cache a source's files are read through, if there is one.
     """
 
     sources: tuple[PlannedSource, ...]
-    cached: Callable[..., FileSystemSpec]
+    cache: ReadCache | None
     _first_rows: dict[int, np.ndarray] = field(default_factory=dict)
     _passing: OrderedDict[tuple[int, int], np.ndarray] = field(default_factory=OrderedDict)
 
@@ -149,7 +149,9 @@ class ChunkRows:
     def filesystem(self, i: int) -> FileSystemSpec:
         """Source ``i``'s filesystem, its files read through the cache (if any)."""
         source = self.sources[i]
-        return self.cached(source.fs, source.plan.files, immutable=source.immutable)
+        if self.cache is None:
+            return source.fs
+        return self.cache.wrap(source.fs, source.plan.files, immutable=source.immutable)
 
     def _passing_rows(self, i: int, chunk: int) -> np.ndarray:
         """The rows of chunk ``chunk`` of source ``i`` that pass its row filter, numbered among

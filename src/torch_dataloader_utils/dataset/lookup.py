@@ -22,11 +22,10 @@ import pyarrow as pa
 
 from ..batching import Packing
 from ..errors import InvalidArgumentError
-from ..planning import Iteration, Topology, block_permutation, consumed
-from ..planning.budget import equalised, group_batches, split_done
+from ..planning import Iteration, Topology, consumed
+from ..planning.budget import Lengths, equalised, group_batches, split_done
 from ..planning.sequence import Run
-from ..planning.shuffle import block_of
-from ..planning.streams import Budgeted, Mixed, OneSource, SourceRows, Stream, Streams
+from ..planning.streams import SourceRows, Stream, Streams
 from ..stream.fragments import Fragments
 from .chunk_rows import FILE_COLUMN, ROW_COLUMN, SOURCE_COLUMN, ChunkRows
 from .packed_lookup import FRAGMENT_START, FRAGMENT_TOKENS, packed_rows
@@ -76,8 +75,12 @@ class Lookup:
 
         Batches are numbered from the epoch's first on the rank, every leg's in turn: after an
         elastic resume, those of the earlier topologies (``iteration.legs``), then the current
-        one's. ``ranks``: the rank, the world size and the rank's DataLoader workers in the
-        current leg. ``columns``: the data columns read (``None``: the dataset's; a packed
+        one's. So the rows are those delivered when ``iteration`` is the pass that delivered
+        them: `Passes.numbered` gives the pass loaded, being read or read last of the epoch,
+        with its legs; for an epoch it holds none of, a fresh pass on the current topology,
+        which a run before a loaded state may not have read (it may have had other ranks).
+        ``ranks``: the rank, the world size and the rank's DataLoader workers in the current
+        leg. ``columns``: the data columns read (``None``: the dataset's; a packed
         dataset's: none); with a row filter, a chunk's filter columns are read once more, for
         the rows' numbers.
 
@@ -95,8 +98,8 @@ class Lookup:
         streams, pass_, topology, leg_batch = self._leg(batch, iteration, here)
         stream, index = self._batch_stream(streams, leg_batch, pass_, topology, batch)
         wanted = None if columns is None else self.rows.checked(columns)
-        if isinstance(streams, Budgeted):  # a token budget's: part of a group of rows
-            return self._budget_rows(streams, stream, index, wanted)
+        if streams.lengths is not None:  # a token budget's: part of a group of rows
+            return self._budget_rows(streams.lengths, stream, index, wanted)
         if stream.layout.unit:  # packed sequences: the documents' fragments the batch holds
             assert self.packing is not None, "a packed dataset's layout has a unit"
             return packed_rows(
@@ -127,7 +130,7 @@ class Lookup:
                     )
                 earlier = Iteration(iteration.epoch, iteration.legs[:depth], steps=iteration.steps)
                 then = Topology(rank.rank, leg.world_size, 0, leg.num_workers)
-                return _with_layout(self.streams, leg.layout), earlier, then, batch - before
+                return self.streams.with_layout(leg.layout), earlier, then, batch - before
             before += leg.batches
         now = dataclasses.replace(iteration, batches=0, generation=0)
         return self.streams, now, rank, batch - before
@@ -201,10 +204,10 @@ class Lookup:
         return joined.take(pa.array(order))
 
     def _budget_rows(
-        self, streams: Budgeted, stream: Stream, index: int, columns: Sequence[str] | None
+        self, lengths: Lengths, stream: Stream, index: int, columns: Sequence[str] | None
     ) -> pa.Table:
         """Token-budget batch ``index`` of ``stream``: its group's rows, sorted by length and cut
-        as `stream.budget.budget_batches` cuts them, from the length index."""
+        as `stream.budget.budget_batches` cuts them, from the length index ``lengths``."""
         budget = stream.budget
         assert budget is not None, "a token budget's stream counts its groups' batches"
         group, within = split_done(np.asarray(budget.counts), index)
@@ -213,7 +216,6 @@ class Lookup:
         offsets = np.arange(group * size, min((group + 1) * size, rows.length))
         positions = delivered(stream, rows, offsets)
         chunks, kept = _chunk_rows(rows, positions)
-        lengths = streams.lengths
         starts = np.cumsum(lengths.chunk_rows) - lengths.chunk_rows
         order, bounds = group_batches(lengths.values[starts[chunks] + kept], lengths.max_tokens)
         bounds = equalised(bounds, int(budget.counts[group]))
@@ -224,31 +226,7 @@ class Lookup:
 def delivered(stream: Stream, rows: SourceRows, offsets: np.ndarray) -> np.ndarray:
     """The sequence positions of ``rows``' stream rows delivered ``offsets``-th (counted in
     the order the stream delivers them), through the permutations of their blocks."""
-    layout = rows.epoch_rows.layout
-    if layout.shuffle:
-        out = np.empty_like(offsets)
-        left = np.ones(len(offsets), bool)
-        while left.any():  # (a batch is in one or two blocks)
-            index, start, stop = block_of(
-                int(offsets[left][0]),
-                rows.length,
-                block_rows=layout.block_rows,
-                first_block_rows=layout.first_block_rows,
-            )
-            mine = left & (offsets >= start) & (offsets < stop)
-            perm = block_permutation(
-                seed=layout.seed,
-                epoch=stream.iteration.epoch,
-                stream=stream.topology.stream,
-                block=index,
-                n=stop - start,
-                leg=len(stream.iteration.legs),
-                source=rows.source,
-            )
-            out[mine] = start + perm[offsets[mine] - start]
-            left &= ~mine
-        offsets = out
-    return _positions(rows.runs, offsets)
+    return _positions(rows.runs, stream.order_of(rows).delivered(offsets))
 
 
 def _positions(runs: Sequence[Run], offsets: np.ndarray) -> np.ndarray:
@@ -271,14 +249,3 @@ def _chunk_rows(rows: SourceRows, positions: np.ndarray) -> tuple[np.ndarray, np
     ends = epoch_rows.ends
     at = np.searchsorted(ends, positions, side="right")
     return epoch_rows.order[at], positions - (ends[at] - epoch_rows.rows[at])
-
-
-def _with_layout(streams: Streams, layout: Any) -> Streams:
-    """``streams`` cut with ``layout`` (an earlier leg's)."""
-    if layout == streams.layout:
-        return streams
-    if isinstance(streams, Budgeted):
-        inner = dataclasses.replace(streams.streams, layout=layout)
-        return dataclasses.replace(streams, streams=inner, _tables={})
-    assert isinstance(streams, OneSource | Mixed), "every dataset's streams"
-    return dataclasses.replace(streams, layout=layout)

@@ -21,7 +21,6 @@ import pyarrow as pa
 from ..batching import Packing
 from ..planning import Piece
 from ..planning.sequence import DocumentRest, cut
-from ..planning.shuffle import block_of, document_permutation
 from ..planning.streams import SourceRows, Stream
 from ..stream.fragments import Fragments, goes_on
 from ..stream.tokens import TokenReader
@@ -81,19 +80,12 @@ class _Blocks:
         """The fragments of source ``i``'s tokens ``[first, stop)`` of the stream, counted in
         the order the stream delivers them, with ``columns`` of their documents."""
         source_rows = self.stream.sources[i]
-        layout = source_rows.epoch_rows.layout
+        order = self.stream.order_of(source_rows)
         pieces: list[Fragments] = []
         at = first
         while at < stop:
-            if layout.shuffle:
-                bounds = block_of(
-                    at,
-                    source_rows.length,
-                    block_rows=layout.block_rows,
-                    first_block_rows=layout.first_block_rows,
-                )
-            else:  # (no block order: the tokens themselves)
-                bounds = (-1, at, stop)
+            # (Not shuffled: no blocks, the tokens themselves.)
+            bounds = order.block_of(at) if order.layout.shuffle else (-1, at, stop)
             _, start, end = bounds
             pieces.append(
                 self._block(i, source_rows, bounds).slice(at - start, min(end, stop) - at)
@@ -128,17 +120,7 @@ class _Blocks:
         chunks = _ChunkTokens(tokens, rows.epoch_rows.chunk_rows)
         read = Fragments.concat(list(chunks.read(parts)))
         if block >= 0:
-            layout = rows.epoch_rows.layout
-            order = document_permutation(
-                len(read.begin),
-                seed=layout.seed,
-                epoch=iteration.epoch,
-                stream=stream.topology.stream,
-                block=block,
-                leg=len(iteration.legs),
-                source=rows.source,
-            )
-            read = read.permuted(order)
+            read = read.permuted(stream.order_of(rows).documents(block, len(read.begin)))
         # (A lookup needs the fragments' lengths, not their tokens.)
         found = self.kept[key] = dataclasses.replace(read, values=read.values[:0])
         while len(self.kept) > 1 and sum(len(f.begin) for f in self.kept.values()) > KEPT_FRAGMENTS:

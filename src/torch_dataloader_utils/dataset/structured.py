@@ -8,25 +8,18 @@ from typing import Any, TypeVar
 
 from ..batching import Packing, TokenBudget
 from ..convert import ListFormat, NullPolicy, Output, OutputFormat
-from ..errors import InvalidArgumentError
-from ..errors.keywords import check_init_keywords
 from ..errors.on_error import OnError
-from ..formats import Format, ReadOptions, get_format
+from ..formats import Format, ReadOptions
 from ..fs import FileSystemSpec, Paths, RetryPolicy, StorageBackend, StorageOptions
 from ..loader import TabularDataLoader
 from ..options import LOADER_KEYWORDS, LoaderOptions, Options, Source, ranks_of
 from ..planning import Remainder, SplitStrategy
-from ..sources.broadcast import Spread
-from ..sources.files import Planned
-from ..sources.kept import KeptPlans
-from ..sources.planned import PlannedSource
-from ..sources.steps import plan_files
 from ..stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES
 from .base import PlannedDataset
 
 __all__ = ["StructuredDataset", "loader_over"]
 
-_Dataset = TypeVar("_Dataset", bound="StructuredDataset")
+_Dataset = TypeVar("_Dataset", bound=PlannedDataset)
 
 
 class StructuredDataset(PlannedDataset):
@@ -120,11 +113,6 @@ class StructuredDataset(PlannedDataset):
         ...         ...
     """
 
-    def __new__(cls, *args: Any, **kwargs: Any) -> StructuredDataset:
-        # Before __init__ binds them: Python's own error would name no valid keyword.
-        check_init_keywords(cls, kwargs)
-        return super().__new__(cls)
-
     def __init__(
         self,
         path: Paths,
@@ -196,119 +184,22 @@ class StructuredDataset(PlannedDataset):
         )
         self._build((source,), options)
 
-    def _format(self, source: Source) -> Format:
-        """The format ``source`` is read with (on every rank)."""
-        return get_format(source.format, source.format_options)
-
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec, spread: Spread) -> Planned:
-        """Plan ``source``: list, read footers (a share on each rank), count filtered rows;
-        from the plan kept in ``cache_dir`` when the listing is unchanged (`sources.steps`)."""
-        if source.table is not None:
-            raise InvalidArgumentError(
-                f"{type(self).__name__} reads files; read the table {source.label!r} with "
-                "IcebergDataset, or as a tdu.Source of a mixture"
-            )
-        assert source.path is not None
-        options = {
-            "columns": source.columns,
-            "filters": source.filters,
-            "partitioning": source.partitioning,
-            "split_bytes": source.split_bytes,
-            "split_rows": source.split_rows,
-            **self._counting(),
-        }
-        kept = None
-        if self.cache is not None:  # (what changes the plan keys it)
-            given = {**options, "filters": None if source.filters is None else str(source.filters)}
-            kept = KeptPlans.of(self.cache.directory, fmt, fs.protocol, source.path, given)
-        return plan_files(
-            source.path,
-            fmt,
-            fs,
-            spread=spread,
-            kept=kept,
-            cached=self._cached if self.cache is not None else None,
-            **options,
-        )
-
-    def _counting(self) -> dict[str, Any]:
-        """What planning a source also counts, as keywords of `plan_source` and `plan_table`:
-        a packed dataset's tokens (its order is one of tokens), with an EOS token's one per
-        document; a token budget's every row's length; nothing for another dataset."""
-        counting: dict[str, Any] = {}
-        packing, budget = self.options.packing, self.options.batching
-        if packing is not None:
-            counting.update(tokens=packing.column, eos=packing.eos_token is not None)
-        if budget is not None:
-            counting.update(lengths=budget.column)
-        return counting
-
-    # --- what one source has (a mixture's sources each have their own) --------------------------
-
-    def _only(self, what: str) -> PlannedSource:
-        if len(self.sources) != 1:
-            raise AttributeError(
-                f"a dataset of {len(self.sources)} sources has no single {what}: see "
-                f"dataset.sources[i].{what}"
-            )
-        return self.sources[0]
+    # --- what its one source has -----------------------------------------------------------------
 
     @property
     def format(self) -> Format:
         """The format the source is read with."""
-        return self._only("format").format
+        return self.sources[0].format
 
     @property
     def fs(self) -> FileSystemSpec:
         """The filesystem the source is on."""
-        return self._only("fs").fs
+        return self.sources[0].fs
 
     @property
     def read_options(self) -> ReadOptions:
         """What the source's reads read (columns, filter, what planning learned)."""
-        return self._only("read_options").read_options
-
-    # --- the options, as the layout holds them ---------------------------------------------------
-
-    @property
-    def batch_size(self) -> int:
-        """Rows per batch."""
-        return self.layout.batch_size
-
-    @property
-    def shuffle(self) -> bool:
-        """Whether chunks and rows inside blocks are shuffled."""
-        return self.layout.shuffle
-
-    @property
-    def shuffle_seed(self) -> int:
-        """The shuffle seed."""
-        return self.layout.seed
-
-    @property
-    def drop_last(self) -> bool:
-        """Whether each rank's last short batch is dropped."""
-        return self.layout.drop_last
-
-    @property
-    def remainder(self) -> Remainder:
-        """What happens to rows that do not divide among ranks."""
-        return self.layout.remainder
-
-    @property
-    def split_strategy(self) -> SplitStrategy:
-        """How streams divide the epoch."""
-        return self.layout.strategy
-
-    @property
-    def block_rows(self) -> int:
-        """Rows shuffled together."""
-        return self.layout.block_rows
-
-    @property
-    def first_block_rows(self) -> int:
-        """Rows of a stream's first block."""
-        return self.layout.first_block_rows
+        return self.sources[0].read_options
 
     def __repr__(self) -> str:
         return (
@@ -334,8 +225,8 @@ def loader_over(
     cls: type[_Dataset], data: Any, format: Any, kwargs: Mapping[str, Any]
 ) -> TabularDataLoader[_Dataset]:
     """``cls(data, format, **dataset keywords)`` and a `TabularDataLoader` over it (the loader's
-    options checked first, before anything is planned)."""
+    options checked first, before anything is planned; the dataset's keywords by the
+    dataset)."""
     given = dict(kwargs)
     loading = LoaderOptions(**{k: given.pop(k) for k in LOADER_KEYWORDS if k in given})
-    check_init_keywords(cls, given, also=LOADER_KEYWORDS)
     return loading.loader(cls(data, format, **given))

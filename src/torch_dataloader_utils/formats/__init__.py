@@ -3,13 +3,14 @@
 
 from __future__ import annotations
 
-from .base import Format, FormatPlan, ReadOptions
+from .base import Format, FormatPlan, Listing, ReadOptions
 from .registry import ENTRY_POINT_GROUP, available_formats, get_format, register_format
 
 __all__ = [
     "ENTRY_POINT_GROUP",
     "Format",
     "FormatPlan",
+    "Listing",
     "ReadOptions",
     "available_formats",
     "get_format",

@@ -10,12 +10,58 @@ from typing import Any, TypeVar
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import InvalidArgumentError
 from ..fs import FileSystemSpec, SourceFile
 from ..planning import Chunk
 
-__all__ = ["Format", "FormatPlan", "ReadOptions"]
+__all__ = ["Format", "FormatPlan", "Listing", "Partition", "ReadOptions"]
 
 _Options = TypeVar("_Options", bound="ReadOptions")
+
+# A file's hive partition: its ``(key, value)`` pairs, in the partition schema's order.
+Partition = tuple[tuple[str, object], ...]
+
+
+@dataclass(frozen=True)
+class Listing:
+    """A source's files as listed, in canonical order, each with its hive partition: what a
+    format plans (`Format.plan`).
+
+    Attributes:
+        files: the files.
+        partitions: each file's hive partition (empty tuples without hive partitioning).
+    """
+
+    files: tuple[SourceFile, ...]
+    partitions: tuple[Partition, ...]
+
+    def __post_init__(self) -> None:
+        if len(self.files) != len(self.partitions):
+            raise InvalidArgumentError(
+                f"a listing of {len(self.files)} files has {len(self.partitions)} partitions"
+            )
+
+    @classmethod
+    def of(
+        cls, files: Sequence[SourceFile], partitions: Sequence[Partition] | None = None
+    ) -> Listing:
+        """``files`` with their ``partitions`` (``None``: no hive partitioning)."""
+        given = tuple(partitions) if partitions is not None else ((),) * len(files)
+        return cls(tuple(files), given)
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def take(self, indexes: Sequence[int]) -> Listing:
+        """The files at ``indexes`` (in that order), with their partitions."""
+        return Listing(
+            tuple(self.files[i] for i in indexes), tuple(self.partitions[i] for i in indexes)
+        )
+
+    @property
+    def identities(self) -> dict[str, tuple[int, str]]:
+        """Each file's size and version, by path: what a plan pins of it."""
+        return {f.path: (f.size, f.version) for f in self.files}
 
 
 @dataclass(frozen=True)
@@ -78,7 +124,8 @@ class FormatPlan:
 
 
 class Format(ABC):
-    """A file format: how to plan a list of files into chunks and read a chunk's rows.
+    """A file format: how to plan a source's files (a `Listing`) into chunks and read a
+    chunk's rows.
 
     Subclasses are stateless and picklable: workers and other ranks read with copies of the
     format as constructed, never the instance that planned. What ``plan`` learns that ``read``
@@ -103,45 +150,27 @@ class Format(ABC):
         """
 
     # Whether ``plan`` is ``assemble`` over each file's ``facts``: planning may then read the
-    # facts on several ranks and keep them between runs (`sources.spread`, `sources.store`).
+    # facts on several ranks and keep them between runs (`sources.steps`, `sources.kept`).
     per_file: bool = False
 
-    def facts(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> list[Any]:
-        """What planning reads of each of ``files`` (picklable, small), in order; a
+    def facts(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list[Any]:
+        """What planning reads of each file of ``listing`` (picklable, small), in order; a
         ``per_file`` format's. Errors as `plan`'s."""
         raise NotImplementedError(f"{type(self).__name__} plans its files together")
 
     def assemble(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        facts: Sequence[Any],
-        fs: FileSystemSpec,
-        options: ReadOptions,
+        self, listing: Listing, facts: Sequence[Any], fs: FileSystemSpec, options: ReadOptions
     ) -> FormatPlan:
-        """The plan of ``files`` from their ``facts`` (read now, or on other ranks, or kept from
-        an earlier run); a ``per_file`` format's. Errors as `plan`'s."""
+        """The plan of ``listing`` from its files' ``facts`` (read now, or on other ranks, or
+        kept from an earlier run); a ``per_file`` format's. Errors as `plan`'s."""
         raise NotImplementedError(f"{type(self).__name__} plans its files together")
 
-    def plan(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> FormatPlan:
-        """Plan ``files`` into chunks, reading metadata only (a ``per_file`` format's: its
-        ``facts`` of each file, assembled).
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
+        """Plan the files of ``listing`` into chunks, reading metadata only (a ``per_file``
+        format's: its ``facts`` of each file, assembled).
 
         Args:
-            files: the listed files, in canonical order.
-            partitions: hive ``(key, value)`` pairs per file (empty tuples without hive).
+            listing: the listed files, in canonical order, with their hive partitions.
             fs: the filesystem.
             options: the read options.
 
@@ -156,9 +185,7 @@ class Format(ABC):
         """
         if not self.per_file:
             raise NotImplementedError(f"{type(self).__name__} must plan its files")
-        return self.assemble(
-            files, partitions, self.facts(files, partitions, fs, options), fs, options
-        )
+        return self.assemble(listing, self.facts(listing, fs, options), fs, options)
 
     @abstractmethod
     def read(

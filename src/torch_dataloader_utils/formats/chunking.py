@@ -6,26 +6,23 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from ..fs import SourceFile
 from ..planning import Chunk, Chunks
-from .base import ReadOptions
+from .base import Listing, Partition, ReadOptions
 
 __all__ = ["file_chunks", "group_units", "unit_chunks"]
 
 
-def unit_chunks(
-    files: Sequence[SourceFile],
-    partitions: Sequence[tuple[tuple[str, object], ...]],
-    units: Sequence[Sequence[tuple[int, int, int]]],
-) -> Chunks:
-    """A chunk of each unit of each file (``units``: each file's ``(index, rows, bytes)``, as
-    `group_units` takes them), built as columns: a million units make no `Chunk` object. The
-    columns are those `Chunks.of` makes of `group_units`' chunks without split targets (files
-    and partitions numbered in the order their first chunk comes), so is the fingerprint."""
+def unit_chunks(listing: Listing, units: Sequence[Sequence[tuple[int, int, int]]]) -> Chunks:
+    """A chunk of each unit of each listed file (``units``: each file's ``(index, rows,
+    bytes)``, as `group_units` takes them), built as columns: a million units make no `Chunk`
+    object. The columns are those `Chunks.of` makes of `group_units`' chunks without split
+    targets (files and partitions numbered in the order their first chunk comes), so is the
+    fingerprint."""
     counts = np.fromiter((len(u) for u in units), np.int64, count=len(units))
     flat = np.asarray([u for each in units for u in each], dtype=np.int64).reshape(-1, 3)
     kept = np.flatnonzero(counts)
-    numbers: dict[tuple[tuple[str, object], ...], int] = {}
+    numbers: dict[Partition, int] = {}
+    partitions, files = listing.partitions, listing.files
     partition = [numbers.setdefault(partitions[i], len(numbers)) for i in kept.tolist()]
     return Chunks.from_arrays(
         paths=[files[i].path for i in kept.tolist()],
@@ -44,7 +41,7 @@ def unit_chunks(
 def group_units(
     path: str,
     units: Sequence[tuple[int, int, int]],
-    partition: tuple[tuple[str, object], ...],
+    partition: Partition,
     options: ReadOptions,
 ) -> list[Chunk]:
     """Pack consecutive native units into chunks of about ``split_bytes``/``split_rows``.
@@ -108,17 +105,14 @@ def group_units(
 
 
 def file_chunks(
-    files: Sequence[SourceFile],
-    partitions: Sequence[tuple[tuple[str, object], ...]],
-    units: Sequence[Sequence[tuple[int, int, int]]],
-    options: ReadOptions,
+    listing: Listing, units: Sequence[Sequence[tuple[int, int, int]]], options: ReadOptions
 ) -> Sequence[Chunk]:
-    """The chunks of each file's ``units``: as columns without split targets (`unit_chunks`),
-    grouped by `group_units` with them."""
+    """The chunks of each listed file's ``units``: as columns without split targets
+    (`unit_chunks`), grouped by `group_units` with them."""
     if options.split_rows is None and options.split_bytes is None:
-        return unit_chunks(files, partitions, units)
+        return unit_chunks(listing, units)
     return [
         c
-        for f, u, partition in zip(files, units, partitions, strict=True)
+        for f, u, partition in zip(listing.files, units, listing.partitions, strict=True)
         for c in group_units(f.path, u, partition, options)
     ]

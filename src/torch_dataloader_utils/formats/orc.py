@@ -21,7 +21,7 @@ from ..errors import CorruptFileError
 from ..fs import FileSystemSpec, SourceFile
 from ..fs.ranges import RangeFile
 from ..planning import Chunk
-from .base import Format, FormatPlan, ReadOptions
+from .base import Format, FormatPlan, Listing, ReadOptions
 from .chunking import file_chunks
 from .handles import HandleCache
 from .magic import refuse_other_format
@@ -322,23 +322,13 @@ class OrcFormat(Format):
 
     per_file = True  # (`Format.plan`: each file's facts, assembled)
 
-    def facts(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> list[Any]:
-        return each_file(lambda f: _read_facts(f, fs), files)
+    def facts(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list[Any]:
+        return each_file(lambda f: _read_facts(f, fs), listing.files)
 
     def assemble(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        facts: Sequence[Any],
-        fs: FileSystemSpec,
-        options: ReadOptions,
+        self, listing: Listing, facts: Sequence[Any], fs: FileSystemSpec, options: ReadOptions
     ) -> FormatPlan:
+        files = listing.files
         for f, fact in zip(files, facts, strict=True):
             warn_renamed(fs.url(f.path), fact.schema.names, stacklevel=4)
         schema = check_schemas(
@@ -348,7 +338,7 @@ class OrcFormat(Format):
             options,
         )
         units = [[(i, rows, size) for i, (rows, size) in enumerate(x.stripes)] for x in facts]
-        chunks = file_chunks(files, partitions, units, options)
+        chunks = file_chunks(listing, units, options)
         return FormatPlan(chunks=chunks, schema=schema, row_bytes=_row_bytes(schema, facts))
 
     def _file(self, path: str, fs: FileSystemSpec) -> orc.ORCFile:

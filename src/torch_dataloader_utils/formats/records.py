@@ -79,7 +79,6 @@ class RecordScan:
         self.unreliable: str | None = None  # why the parity may disagree with the parser
         self.offset = 0  # bytes fed so far
         self.quotes = 0  # quote bytes fed so far
-        self.record_start = 0  # where the current (unfinished) record starts
         self.content = False  # whether the unfinished record holds a non-blank byte
         self.last_byte: int | None = None
         self.last_quote = -1  # file offset of the last quote byte fed
@@ -136,7 +135,6 @@ class RecordScan:
         # The first record may have begun in an earlier piece.
         nonblank[0] = self.content or self._has_content(a[: newlines[0]])
         tail = int(newlines[-1]) + 1
-        self.record_start = off + tail
         self.content = self._has_content(a[tail:])
         return off + newlines[nonblank].astype(np.int64) + 1
 
@@ -241,7 +239,6 @@ class ChunkCutter:
     def __post_init__(self) -> None:
         self.chunks: list[tuple[int, int, int]] = []
         self.rows = 0  # rows of the open chunk
-        self.last_end = self.start
         self.total_rows = 0
 
     def feed(self, ends: np.ndarray) -> None:
@@ -261,8 +258,6 @@ class ChunkCutter:
             stop = int(ends[k])
             self.chunks.append((self.start, stop, self.rows + k - i + 1))
             self.start, self.rows, i = stop, 0, k + 1
-        if n:
-            self.last_end = int(ends[-1])
 
     def finish(self, size: int) -> list[tuple[int, int, int]]:
         """The chunks; the last one runs to ``size`` (trailing blank lines included)."""

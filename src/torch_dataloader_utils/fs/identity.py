@@ -66,7 +66,8 @@ def check_identity(
     try:
         if fs.is_local:
             # What fsspec's local ``info`` reports (a link's target), without building its
-            # dict: 5 µs a file instead of 40 (20,000 small files: 0.7 s of an epoch).
+            # dict: an epoch of small files checks each one
+            # (docs/adr/0020-measurements-behind-constants.md#small-local-files).
             st = os.stat(path)
             info: Mapping[str, Any] = {"size": st.st_size, "mtime": st.st_mtime}
         else:

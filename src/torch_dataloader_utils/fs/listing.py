@@ -57,8 +57,9 @@ def _is_hidden(relative: str) -> bool:
 
 
 def _relative(path: str, base: str) -> str:
-    """``path`` relative to ``base`` (a string cut when it lies under it, as listings return:
-    ``posixpath.relpath`` costs ~40 µs a file)."""
+    """``path`` relative to ``base``: a string cut when it lies under it, as listings return
+    (``posixpath.relpath`` is slow on a million files:
+    docs/adr/0020-measurements-behind-constants.md#paths-and-listings)."""
     if not base:
         return path
     cut = len(base) if base.endswith("/") else len(base) + 1

@@ -304,7 +304,9 @@ def retrying(
         StorageError: a transient failure persisted through every attempt (names ``what``).
         Exception: a permanent failure, unchanged (the caller translates it).
     """
-    random_source = rng  # made on the first retry: seeding one costs ~10 µs a request
+    # Made on the first retry, not for every request
+    # (docs/adr/0020-measurements-behind-constants.md#retries).
+    random_source = rng
     for attempt in range(1, policy.max_attempts + 1):
         try:
             return call()

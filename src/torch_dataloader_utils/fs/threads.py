@@ -15,12 +15,19 @@ __all__ = [
     "PLAN_THREADS",
     "READ_THREADS",
     "SCAN_THREADS",
+    "SOURCE_THREADS",
 ]
 
 # Planning reads metadata: Parquet footers, ORC tails, IPC headers, tar indexes, Iceberg
 # footers and delete files. On object storage each is one small request, so the threads spend
 # their time waiting. Locally, pyarrow and numpy release the GIL.
 PLAN_THREADS = 32
+
+# A dataset of several sources (a mixture) plans them at once, each source in its own thread
+# (`sources.planned.plan_sources`, without a process group of several ranks). Each source's
+# planning runs its own threads too (PLAN_THREADS and the others here), so this only overlaps
+# the sources' waits on listings and first footers, and stays small.
+SOURCE_THREADS = 8
 
 # Planning CSV and JSON Lines scans every byte of every file in 8 MiB range reads
 # (`formats.text.format.SCAN_PIECE`), and numpy searches each piece for record ends. Each thread

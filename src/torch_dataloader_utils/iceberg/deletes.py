@@ -1,12 +1,9 @@
-"""Positional deletes: reading delete files, and the arithmetic of live rows.
+"""Iceberg's position-delete files: reading them, and merging their positions per data file.
 
 A position-delete file lists ``(file_path, pos)`` pairs: row ``pos`` (a 0-based ordinal over the
-whole data file) of ``file_path`` is deleted. A chunk covers a range of row groups, so its
-deleted rows are the positions inside the chunk's physical rows, shifted by the chunk's first
-row. Chunks count LIVE rows (rows left after the deletes): ``read(chunk, a, b)`` addresses live
-rows ``[a, b)``, which `physical_range` maps to the physical rows to decode and `keep_mask`
-thins, batch by batch. Everything is a sorted ``int64`` array and ``searchsorted``: exact and
-deterministic.
+whole data file) of ``file_path`` is deleted. What a table does with deleted positions (live
+rows per row group, live rows back to physical ones) is every table kind's, in
+`sources.table_deletes`.
 """
 
 from __future__ import annotations
@@ -21,15 +18,7 @@ import pyarrow.parquet as pq
 from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec
 
-__all__ = [
-    "DeletePositions",
-    "deleted_in",
-    "keep_mask",
-    "live_rows",
-    "merge_positions",
-    "physical_range",
-    "read_position_deletes",
-]
+__all__ = ["DeletePositions", "merge_positions", "read_position_deletes"]
 
 # Position-delete files: the spec's column names (field ids 2147483546 and 2147483545).
 FILE_PATH = "file_path"
@@ -84,40 +73,3 @@ def merge_positions(delete_files: Iterable[Mapping[str, np.ndarray]], data_file:
     if not parts:
         return np.empty(0, dtype=np.int64)
     return np.unique(np.concatenate(parts).astype(np.int64, copy=False))
-
-
-def deleted_in(positions: np.ndarray, start: int, stop: int) -> np.ndarray:
-    """The deleted positions inside physical rows ``[start, stop)``, relative to ``start``."""
-    lo, hi = np.searchsorted(positions, [start, stop])
-    return positions[lo:hi] - start
-
-
-def live_rows(positions: np.ndarray, start: int, stop: int) -> int:
-    """Rows of physical range ``[start, stop)`` that are not deleted."""
-    lo, hi = np.searchsorted(positions, [start, stop])
-    return int(stop - start - (hi - lo))
-
-
-def physical_range(deleted: np.ndarray, row_start: int, row_stop: int) -> tuple[int, int]:
-    """The physical rows to decode for live rows ``[row_start, row_stop)`` of a range whose
-    deleted rows are ``deleted`` (sorted, unique, relative to the range).
-
-    Live row ``k`` is physical row ``k + #{i : deleted[i] - i <= k}`` (``deleted[i] - i`` live
-    rows precede the i-th deleted row). Deleted rows before the first live row asked for and
-    after the last one are not decoded.
-    """
-    if row_start >= row_stop:
-        return 0, 0
-    before = deleted - np.arange(len(deleted), dtype=np.int64)
-    first, last = np.searchsorted(before, [row_start, row_stop - 1], side="right")
-    return int(row_start + first), int(row_stop - 1 + last + 1)
-
-
-def keep_mask(deleted: np.ndarray, start: int, rows: int) -> np.ndarray | None:
-    """Which of physical rows ``[start, start + rows)`` are live (``None``: all of them)."""
-    lo, hi = np.searchsorted(deleted, [start, start + rows])
-    if lo == hi:
-        return None
-    mask = np.ones(rows, dtype=bool)
-    mask[deleted[lo:hi] - start] = False
-    return mask

@@ -11,7 +11,7 @@ catalog and manifests (`plan_table`), not from a list of files.
 from __future__ import annotations
 
 from collections import OrderedDict
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -19,18 +19,12 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
-from ..formats import Format, FormatPlan, ReadOptions
+from ..formats import Format, FormatPlan, Listing, ReadOptions
 from ..formats.parquet import ParquetFormat
 from ..fs import FileSystemSpec, SourceFile
 from ..planning import Chunk
-from .deletes import (
-    DeletePositions,
-    deleted_in,
-    keep_mask,
-    merge_positions,
-    physical_range,
-    read_position_deletes,
-)
+from ..sources.table_deletes import deleted_in, keep_mask, physical_range
+from .deletes import DeletePositions, merge_positions, read_position_deletes
 from .options import DataFileInfo, IcebergReadOptions
 from .projection import (
     FileProjection,
@@ -111,13 +105,7 @@ class IcebergFormat(Format):
         """The physical schema of one data file (its own column names)."""
         return self._parquet.schema(file, fs)
 
-    def plan(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> FormatPlan:
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
         """Not supported: an Iceberg table is planned from its catalog and manifests.
 
         Raises:

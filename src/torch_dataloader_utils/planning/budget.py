@@ -23,7 +23,7 @@ import numpy as np
 from .layout import Layout
 from .resume import Leg, block_rest, consumed, stream_spans
 from .sequence import Deferred, Item, Run, cut, sequence_length, stream_runs
-from .shuffle import block_bounds, block_permutation
+from .shuffle import BlockOrder
 from .strategy import EpochRows
 from .topology import Topology
 
@@ -147,16 +147,11 @@ def delivered_lengths(
         np.arange(r.start, r.stop) if r.select is None else np.asarray(r.select) for r in runs
     ]
     lengths: np.ndarray = ordered[np.concatenate(positions)] if positions else ordered[:0]
-    if layout.shuffle:
-        bounds = block_bounds(
-            len(lengths), block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
-        )
-        for index, (a, b) in enumerate(bounds):
-            perm = block_permutation(
-                seed=layout.seed, epoch=epoch, stream=stream, block=index, n=b - a, leg=leg
-            )
-            lengths[a:b] = lengths[a:b][perm]
-    return lengths
+    if not layout.shuffle:
+        return lengths
+    order = BlockOrder(layout, len(lengths), epoch, stream, leg=leg)
+    out: np.ndarray = lengths[order.delivered(np.arange(len(lengths)))]
+    return out
 
 
 def group_table(
@@ -248,8 +243,8 @@ def remaining_budget(
                 order, bounds = group_batches(lengths, max_tokens)
                 bounds = equalised(bounds, int(table[worker][groups]))
                 also = np.sort(order[: bounds[within]])
-            key = {"seed": layout.seed, "epoch": epoch, "stream": stream, "leg": depth}
-            partial, untouched = block_rest(items, span, read, layout, key, also=also)
+            blocks = BlockOrder(layout, length, epoch, stream, leg=depth)
+            partial, untouched = block_rest(items, span, read, blocks, also=also)
             left.extend(partial)
             if untouched < length:
                 a, b = span[0] + untouched, span[0] + length

@@ -31,6 +31,7 @@ from .resume import (
     unskipped,
 )
 from .sequence import Deferred, Item, cut
+from .shuffle import BlockOrder
 
 __all__ = ["leg_rest", "mixture_spans", "source_layouts"]
 
@@ -111,18 +112,11 @@ def leg_rest(
             length = span[1] - span[0]
             if got[i] >= length:
                 continue
-            key = {
-                "seed": layout.seed,
-                "epoch": epoch,
-                "stream": stream.stream,
-                "leg": depth,
-                "source": i,
-            }
+            order = BlockOrder(layouts[i], length, epoch, stream.stream, leg=depth, source=i)
             if gone[i]:
-                kept = unskipped(source_items, span, got[i], gone[i], layout=layouts[i], key=key)
-                left[i].extend(kept)
+                left[i].extend(unskipped(source_items, span, got[i], gone[i], order))
                 continue
-            partial, untouched = block_rest(source_items, span, got[i], layouts[i], key)
+            partial, untouched = block_rest(source_items, span, got[i], order)
             left[i].extend(partial)
             if untouched < length:
                 lo, hi = span[0] + untouched, span[1]

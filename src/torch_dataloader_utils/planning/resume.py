@@ -26,7 +26,7 @@ from .sequence import (
     refuse_second_rest,
     sequence_length,
 )
-from .shuffle import block_bounds, block_of, block_permutation
+from .shuffle import BlockOrder, block_of
 
 __all__ = [
     "Iteration",
@@ -159,16 +159,17 @@ def block_rest(
     items: Sequence[Item],
     span: tuple[int, int],
     read: int,
-    layout: Layout,
-    key: dict[str, int],
+    order: BlockOrder,
     *,
     also: np.ndarray | None = None,
 ) -> tuple[list[Item], int]:
     """The unread rows of the block a stream stopped in, and where its untouched rows start.
 
-    ``also``: rows after the first ``read`` that were delivered too (offsets from ``read`` in
-    the order the stream delivers its rows: a token budget's part of a group).
+    ``span``: the stream's positions of ``items``, delivered in ``order``. ``also``: rows
+    after the first ``read`` that were delivered too (offsets from ``read`` in the order the
+    stream delivers its rows: a token budget's part of a group).
     """
+    layout = order.layout
     length = span[1] - span[0]
     if read >= length or (not layout.shuffle and also is None):
         return [], read
@@ -177,9 +178,7 @@ def block_rest(
         offsets = np.setdiff1d(np.arange(stop - read), also if also is not None else [])
         kept: list[Item] = list(_rest_runs(items, span[0] + read, span[0] + stop, offsets))
         return kept, stop
-    index, first, stop = block_of(
-        read, length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
-    )
+    index, first, stop = order.block_of(read)
     if read == first and (also is None or not len(also)):
         return [], read
     if layout.documents:  # which rows are left depends on the documents' lengths
@@ -187,28 +186,26 @@ def block_rest(
         if any(run.select is not None or run.rest is not None for run in runs):
             refuse_second_rest()
         ranges = tuple((run.start, run.stop) for run in runs)
-        key_items = tuple(sorted({**key, "block": index}.items()))
-        left = DocumentRest(key_items, read - first, 0, stop - read, ranges)
+        left = DocumentRest(order, index, read - first, 0, stop - read, ranges)
         return [Run(ranges[0][0], ranges[-1][1], rest=left)], stop
     skipped = 0 if also is None else len(also)
     # A partial, not a closure: an elastic resume keeps one per old stream and source, and a
     # closure's cells are that many more objects for the garbage collector to walk.
     block = (span[0] + first, span[0] + stop, read - first, index)
-    rest = functools.partial(_block_rest, items, block, key, also)
+    rest = functools.partial(_block_rest, items, block, order, also)
     return [Deferred(stop - read - skipped, rest)], stop
 
 
 def _block_rest(
     items: Sequence[Item],
     block: tuple[int, int, int, int],
-    key: dict[str, int],
+    order: BlockOrder,
     also: np.ndarray | None,
 ) -> list[Run]:
     """The rows of a block (``(start, stop, read, index)``: positions ``[start, stop)``, block
     ``index`` of its stream) after its first ``read`` in the block's order, less ``also``."""
     start, stop, read, index = block
-    perm = block_permutation(block=index, n=stop - start, **key)
-    unread = perm[read:]
+    unread = order.permutation(index, stop - start)[read:]
     if also is not None:
         unread = np.delete(unread, also)
     return _rest_runs(items, start, stop, np.sort(unread))
@@ -252,18 +249,14 @@ def remaining(items: Sequence[Item], leg: Leg, *, epoch: int, depth: int) -> lis
             read = min(done[worker] * layout.batch_size, length)
             if read >= length:
                 continue
-            key = {
-                "seed": layout.seed,
-                "epoch": epoch,
-                "stream": rank * leg.num_workers + worker,
-                "leg": depth,
-            }
+            stream = rank * leg.num_workers + worker
+            order = BlockOrder(layout, length, epoch, stream, leg=depth)
             if skipped[worker]:  # the stream's rows, less those read and those skipped
                 size = layout.batch_size
                 gone = [np.arange(b * size, min((b + 1) * size, length)) for b in skipped[worker]]
-                left.extend(unskipped(items, span, read, gone, layout=layout, key=key))
+                left.extend(unskipped(items, span, read, gone, order))
                 continue
-            partial, untouched = block_rest(items, span, read, layout, key)
+            partial, untouched = block_rest(items, span, read, order)
             left.extend(partial)
             if untouched < length:
                 a, b = span[0] + untouched, span[0] + length
@@ -289,28 +282,14 @@ def unskipped(
     span: tuple[int, int],
     read: int,
     skipped: Sequence[np.ndarray],
-    *,
-    layout: Layout,
-    key: dict[str, int],
+    order: BlockOrder,
 ) -> list[Item]:
-    """The rows of a stream (positions ``span`` of ``items``) neither among its first ``read``
-    delivered nor ``skipped`` (offsets in the order the stream delivers its rows), in
-    position order."""
+    """The rows of a stream (positions ``span`` of ``items``, delivered in ``order``) neither
+    among its first ``read`` delivered nor ``skipped`` (offsets in the order the stream
+    delivers its rows), in position order."""
     length = span[1] - span[0]
     offsets = np.unique(np.concatenate([np.arange(read), *skipped]))  # (delivered order)
-    if layout.shuffle:  # to the stream's rows, through their blocks' permutations
-        rows = np.empty_like(offsets)
-        for index, (a, b) in enumerate(
-            block_bounds(
-                length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
-            )
-        ):
-            mine = (offsets >= a) & (offsets < b)
-            if mine.any():
-                perm = block_permutation(block=index, n=b - a, **key)
-                rows[mine] = a + perm[offsets[mine] - a]
-        offsets = rows
-    kept = np.setdiff1d(np.arange(length), offsets)
+    kept = np.setdiff1d(np.arange(length), order.delivered(offsets))
     return list(_rest_runs(items, span[0], span[1], kept))
 
 

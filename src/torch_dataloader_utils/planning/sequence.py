@@ -18,6 +18,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from .assign import Piece, Remainder, rank_span, span_pieces, worker_span
+from .shuffle import BlockOrder
 from .topology import Topology
 
 __all__ = [
@@ -49,23 +50,29 @@ def refuse_second_rest() -> NoReturn:
 @dataclass(frozen=True, slots=True)
 class DocumentRest:
     """The rows of a packed stream's block left unread by an earlier leg: those after its first
-    ``read`` rows in the block's document order (`shuffle.document_permutation` under ``key``),
-    in position order, ``[first, last)`` of them. Which rows they are depends on the documents'
-    lengths: the reader works them out once it has read the block (docs/adr/0022).
+    ``read`` rows in the block's document order (``order.documents(block, ...)``), in position
+    order, ``[first, last)`` of them. Which rows they are depends on the documents' lengths:
+    the reader works them out once it has read the block (docs/adr/0022).
 
     Attributes:
-        key: the block permutation's key (seed, epoch, stream, block, leg, source).
+        order: the order the earlier leg's stream delivered its rows in.
+        block: the block's index in that stream.
         read: rows of the block the earlier leg delivered.
         first, last: the window of the rest this run holds.
         ranges: the block's positions, ``[start, stop)`` ranges in order (two where the block
             wraps past the end of the sequence, under ``remainder="pad"``).
     """
 
-    key: tuple[tuple[str, int], ...]
+    order: BlockOrder
+    block: int
     read: int
     first: int
     last: int
     ranges: tuple[tuple[int, int], ...]
+
+    def permutation(self, n: int) -> np.ndarray:
+        """The order the earlier leg delivered the block's ``n`` documents in."""
+        return self.order.documents(self.block, n)
 
 
 @dataclass(frozen=True, slots=True, eq=False)

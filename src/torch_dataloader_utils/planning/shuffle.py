@@ -12,16 +12,24 @@ permutation apart, so that no two draw the same random numbers:
   source's rows of a stream);
 - `document_permutation`: a packed stream's block, by whole documents (`DOCUMENTS`).
 
+The last two are drawn through `BlockOrder`, the order a stream delivers a source's rows in:
+reading (`stream.blocks`), resuming (`resume`, `budget`, `mixture_legs`) and looking up a batch
+(`dataset.lookup`) all ask it, so that they cannot disagree on a key.
+
 The values are part of every saved state's meaning: changing one changes every shuffled order.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import numpy as np
 
 from ..errors import InvalidArgumentError
+from .layout import Layout
 
 __all__ = [
+    "BlockOrder",
     "block_bounds",
     "block_of",
     "block_permutation",
@@ -137,3 +145,94 @@ def document_permutation(
     if source is not None:
         key += [SOURCE, source]
     return np.random.default_rng(key).permutation(n)
+
+
+@dataclass(frozen=True, slots=True)
+class BlockOrder:
+    """The order a stream delivers one source's rows in: its ``length`` rows cut into blocks
+    (`block_bounds` of ``layout``), each block's rows permuted under its own key, or all in
+    order without shuffling. A packed stream's blocks move by whole documents (`documents`).
+
+    Attributes:
+        layout: the options that cut and shuffle the blocks (seed, sizes, shuffle, documents).
+        length: the stream's rows (in a mixture, its rows of ``source``).
+        epoch: the epoch.
+        stream: the stream's number, ``rank * num_workers + worker``.
+        leg: elastic resumes before the stream's leg of the epoch (a leg's streams are new).
+        source: in a mixture, the source whose rows these are (``None``: one source).
+    """
+
+    layout: Layout
+    length: int
+    epoch: int
+    stream: int
+    leg: int = 0
+    source: int | None = None
+
+    def bounds(self) -> list[tuple[int, int]]:
+        """Every block's first row and end, in order."""
+        layout = self.layout
+        return block_bounds(
+            self.length, block_rows=layout.block_rows, first_block_rows=layout.first_block_rows
+        )
+
+    def block_of(self, position: int) -> tuple[int, int, int]:
+        """The block that holds stream row ``position < length``: its index, first row, end."""
+        layout = self.layout
+        return block_of(
+            position,
+            self.length,
+            block_rows=layout.block_rows,
+            first_block_rows=layout.first_block_rows,
+        )
+
+    def permutation(self, block: int, n: int) -> np.ndarray:
+        """The order of the ``n`` rows of block ``block``: offset ``k`` in it delivers its row
+        ``permutation[k]``."""
+        return block_permutation(
+            seed=self.layout.seed,
+            epoch=self.epoch,
+            stream=self.stream,
+            block=block,
+            n=n,
+            leg=self.leg,
+            source=self.source,
+        )
+
+    def documents(self, block: int, n: int) -> np.ndarray:
+        """The order of the ``n`` documents (fragments of documents) of a packed stream's block
+        ``block``: each moves whole."""
+        return document_permutation(
+            n,
+            seed=self.layout.seed,
+            epoch=self.epoch,
+            stream=self.stream,
+            block=block,
+            leg=self.leg,
+            source=self.source,
+        )
+
+    def delivered(self, offsets: np.ndarray) -> np.ndarray:
+        """The stream rows delivered ``offsets``-th (each below ``length``, counted in the order
+        the stream delivers its rows): each through its block's permutation.
+
+        Raises:
+            TypeError: a packed stream's, whose order depends on its documents' lengths.
+        """
+        offsets = np.asarray(offsets, dtype=np.int64)
+        if not self.layout.shuffle or not len(offsets):
+            return offsets
+        if self.layout.documents:
+            raise TypeError("a packed stream's blocks move by documents: see `documents`")
+        # Sorted offsets (a batch's, a whole stream's) go block by block as slices.
+        at = None if bool(np.all(offsets[1:] >= offsets[:-1])) else np.argsort(offsets)
+        ordered = offsets if at is None else offsets[at]
+        out = np.empty_like(offsets)
+        i = 0
+        while i < len(ordered):  # one block at a time (a batch is in one or two)
+            block, start, stop = self.block_of(int(ordered[i]))
+            j = int(np.searchsorted(ordered, stop, side="left"))
+            rows = start + self.permutation(block, stop - start)[ordered[i:j] - start]
+            out[slice(i, j) if at is None else at[i:j]] = rows
+            i = j
+        return out

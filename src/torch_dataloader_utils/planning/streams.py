@@ -2,15 +2,19 @@
 
 A dataset's `Streams` answers the two questions of a pass for every process alike: the batches
 of each stream of a rank (the main process orders the workers' batches and counts a rank's by
-them), and the `Stream` a worker reads. Two kinds, one per way of building an epoch:
+them), and the `Stream` a worker reads. Three kinds, two ways of building an epoch and one
+way of batching it:
 
 - `OneSource`: one plan's chunks, cut into streams by the layout's `Strategy`;
 - `Mixed`: a mixture's sources, each delivering its quota, interleaved position by position
-  (`planning.mixture`), cut into streams as one source's epoch is.
+  (`planning.mixture`), cut into streams as one source's epoch is;
+- `Budgeted`: one source's streams read in token-budget batches (`planning.budget`).
 
-A stream is the same value for both: the rows it reads of each source (`SourceRows`: runs of
+A stream is the same value for all: the rows it reads of each source (`SourceRows`: runs of
 that source's epoch, where the pass starts in them) and, for a mixture, the interleave that
 says which source each position holds. `stream.pipeline` reads each source's rows the same way.
+What callers ask of a kind (its weights schedule, its length index, the same streams under
+another layout) the protocol answers: no caller tells the kinds apart.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
 from .assign import Piece
 from .budget import BudgetPass, BudgetRows, Lengths, group_table, split_done
 from .layout import Layout
@@ -30,6 +35,7 @@ from .phases import Labels
 from .plan import Plan
 from .resume import Iteration, consumed
 from .sequence import Run, sequence_length
+from .shuffle import BlockOrder
 from .strategy import EpochRows, strategy_of
 from .topology import Topology
 
@@ -96,9 +102,21 @@ class Stream:
         done = self.done if self.budget is None else self.budget.groups_done
         return min(done * self.layout.batch_size, self.length)
 
+    def order_of(self, rows: SourceRows) -> BlockOrder:
+        """The order the stream delivers ``rows`` (one of its `sources`) in."""
+        iteration = self.iteration
+        return BlockOrder(
+            rows.epoch_rows.layout,
+            rows.length,
+            iteration.epoch,
+            self.topology.stream,
+            leg=len(iteration.legs),
+            source=rows.source,
+        )
+
 
 class Streams(Protocol):
-    """How a dataset's epochs are cut into streams (`OneSource`, `Mixed`)."""
+    """How a dataset's epochs are cut into streams (`OneSource`, `Mixed`, `Budgeted`)."""
 
     @property
     def layout(self) -> Layout:
@@ -107,6 +125,31 @@ class Streams(Protocol):
     @property
     def epoch_rows(self) -> int:
         """Rows an epoch reads across all ranks, before the remainder policy."""
+
+    @property
+    def scheduled(self) -> bool:
+        """Whether a weights schedule changes the mix (counted in steps: `Iteration.steps`)."""
+
+    @property
+    def lengths(self) -> Lengths | None:
+        """A token budget's length index, each row's length in its column (None: no budget)."""
+
+    @property
+    def skips_carried(self) -> bool:
+        """Whether batches skipped on one topology can be left out, as their rows, of a resume
+        on another (`resume.remaining`): not packed sequences' nor token budgets'."""
+
+    def with_layout(self, layout: Layout) -> Streams:
+        """These streams cut and ordered with ``layout`` (an earlier leg's): themselves when
+        it is theirs."""
+
+    def budgeted(self, lengths: Lengths, column: str, truncate: bool) -> Streams:
+        """These streams read in token-budget batches of ``column`` (`Budgeted`), whose rows
+        have ``lengths`` (``truncate``: rows longer than the budget are cut to it).
+
+        Raises:
+            InvalidArgumentError: the streams are not one source's rows.
+        """
 
     def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
         """Batches of each stream of ``rank`` (one per worker of its ``num_workers``) in
@@ -157,6 +200,20 @@ class OneSource:
     @property
     def epoch_rows(self) -> int:
         return int(np.sum(np.asarray(self.chunk_rows, dtype=np.int64)))
+
+    @property
+    def scheduled(self) -> bool:
+        return False
+
+    @property
+    def skips_carried(self) -> bool:
+        return not self.layout.unit
+
+    def with_layout(self, layout: Layout) -> OneSource:
+        return self if layout == self.layout else dataclasses.replace(self, layout=layout)
+
+    def budgeted(self, lengths: Lengths, column: str, truncate: bool) -> Budgeted:
+        return Budgeted(dataclasses.replace(self, lengths=lengths), column, truncate)
 
     def rows(self, iteration: Iteration) -> EpochRows:
         """The epoch's rows as ``iteration`` reads them."""
@@ -210,6 +267,20 @@ class Mixed:
     def scheduled(self) -> bool:
         """Whether the weights follow a schedule (`planning.schedule`)."""
         return self.mixture.schedule is not None
+
+    @property
+    def lengths(self) -> None:
+        return None
+
+    @property
+    def skips_carried(self) -> bool:
+        return not self.layout.unit
+
+    def with_layout(self, layout: Layout) -> Mixed:
+        return self if layout == self.layout else dataclasses.replace(self, layout=layout)
+
+    def budgeted(self, lengths: Lengths, column: str, truncate: bool) -> Budgeted:
+        raise InvalidArgumentError("token budgets batch one source's rows, not a mixture's")
 
     def _spans(
         self, iteration: Iteration, rank: Topology
@@ -294,6 +365,23 @@ class Budgeted:
         """The length index."""
         assert self.streams.lengths is not None, "a token budget's streams have lengths"
         return self.streams.lengths
+
+    @property
+    def scheduled(self) -> bool:
+        return False
+
+    @property
+    def skips_carried(self) -> bool:
+        return False
+
+    def with_layout(self, layout: Layout) -> Budgeted:
+        if layout == self.layout:
+            return self
+        inner = dataclasses.replace(self.streams, layout=layout)
+        return dataclasses.replace(self, streams=inner, _tables={})
+
+    def budgeted(self, lengths: Lengths, column: str, truncate: bool) -> Budgeted:
+        raise InvalidArgumentError("these streams are read in token-budget batches already")
 
     def _table(
         self, iteration: Iteration, rank: Topology, worker: int | None = None

@@ -2,11 +2,15 @@
 
 Everything here reads storage (the pure model it builds is in `planning`):
 
-- `files`: a source of files → `Planned` (listing, footers, filtered row counts, the decoded
-  size of a row);
-- `counting`: the rows of each chunk that pass the row filter;
+- `planned`: a dataset's sources planned in one step (`plan_sources`), each a `PlannedSource`;
+- `steps`: a source of files → `files.Planned`, step by step over the ranks (`plan_files`);
+- `prepare`: its listing and read options (`prepare_source`), on rank 0;
+- `files`: its plan finished (`finish_source`: filtered row counts, tokens, lengths, the
+  decoded size of a row);
+- `counting`: the rows, tokens and lengths of each chunk, read;
 - `filters`: a row filter's validity and the columns it reads;
-- `broadcast`: plan on rank 0 and send the result to every rank (`plan_once`).
+- `kept`: plans kept in ``cache_dir`` between runs;
+- `broadcast`: steps on rank 0 sent to every rank, and work shared by the ranks (`Spread`).
 
-Iceberg tables are planned by `iceberg.planning` into the same `Planned`.
+Tables are planned into the same `Planned` (`table_planning`, over `tables`' kinds).
 """

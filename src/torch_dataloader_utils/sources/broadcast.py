@@ -1,4 +1,5 @@
-"""Planning once per job: rank 0 plans and the other ranks receive the plan.
+"""Planning once per job, over the ranks (`Spread`): rank 0 takes the steps every rank receives
+the result of, and each rank reads a share of the files.
 
 Planning a large source on object storage can take longer than a collective may wait (listing
 and reading a million footers: tens of minutes; the default process-group timeout is 10 minutes
@@ -31,7 +32,7 @@ import torch.distributed as dist
 
 from ..errors import InvalidArgumentError, PlanTimeoutError
 
-__all__ = ["PLAN_TIMEOUT_ENV", "Gathered", "Spread", "plan_once", "plan_timeout"]
+__all__ = ["PLAN_TIMEOUT_ENV", "Gathered", "Spread", "plan_timeout"]
 
 logger = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -49,9 +50,9 @@ _LOG_EVERY = 30.0
 _READY = b"planned"
 _FAILED = b"failed"
 
-# Every rank calls plan_once in the same order (every rank builds every dataset), so the n-th
-# call of each process names the same key. A restarted job gets a new store (torchelastic
-# creates one per attempt), so keys of a previous attempt are never seen.
+# Every rank takes the steps of a `Spread` in the same order (every rank builds every dataset),
+# so the n-th step of each process names the same key. A restarted job gets a new store
+# (torchelastic creates one per attempt), so keys of a previous attempt are never seen.
 _calls = itertools.count()
 
 
@@ -76,33 +77,8 @@ def plan_timeout() -> float:
     return seconds
 
 
-def plan_once(make: Callable[[], T], *, explicit: bool) -> T:
-    """``make()`` on rank 0, broadcast to every rank of the default process group.
-
-    Listing files and reading footers once instead of once per rank spares the storage (and,
-    with many ranks, the planning time); every rank gets the same plan by construction. It
-    applies when ``torch.distributed`` is initialised and the rank was not passed explicitly
-    (explicit ranks may be a data-parallel subgroup that not every process builds). Every rank
-    of the group must build the dataset, as every rank of a DDP job does.
-
-    The other ranks wait for rank 0 outside any collective, for up to ``$TDU_PLAN_TIMEOUT``
-    seconds (six hours by default), so a planning longer than the process group's timeout
-    completes. An error on rank 0 is raised on every rank, so no rank is left waiting.
-
-    Raises:
-        PlanTimeoutError: (ranks other than 0) rank 0 did not finish within the timeout.
-        Exception: rank 0's planning error, on every rank.
-    """
-    if explicit or not (dist.is_available() and dist.is_initialized()):
-        return make()
-    if dist.get_world_size() == 1:
-        return make()
-    timeout = plan_timeout()  # on every rank: a bad value fails before any collective
-    return _from_rank0(make, _default_store(), timeout)
-
-
 def _from_rank0(make: Callable[[], T], store: Any, timeout: float) -> T:
-    """`plan_once` in a process group of several ranks."""
+    """`Spread.from_rank0` in a process group of several ranks."""
     key = f"torch_dataloader_utils/plan/{next(_calls)}"
     box: list[object] = [None]
     if dist.get_rank() == 0:
@@ -145,8 +121,15 @@ class Gathered(list[tuple[str, Any]]):
 
 class Spread:
     """Planning over the ranks of the default process group: steps rank 0 takes for every rank
-    (`from_rank0`, as `plan_once`) and work each rank does a share of (`share`). Without a
-    group of several ranks (or with an ``explicit`` rank), both run here."""
+    (`from_rank0`) and work each rank does a share of (`share`). Without a group of several
+    ranks (or with an ``explicit`` rank), both run here.
+
+    Listing files and reading footers once instead of once per rank spares the storage (and,
+    with many ranks, the planning time); every rank gets the same plan by construction. It
+    applies when ``torch.distributed`` is initialised and the rank was not passed explicitly
+    (explicit ranks may be a data-parallel subgroup that not every process builds). Every rank
+    of the group must build the dataset, as every rank of a DDP job does.
+    """
 
     def __init__(self, *, explicit: bool) -> None:
         self.active = (
@@ -162,7 +145,17 @@ class Spread:
         self._store = _default_store() if self.active else None
 
     def from_rank0(self, make: Callable[[], T]) -> T:
-        """``make()`` on rank 0, its value (or error) on every rank (see `plan_once`)."""
+        """``make()`` on rank 0, its value (or error) on every rank.
+
+        The other ranks wait for rank 0 outside any collective, for up to
+        ``$TDU_PLAN_TIMEOUT`` seconds (six hours by default), so a planning longer than the
+        process group's timeout completes. An error on rank 0 is raised on every rank, so no
+        rank is left waiting.
+
+        Raises:
+            PlanTimeoutError: (ranks other than 0) rank 0 did not finish within the timeout.
+            Exception: rank 0's error, on every rank.
+        """
         if not self.active:
             return make()
         return _from_rank0(make, self._store, self._timeout)

@@ -11,14 +11,12 @@ import numpy as np
 
 from ..formats import Format, ReadOptions
 from ..fs import FileSystemSpec
+from ..fs.threads import SOURCE_THREADS
 from ..planning import Plan
 from .broadcast import Spread
 from .files import Planned
 
 __all__ = ["PlannedSource", "plan_sources", "planned_source"]
-
-# Sources planned at once (each plans its files in its own threads too).
-_PLAN_SOURCES = 8
 
 
 @dataclass(frozen=True)
@@ -64,7 +62,7 @@ def plan_sources(
     spread = Spread(explicit=explicit)
     if spread.active or count == 1:
         return [plan(i, spread) for i in range(count)]
-    with ThreadPoolExecutor(min(count, _PLAN_SOURCES), "tdu-sources") as pool:
+    with ThreadPoolExecutor(min(count, SOURCE_THREADS), "tdu-sources") as pool:
         return list(pool.map(lambda i: plan(i, spread), range(count)))
 
 

@@ -2,53 +2,48 @@
 
 1. Rank 0 lists the files. If the plan kept from the last run (`kept.KeptPlans`) was made
    from the same listing, it is the plan: nothing else is read. Otherwise rank 0 reads one
-   file's schema and works out the read options (`files.prepare_source`).
+   file's schema and works out the read options (`prepare.prepare_source`).
 2. Every rank reads the facts (footers) of its share of the files whose facts were not kept
    (a format planned file by file: `Format.per_file`), in its planning threads
    (`broadcast.Spread.share`).
-3. Rank 0 assembles the plan from the facts, counts what the options count, keeps the result
-   for the next run, and every rank receives it.
+3. Rank 0 assembles the format's plan from the facts. What the options count by reading (a
+   filter's rows, tokens, lengths) every rank counts a share of under a process group of
+   several ranks, else rank 0 (`files.count_chunks`). Rank 0 finishes the plan
+   (`files.finish_source`), keeps it for the next run, and every rank receives it.
 
-Without a process group of several ranks each step runs here, in order.
+Without a process group of several ranks each step runs here, in order. Each step is a method
+of `_Steps`, from values to values; `plan_files` says where each runs.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
+from ..cache import ReadCache
 from ..formats import Format, FormatPlan
 from ..fs import FileSystemSpec, Paths, SourceFile
 from .broadcast import Gathered, Spread
-from .files import (
-    Counts,
-    Planned,
-    Prepared,
-    count_chunks,
-    finish_source,
-    list_source,
-    prepare_source,
-)
+from .files import Counts, Planned, count_chunks, finish_source
 from .kept import Kept, KeptPlans, facts_of, listing_digest
+from .prepare import Prepared, list_source, prepare_source
 
 __all__ = ["plan_files"]
 
 logger = logging.getLogger(__name__)
 
-Cached = Callable[..., FileSystemSpec]
-
 
 @dataclass(frozen=True)
 class _Begun:
-    """What step 1 sends every rank: the kept plan, or the source prepared and which of its
-    files' facts are to be read."""
+    """What step 1 sends every rank when no kept plan will do: the source prepared, which of
+    its files' facts are to be read, and the listing's digest (`kept.listing_digest`)."""
 
-    done: Planned | None
-    prepared: Prepared | None = None
-    missing: tuple[int, ...] = ()
-    listing: str = ""
+    prepared: Prepared
+    missing: tuple[int, ...]
+    listing: str
 
 
 def plan_files(
@@ -58,103 +53,135 @@ def plan_files(
     *,
     spread: Spread,
     kept: KeptPlans | None,
-    cached: Cached | None,
+    cache: ReadCache | None,
     **options: Any,
 ) -> Planned:
     """``path``'s plan, on every rank (see the module docstring); ``options``: those of
-    `files.prepare_source`. Call it on every rank of ``spread`` in the same order.
+    `prepare.prepare_source`. Call it on every rank of ``spread`` in the same order.
+
+    ``kept``: where the plans of this source and options are kept between runs. ``cache``: the
+    node-local cache planning reads through, so a second plan of the same files reads their
+    footers, indexes and scans from it.
 
     Raises:
-        Exception: planning's errors (`files.plan_source`), on every rank.
+        StorageNotFoundError: ``path`` does not exist.
+        ColumnNotFoundError: a column in ``options`` (columns, filters) is not in the data.
+        SchemaMismatchError: files disagree on the columns read, or a hive key is a column.
+        Exception: any other error of planning, on every rank.
     """
-    known: dict[str, Any] = {}  # (rank 0's: the kept facts still good)
+    steps = _Steps(path, fmt, fs, kept, cache)
+    begun = spread.from_rank0(partial(steps.begin, options))
+    if isinstance(begun, Planned):  # (kept from the last run)
+        return begun
+    prepared = begun.prepared
+    gathered = spread.share(begun.missing, partial(steps.read, prepared)) if fmt.per_file else None
+    planned: FormatPlan | None = None
+    counts: Gathered | None = None
+    if spread.active and prepared.counts_by_reading:
+        # Counting reads data: every rank counts a share of the chunks, from the plan.
+        planned = spread.from_rank0(partial(steps.assemble, prepared, gathered))
+        counts = spread.share(range(len(planned.chunks)), partial(steps.count, prepared, planned))
+    return spread.from_rank0(partial(steps.finish, begun, gathered, planned, counts))
 
-    def begin() -> _Begun:
-        files = list_source(path, fmt)(fs)
+
+@dataclass
+class _Steps:
+    """The steps of planning one source. Rank 0 also holds what only it needs from one step to
+    the next (never sent to the other ranks): the facts kept from the last run that are still
+    good (``known``), and every file's facts, to keep for the next run (``facts``)."""
+
+    path: Paths
+    fmt: Format
+    fs: FileSystemSpec
+    kept: KeptPlans | None
+    cache: ReadCache | None
+    known: dict[str, Any] = field(default_factory=dict)
+    facts: list[Any] = field(default_factory=list)
+
+    def begin(self, options: dict[str, Any]) -> Planned | _Begun:
+        """Step 1 (rank 0): the kept plan if the listing is unchanged, else the source
+        prepared and the files whose facts are to be read."""
+        files = list_source(self.path, self.fmt, self.fs)
         listing = listing_digest(files)
-        old = kept.load() if kept is not None else None
+        old = self.kept.load() if self.kept is not None else None
         if old is not None and old.listing == listing:
-            logger.info("%s: planned from the plan kept in %s", path, kept and kept.path)
-            return _Begun(old.planned)
-        prepared = prepare_source(path, files, fmt, _through(cached, fs, files), **options)
-        if old is not None and kept is not None and fmt.per_file:
-            known.update(facts_of(kept.facts(old.listing), files))
-        missing = tuple(i for i, f in enumerate(files) if f.path not in known)
-        if known:
+            kept = self.kept
+            logger.info("%s: planned from the plan kept in %s", self.path, kept and kept.path)
+            planned: Planned = old.planned
+            return planned
+        prepared = prepare_source(self.path, files, self.fmt, self._through(files), **options)
+        if old is not None and self.kept is not None and self.fmt.per_file:
+            self.known.update(facts_of(self.kept.facts(old.listing), files))
+        missing = tuple(i for i, f in enumerate(files) if f.path not in self.known)
+        if self.known:
             logger.info(
                 "%s: %d files' facts kept from the last run, %d to read",
-                path,
-                len(known),
+                self.path,
+                len(self.known),
                 len(missing),
             )
-        return _Begun(None, prepared, missing, listing)
+        return _Begun(prepared, missing, listing)
 
-    begun = spread.from_rank0(begin)
-    if begun.done is not None:
-        return begun.done
-    prepared = begun.prepared
-    assert prepared is not None
+    def read(self, prepared: Prepared, indexes: Sequence[int]) -> list[Any]:
+        """Step 2 (every rank, its share): the facts of the files at ``indexes``."""
+        share = prepared.listing.take(indexes)
+        self.fs.listed((f.path, f.size) for f in share.files)  # (rank 0's listing: ask nothing)
+        return self.fmt.facts(share, self._through(share.files), prepared.read_options)
 
-    def read(indexes: Sequence[int]) -> list[Any]:
-        files = [prepared.files[i] for i in indexes]
-        parts = [prepared.partitions[i] for i in indexes]
-        fs.listed((f.path, f.size) for f in files)  # (rank 0's listing said: asked nothing)
-        return fmt.facts(files, parts, _through(cached, fs, files), prepared.read_options)
-
-    gathered = spread.share(begun.missing, read) if fmt.per_file else None
-    facts: list[Any] = []  # (rank 0's: every file's, to keep)
-
-    def assemble() -> FormatPlan:
-        files, partitions = prepared.files, prepared.partitions
-        here = _through(cached, fs, files)
+    def assemble(self, prepared: Prepared, gathered: Gathered | None) -> FormatPlan:
+        """Step 3 (rank 0): the format's plan; a format planned file by file assembles it from
+        every file's facts, kept or ``gathered`` from the ranks."""
+        listing = prepared.listing
+        here = self._through(listing.files)
         if gathered is None:
-            return fmt.plan(files, partitions, here, prepared.read_options)
+            return self.fmt.plan(listing, here, prepared.read_options)
         fresh = iter(gathered.values())
-        facts.extend(known[f.path] if f.path in known else next(fresh) for f in files)
-        return fmt.assemble(files, partitions, facts, here, prepared.read_options)
+        known = self.known
+        self.facts = [known[f.path] if f.path in known else next(fresh) for f in listing.files]
+        return self.fmt.assemble(listing, self.facts, here, prepared.read_options)
 
-    counting = prepared.counting
-    counts: Gathered | None = None
-    if spread.active and (
-        prepared.filters is not None or counting["tokens"] or counting["lengths"]
-    ):
-        # Counting reads data: every rank counts a share of the chunks, from the plan.
-        planned = spread.from_rank0(assemble)
+    def count(self, prepared: Prepared, planned: FormatPlan, chunks: Sequence[int]) -> list[Counts]:
+        """Step 3 under a process group (every rank, its share): what the options count by
+        reading, of the plan's ``chunks``."""
+        here = self._through(prepared.listing.files)
+        return [count_chunks(prepared, planned, self.fmt, here, chunks)]
 
-        def count(chunks: Sequence[int]) -> list[Counts]:
-            here = _through(cached, fs, prepared.files)
-            return [count_chunks(prepared, planned, fmt, here, chunks)]
-
-        counts = spread.share(range(len(planned.chunks)), count)
-
-    def finish() -> Planned:
-        done = planned if counts is not None else assemble()
-        here = _through(cached, fs, prepared.files)
+    def finish(
+        self,
+        begun: _Begun,
+        gathered: Gathered | None,
+        planned: FormatPlan | None,
+        counts: Gathered | None,
+    ) -> Planned:
+        """Step 3 (rank 0): the source's plan from the format's (``planned``, else assembled
+        now) and the ranks' ``counts`` (else counted now), kept for the next run."""
+        prepared = begun.prepared
+        done = planned if planned is not None else self.assemble(prepared, gathered)
+        here = self._through(prepared.listing.files)
         counted = None if counts is None else _joined(counts.values())
-        result = finish_source(prepared, done, fmt, here, counted)
-        if kept is not None:
-            files = prepared.files
+        result = finish_source(prepared, done, self.fmt, here, counted)
+        if self.kept is not None:
+            files = prepared.listing.files
+            facts = self.facts
             by_path = {f.path: (f.size, f.version, x) for f, x in zip(files, facts, strict=False)}
-            kept.save(Kept(begun.listing, result, by_path))
+            self.kept.save(Kept(begun.listing, result, by_path))
         return result
 
-    return spread.from_rank0(finish)
+    def _through(self, files: Sequence[SourceFile]) -> FileSystemSpec:
+        """The filesystem reading ``files`` through the node-local cache when there is one (the
+        listing just told each identity: nothing to check)."""
+        if self.cache is None:
+            return self.fs
+        return self.cache.wrap(self.fs, {f.path: (f.size, f.version) for f in files}, trusted=True)
 
 
 def _joined(parts: Sequence[Counts]) -> Counts:
     """The counts of each rank's share of the chunks, in order, as one."""
-
-    def join(k: int) -> list[Any] | None:
-        if parts[0][k] is None:
-            return None
-        return [x for part in parts for x in (part[k] or ())]
-
-    return join(0), join(1), join(2)
+    return _join(parts, 0), _join(parts, 1), _join(parts, 2)
 
 
-def _through(cached: Cached | None, fs: FileSystemSpec, files: Sequence[SourceFile]) -> Any:
-    """``fs``, reading ``files`` through the node-local cache when there is one (the listing
-    just told each identity: nothing to check)."""
-    if cached is None:
-        return fs
-    return cached(fs, {f.path: (f.size, f.version) for f in files}, trusted=True)
+def _join(parts: Sequence[Counts], k: int) -> list[Any] | None:
+    """The ``k``-th count of every share, concatenated (``None``: not counted)."""
+    if parts[0][k] is None:
+        return None
+    return [x for part in parts for x in (part[k] or ())]

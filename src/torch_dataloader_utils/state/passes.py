@@ -25,7 +25,7 @@ from ..cache import CacheStats
 from ..errors import InvalidArgumentError, TorchDataloaderUtilsWarning
 from ..errors.on_error import FailureLog
 from ..planning import Iteration, Layout, Leg, Plan, Ranks, Topology
-from ..planning.streams import Mixed, OneSource, Streams
+from ..planning.streams import Streams
 from .codec import (
     decode_state,
     decode_stream_state,
@@ -76,7 +76,7 @@ class Passes:
         """A pass over ``epoch``, with the steps a weights schedule counts: a loaded state's,
         else this run's own (world size and batch size)."""
         steps = self.steps
-        if steps == (0, 0) and isinstance(self.streams, Mixed) and self.streams.scheduled:
+        if steps == (0, 0) and self.streams.scheduled:
             steps = (self.ranks.resolve()[1], self.layout.batch_size)
         return Iteration(epoch, legs, batches, generation, steps)
 
@@ -351,7 +351,7 @@ class Passes:
         future = [(max(a, at) - before, b - before) for a, b in self.skips.get(epoch, ()) if b > at]
         if not future or (saved.world_size, saved.num_workers, saved.layout) == now:
             return iteration
-        if not isinstance(self.streams, OneSource | Mixed) or self.layout.unit:
+        if not self.streams.skips_carried:
             raise InvalidArgumentError(
                 f"the state skips batches of epoch {epoch} it had not reached, numbered for the "
                 "topology it was saved on: packed sequences and token budgets resume them only "

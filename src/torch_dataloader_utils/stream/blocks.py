@@ -8,8 +8,8 @@ from typing import TypeAlias, cast
 import numpy as np
 import pyarrow as pa
 
-from ..planning import Layout, block_bounds, block_permutation
-from ..planning.shuffle import document_permutation
+from ..planning import Layout
+from ..planning.shuffle import BlockOrder
 from .fragments import Fragments
 
 __all__ = [
@@ -119,11 +119,11 @@ def shuffled_blocks(
     """Group the stream's ``length`` rows into blocks and draw each block's permutation.
 
     Block boundaries sit at fixed stream positions, so the result is a pure function of
-    ``(seed, epoch, stream, leg, rows)``, whatever batch sizes the reader produced. Yields
-    ``(block, permutation)`` (``source``: in a mixture, the source of these rows of the stream,
-    which keys the permutations too; a packed stream's token rows move by whole documents,
-    `Layout.documents`); the rows are gathered later, straight into the output (see
-    ``Converter.fields``). Without shuffling, batches pass through with ``None``.
+    ``(seed, epoch, stream, leg, rows)`` (their `BlockOrder`), whatever batch sizes the reader
+    produced. Yields ``(block, permutation)`` (``source``: in a mixture, the source of these
+    rows of the stream, which keys the permutations too; a packed stream's token rows move by
+    whole documents, `Layout.documents`); the rows are gathered later, straight into the
+    output (see ``Converter.fields``). Without shuffling, batches pass through with ``None``.
 
     A block read as at most ``parts`` batches comes as a `pa.Table` over them (no copy; a
     block that is part of one batch, as its slice); one read as more is copied into one record
@@ -137,21 +137,19 @@ def shuffled_blocks(
         for batch in batches:
             yield batch, None
         return
-    bounds = block_bounds(
-        length, block_rows=options.block_rows, first_block_rows=options.first_block_rows
-    )
+    order = BlockOrder(options, length, epoch, stream, leg=leg, source=source)
+    bounds = order.bounds()
     first = next((i for i, (_, b) in enumerate(bounds) if b > start), len(bounds))
     skip = start - bounds[first][0] if first < len(bounds) else 0
     sizes = [b - a for a, b in bounds[first:]]
     for index, group in enumerate(_groups(batches, sizes), start=first):
         if not group:
             continue
-        key = {"seed": options.seed, "epoch": epoch, "stream": stream, "block": index}
         if options.documents:  # a packed stream's tokens: moved by whole documents
             tokens = Fragments.concat(cast("list[Fragments]", group))
             del group
-            order = document_permutation(len(tokens.begin), leg=leg, source=source, **key)
-            yield tokens.permuted(order).slice(skip), None
+            documents = order.documents(index, len(tokens.begin))
+            yield tokens.permuted(documents).slice(skip), None
             skip = 0
             continue
         rows = cast("list[pa.RecordBatch]", group)
@@ -164,7 +162,7 @@ def shuffled_blocks(
         else:
             block = pa.concat_batches(rows)
         del rows  # one copy of the block at a time
-        perm = block_permutation(n=block.num_rows, leg=leg, source=source, **key)
+        perm = order.permutation(index, block.num_rows)
         if skip:
             perm, skip = perm[skip:], 0
         yield block, perm

@@ -132,7 +132,8 @@ class Fragments:
             empty = np.zeros(0, np.int64)
             none = None if self.source is None else self.source[:0]
             return Fragments(self.values, empty, empty, empty, empty, empty, none)
-        # (Methods and scalars, not numpy's functions: every batch runs this; 10 → 7 µs.)
+        # (Methods and scalars, not numpy's functions: every batch runs this,
+        # docs/adr/0020-measurements-behind-constants.md#packing.)
         i = int(every.searchsorted(offset, side="right"))
         j = int(every.searchsorted(stop, side="left")) + 1
         begin = self.begin[i:j].copy()

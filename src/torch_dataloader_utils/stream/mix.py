@@ -28,8 +28,8 @@ from .fragments import Fragments
 __all__ = ["interleaved"]
 
 # Positions whose batches are worked out at once (a whole number of batches, at least one):
-# per batch, no Python but a slice (it cost ~40 µs a batch, most of a 32-row batch's time in
-# benchmarks/mixing.py).
+# per batch, no Python but a slice (Python per batch was most of a small batch's time:
+# docs/adr/0020-measurements-behind-constants.md#mixing).
 _SPAN = 1 << 14
 
 
@@ -130,8 +130,9 @@ class _Window:
     gathering them in order (benchmarks/mixing.py, "x one source").
 
     Joining copies every source's current block each time one of them changes: with blocks
-    sized in bytes, about one memory copy of each row per source (~1 ms for 23 MiB), far
-    cheaper than the gather and join per batch it saves. The sources then read their blocks
+    sized in bytes, about one memory copy of each row per source, far cheaper than the gather
+    and join per batch it saves
+    (docs/adr/0020-measurements-behind-constants.md#mixing). The sources then read their blocks
     from the window, so past a join it holds no more memory than the blocks did."""
 
     def __init__(self, rows: Sequence[_Rows | None]) -> None:

@@ -103,7 +103,8 @@ class _Concat:
         # A token's position: its place in the batch less this (its fragment's shift).
         self.shift = (starts - fragments.position).astype(np.int32)
         # A document's pieces that meet are one fragment (a cut between blocks): rare, so the
-        # usual batch takes a path of fewer steps (each costs a µs or two on a few dozen).
+        # usual batch takes a path of fewer steps
+        # (docs/adr/0020-measurements-behind-constants.md#packing).
         joined = goes_on(fragments.document, fragments.position, lengths, fragments.source)
         if joined.any():
             self.document = np.cumsum(~joined, dtype=np.int32) - 1

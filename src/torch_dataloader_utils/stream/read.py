@@ -6,9 +6,10 @@ stream's ends and resumed blocks cut inside a chunk, so little is read twice.
 
 From object storage, small pieces are read ahead of need, several at once (`stream.ahead`): a
 piece of a small file costs a few requests (the identity check, a footer, the bytes) whatever its
-rows, and read one after another those waits add up (656 files of 100 rows on S3 at 20 ms a
-request: 73 s to the first batch). Threads only read ahead; the rows come out in the order of
-the pieces, each piece's rows and errors as if it had been read in its turn.
+rows, and read one after another those waits add up
+(docs/adr/0020-measurements-behind-constants.md#reading-ahead). Threads only read ahead; the
+rows come out in the order of the pieces, each piece's rows and errors as if it had been read in
+its turn.
 """
 
 from __future__ import annotations
@@ -129,8 +130,9 @@ class Reader:
     )
 
     def _chunk(self, index: int) -> Chunk:
-        """Chunk ``index``, made once while its pieces are within reach (a piece's read asks
-        for its chunk about six times; `Chunks` makes a new object each time, ~8 µs)."""
+        """Chunk ``index``, made once while its pieces are within reach: a piece's read asks
+        for its chunk about six times, and `Chunks` makes a new object each time
+        (docs/adr/0020-measurements-behind-constants.md#small-local-files)."""
         chunk = self._made.get(index)
         if chunk is None:
             if len(self._made) >= _MADE_CHUNKS:

@@ -9,7 +9,6 @@ import numpy as np
 
 from ..planning import Piece
 from ..planning.sequence import DocumentRest
-from ..planning.shuffle import document_permutation
 from .fragments import Fragments
 from .read import Reader
 
@@ -55,7 +54,7 @@ class TokenReader:
             assert isinstance(select, DocumentRest), "packed runs take pieces or a rest"
             # What an earlier leg left of a block: the block again, as that leg had it.
             rows = Fragments.concat([self._piece(piece) for piece in pieces])
-            order = document_permutation(len(rows.begin), **dict(select.key))
+            order = select.permutation(len(rows.begin))
             left = rows.permuted(order).slice(select.read).in_values_order()
             yield left.slice(select.first, select.last - select.first)
 

@@ -27,6 +27,10 @@ that builds a fresh loader::
         write_my_files(tmp_path)
         check_resume(lambda: create_dataloader(tmp_path, format=MyFormat(), batch_size=16,
                                                shuffle=True, num_workers=2, timeout=60))
+
+A table source (a kind registered with `sources.table_kinds.register_table`) is checked with
+`check_table`: its version pinned and fingerprinted, its row counts after deletes, every row
+once across ranks and splits, clear errors (docs/how-to/add-a-source.md).
 """
 
 from .conformance import (
@@ -41,6 +45,16 @@ from .conformance import (
 )
 from .forks import check_fork
 from .resume import check_elastic_resume, check_resume
+from .tables import (
+    check_table,
+    check_table_chunks,
+    check_table_errors,
+    check_table_pinned,
+    check_table_rows,
+    check_table_splits,
+    check_table_streams,
+    check_table_version_change,
+)
 
 __all__ = [
     "check_elastic_resume",
@@ -53,6 +67,14 @@ __all__ = [
     "check_resume",
     "check_row_ranges",
     "check_schema",
+    "check_table",
+    "check_table_chunks",
+    "check_table_errors",
+    "check_table_pinned",
+    "check_table_rows",
+    "check_table_splits",
+    "check_table_streams",
+    "check_table_version_change",
     "read_rows",
 ]
 

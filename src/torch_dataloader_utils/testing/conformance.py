@@ -16,7 +16,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.dataset as ds
 
-from ..formats import Format, FormatPlan, ReadOptions
+from ..formats import Format, FormatPlan, Listing, ReadOptions
 from ..fs import FileSystemSpec, Paths, SourceFile, list_files
 from ..planning import Chunk
 from .forks import check_fork
@@ -128,7 +128,8 @@ def check_plan(
     Returns:
         The plan.
     """
-    plan = fmt.plan(files, [()] * len(files), fs, options)
+    listing = Listing.of(files)  # (no hive partitions)
+    plan = fmt.plan(listing, fs, options)
     _expect(isinstance(plan, FormatPlan), f"plan returned {type(plan)}, not a FormatPlan")
     planned = plan.read_options
     if planned is not None:
@@ -151,7 +152,7 @@ def check_plan(
             in_order = now > before or (now == before and chunk.start >= previous.stop)
             _expect(in_order, f"{where} after {_where(previous)}: not canonical order")
         previous = chunk
-    again = fmt.plan(files, [()] * len(files), fs, options)
+    again = fmt.plan(listing, fs, options)
     same = again.chunks == plan.chunks and again.schema.equals(plan.schema)
     _expect(same, f"plan with {options} is not deterministic")
     counted = sum(c.num_rows for c in plan.chunks)

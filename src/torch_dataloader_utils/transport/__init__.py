@@ -1,6 +1,6 @@
 """Moving batches from DataLoader workers to the main process cheaply.
 
-Each tensor that crosses from a worker costs ~0.35 ms, most of it creating and passing a new
+Each tensor that crosses from a worker costs most of its time creating and passing a new
 shared-memory segment, not copying bytes (docs/adr/0003-bundled-packed-transport.md). So a worker
 of a `TabularDataLoader` sends *bundles*: several consecutive
 batches in one message, and for torch output all their numeric data packed into ONE shared

@@ -99,7 +99,9 @@ class BufferPool:
         pool = self._buffers.get()
         items = pool.items
         for i, (made, serial) in enumerate(items):
-            header = made.tensor.numpy()  # (numpy: torch's item access is ~10x slower)
+            # (Through numpy: torch's item access is slower,
+            # docs/adr/0020-measurements-behind-constants.md#workers-and-the-transport)
+            header = made.tensor.numpy()
             if header[0] == _FREE and made.tensor.numel() >= _HEADER + nbytes:
                 items.append(items.pop(i))
                 header[0] = _IN_USE
@@ -153,11 +155,11 @@ class Received:
     """The pooled buffers the main process has received, by worker pool (`BufferPool.owner`)
     and serial.
 
-    Passing a buffer's memory to another process costs the receiver ~0.3 ms of CPU:
-    multiprocessing opens a connection to the sender to receive its file descriptor, with an
-    HMAC handshake, for every message, even when torch has the memory mapped already. So a
-    buffer's memory crosses once, and the main process keeps it mapped until the worker drops
-    it from its pool or exits (docs/adr/0016-main-process-share.md).
+    Passing a buffer's memory to another process costs the receiver CPU: multiprocessing opens
+    a connection to the sender to receive its file descriptor, with an HMAC handshake, for every
+    message, even when torch has the memory mapped already. So a buffer's memory crosses once,
+    and the main process keeps it mapped until the worker drops it from its pool or exits
+    (docs/adr/0020-measurements-behind-constants.md#workers-and-the-transport).
     """
 
     # Where processes cannot be asked whether they still exist (Windows: os.kill(pid, 0)

@@ -2,10 +2,9 @@
 (`ArrowBundle`): each batch written there as an Arrow IPC stream by pyarrow (`pack_arrow`), and
 read in the main process without a copy.
 
-Pickled, a 1,024-row batch of the tabular benchmark cost the worker ~350 µs and the main
-process ~65 µs, its bytes copied into the pickle and through the pipe; as IPC it costs ~40 µs
-to write (one copy, into the shared buffer) and ~15 µs to read (docs/benchmarks.md, Arrow
-batches through workers).
+Pickled, a batch's bytes are copied into the pickle and through the pipe; as IPC they are copied
+once, into the shared buffer, and read in place: several times cheaper for the worker and the
+main process (docs/adr/0020-measurements-behind-constants.md#workers-and-the-transport).
 """
 
 from __future__ import annotations

@@ -49,8 +49,9 @@ __all__ = [
 
 _log = logging.getLogger(__name__)
 
-# A bundle closes at this many bytes: each message costs the main process ~0.5 ms of CPU, so
-# wide rows want large bundles (ADR 0016 has the measurements).
+# A bundle closes at this many bytes: each message costs the main process CPU of its own, so
+# wide rows want large bundles
+# (docs/adr/0020-measurements-behind-constants.md#workers-and-the-transport).
 BUNDLE_BYTES = 16 * 2**20
 
 DEV_SHM = "/dev/shm"

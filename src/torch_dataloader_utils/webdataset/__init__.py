@@ -10,7 +10,7 @@ from __future__ import annotations
 from .index import ShardIndex, build_index, format_index, index_path, parse_index
 from .loading import default_cache_dir, load_index
 from .samples import Component, Sample, group_samples, split_name
-from .tar import TarMember, iter_tar, scan_tar
+from .tar import TarMember, scan_tar
 from .writer import ShardWriter
 
 __all__ = [
@@ -24,7 +24,6 @@ __all__ = [
     "format_index",
     "group_samples",
     "index_path",
-    "iter_tar",
     "load_index",
     "parse_index",
     "scan_tar",

@@ -1,10 +1,11 @@
 """A shard index as arrays: what the format reads from, built straight from DALI's text.
 
 `parse_index` spends most of its time on Python objects: a `Sample` and a `Component` per
-member (measured: 6.3 us per 3-component sample). `IndexArrays` keeps the same facts in a few
-lists and numpy arrays, parsed in bulk (1.5 us per sample), and `ShardIndex` builds its samples
-from them only when asked. The bulk parser is strict: anything it does not accept is parsed
-again line by line, which gives the same result or the error naming the line.
+member. `IndexArrays` keeps the same facts in a few lists and numpy arrays, parsed in bulk
+(several times faster: docs/adr/0020-measurements-behind-constants.md#webdataset-indexes),
+and `ShardIndex` builds its samples from them only when asked. The bulk parser is strict:
+anything it does not accept is parsed again line by line, which gives the same result or the
+error naming the line.
 """
 
 from __future__ import annotations

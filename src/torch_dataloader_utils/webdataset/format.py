@@ -26,7 +26,7 @@ from ..errors import (
     StorageError,
 )
 from ..errors.keywords import check_flags
-from ..formats.base import Format, FormatPlan, ReadOptions
+from ..formats.base import Format, FormatPlan, Listing, ReadOptions
 from ..formats.handles import HandleCache
 from ..formats.opening import each_file
 from ..fs import FileSystemSpec, SourceFile
@@ -205,20 +205,14 @@ class WebDatasetFormat(Format):
                 keep &= shard.pick(alternatives)[0] >= 0
         return keep
 
-    def plan(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> FormatPlan:
-        shards = each_file(lambda f: self._load(f.path, f.size, fs), files)
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
+        shards = each_file(lambda f: self._load(f.path, f.size, fs), listing.files)
         columns = self._columns(options, shards)
         found = {e for s in shards for e in s.extensions}
         for column in columns:
             if column.alternatives and not found.intersection(column.alternatives):
                 raise ColumnNotFoundError(
-                    f"column {column.name!r}: no sample of the {len(files)} shard(s) has a "
+                    f"column {column.name!r}: no sample of the {len(listing)} shard(s) has a "
                     f"component {' or '.join(map(repr, column.alternatives))}; extensions "
                     f"found: {sorted(found)}"
                 )
@@ -229,7 +223,7 @@ class WebDatasetFormat(Format):
         )
         chunks: list[Chunk] = []
         rows = total = 0
-        for shard, partition in zip(shards, partitions, strict=True):
+        for shard, partition in zip(shards, listing.partitions, strict=True):
             kept = np.flatnonzero(self._kept(shard, columns, planned))
             sizes = sum(
                 (shard.pick(c.alternatives)[1][kept] for c in columns if c.alternatives),

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import CorruptFileError
-from ..formats.base import ReadOptions
+from ..formats.base import Partition, ReadOptions
 from ..fs.ranges import HOLE_BYTES
 from ..planning import Chunk
 from .arrays import IndexArrays
@@ -150,7 +150,7 @@ def chunks_of(
     path: str,
     kept: np.ndarray,
     sizes: np.ndarray,
-    partition: tuple[tuple[str, object], ...],
+    partition: Partition,
     options: ReadOptions,
 ) -> list[Chunk]:
     """Chunks of consecutive kept samples: about ``split_bytes``/``split_rows`` each

@@ -39,7 +39,7 @@ from dataclasses import dataclass
 
 from ..errors import CorruptFileError, UnsupportedFileError
 
-__all__ = ["BLOCK", "TarMember", "iter_tar", "scan_tar"]
+__all__ = ["BLOCK", "TarMember", "scan_tar"]
 
 BLOCK = 512
 _ZERO_BLOCK = bytes(BLOCK)
@@ -124,29 +124,6 @@ def scan_tar(
             that marker (cut at a member boundary).
     """
     return _Scanner(read, 0, size, where, max(window, BLOCK), marked=size > 0).members()
-
-
-def iter_tar(data: bytes | memoryview, *, where: str, base: int = 0) -> Iterator[TarMember]:
-    """The members of a tar archive (or of a run of whole members) held in memory.
-
-    Args:
-        data: the bytes; ``data[0]`` is a header block.
-        where: names the archive in errors.
-        base: the archive offset of ``data[0]``: offsets in the members are archive offsets.
-
-    Yields:
-        Each member, as `scan_tar` does.
-
-    Raises:
-        CorruptFileError: as `scan_tar`.
-    """
-    view = memoryview(data).cast("B")
-    stop = base + len(view)
-
-    def read(offset: int, n: int) -> bytes:
-        return view[offset - base : offset - base + n]  # type: ignore[return-value]
-
-    return _Scanner(read, base, stop, where, max(len(view), BLOCK)).members()
 
 
 class _Scanner:

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch_dataloader_utils as tdu
 import torch_dataloader_utils.sources.files as planner_module
+import torch_dataloader_utils.sources.prepare as lister_module
 from tests.distributed.scripts.ranks import (
     FILTERS,
     gather,
@@ -43,7 +44,7 @@ def counted(name: str, function: Callable[..., Any]) -> Callable[..., Any]:
     return wrapper
 
 
-planner_module.list_files = counted("list_files", planner_module.list_files)  # type: ignore[assignment]
+lister_module.list_files = counted("list_files", lister_module.list_files)  # type: ignore[assignment]
 planner_module.count_rows = counted("count_rows", planner_module.count_rows)  # type: ignore[assignment]
 planner_module.count_tokens = counted("count_tokens", planner_module.count_tokens)  # type: ignore[assignment]
 

@@ -23,7 +23,7 @@ from typing import Any
 import torch.distributed as dist
 
 import torch_dataloader_utils as tdu
-import torch_dataloader_utils.sources.files as planner_module
+import torch_dataloader_utils.sources.prepare as planner_module
 from tests.distributed.scripts.ranks import gather, ids, leave, spec, write
 
 CALLS: Counter[str] = Counter()

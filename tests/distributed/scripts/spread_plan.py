@@ -35,7 +35,7 @@ def counting(name: str, method: Callable[..., Any]) -> Callable[..., Any]:
     @functools.wraps(method)
     def wrapper(self: Any, *args: Any, **kwargs: Any) -> Any:
         if name == "facts":
-            READ.extend(os.path.basename(f.path) for f in args[0])
+            READ.extend(os.path.basename(f.path) for f in args[0].files)
         CALLS[name] += 1
         return method(self, *args, **kwargs)
 

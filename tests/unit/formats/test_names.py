@@ -10,7 +10,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.formats.names import RenamedColumnsWarning, renames, unique_names
 from torch_dataloader_utils.formats.text import CsvFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
@@ -42,7 +42,7 @@ def test_rule_over_small_spaces_is_unique_stable_and_keeps_unique_names() -> Non
 def _read(fmt: CsvFormat, path: Path, columns: tuple[str, ...] | None = None) -> pa.Table:
     files = list_files(str(path), FS)
     options = ReadOptions(columns=columns)
-    plan = fmt.plan(files, [() for _ in files], FS, options)
+    plan = fmt.plan(Listing.of(files), FS, options)
     batches = [b for c in plan.chunks for b in fmt.read(c, 0, c.num_rows, FS, plan.read_options)]
     return pa.Table.from_batches(batches, schema=plan.schema)
 
@@ -56,7 +56,7 @@ def test_csv_header_with_repeated_and_empty_names(tmp_path: Path, split_rows: in
     files = list_files(str(path), FS)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plan = fmt.plan(files, [()], FS, ReadOptions(split_rows=split_rows))
+        plan = fmt.plan(Listing.of(files), FS, ReadOptions(split_rows=split_rows))
     told = [w for w in caught if issubclass(w.category, RenamedColumnsWarning)]
     assert len(told) == 1, [str(w.message) for w in caught]
     assert "d.csv" in str(told[0].message) and "'a' -> 'a_1'" in str(told[0].message)
@@ -117,7 +117,7 @@ def test_binary_formats_read_repeated_names_renamed(tmp_path: Path, kind: str) -
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
             options = ReadOptions(columns=columns)
-            plan = fmt.plan(files, [()], FS, options)
+            plan = fmt.plan(Listing.of(files), FS, options)
         told = [str(w.message) for w in caught if issubclass(w.category, RenamedColumnsWarning)]
         assert len(told) == 1 and f"d.{kind}" in told[0] and "'a' -> 'a_1'" in told[0], told
         assert fmt.schema(files[0], FS).names == ["a", "a_1", "column2"]

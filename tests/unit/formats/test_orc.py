@@ -21,7 +21,7 @@ from torch_dataloader_utils.errors import (
     SchemaMismatchError,
     StorageNotFoundError,
 )
-from torch_dataloader_utils.formats import FormatPlan, ReadOptions, get_format
+from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats import orc as orc_module
 from torch_dataloader_utils.formats.orc import OrcFormat, parse_stripes
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
@@ -39,7 +39,7 @@ def plan_of(
 ) -> tuple[FormatPlan, list[SourceFile], FileSystemSpec]:
     fs = fs or FileSystemSpec("file")
     files = list_files([str(p) for p in paths], fs)
-    return OrcFormat().plan(files, [()] * len(files), fs, options or ReadOptions()), files, fs
+    return OrcFormat().plan(Listing.of(files), fs, options or ReadOptions()), files, fs
 
 
 def read_ids(fmt: OrcFormat, plan: FormatPlan, fs: FileSystemSpec, options: ReadOptions) -> list:
@@ -300,6 +300,6 @@ def test_a_file_deleted_after_listing_is_a_storage_error(tmp_path: Path) -> None
     plan, files, _ = plan_of([path])
     path.unlink()
     with pytest.raises(StorageNotFoundError, match=str(path)):  # the tail's range read
-        OrcFormat().plan(files, [()], FileSystemSpec("file"), ReadOptions())
+        OrcFormat().plan(Listing.of(files), FileSystemSpec("file"), ReadOptions())
     with pytest.raises(StorageNotFoundError, match=str(path)):
         list(OrcFormat().read(plan.chunks[1], 0, 100, FileSystemSpec("file"), ReadOptions()))

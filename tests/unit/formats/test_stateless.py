@@ -21,7 +21,7 @@ import torch_dataloader_utils as tdu
 from tests.conftest import write_parquet
 from tests.format_files import write_ipc, write_orc
 from torch_dataloader_utils.errors import InvalidArgumentError
-from torch_dataloader_utils.formats import Format, ReadOptions, get_format
+from torch_dataloader_utils.formats import Format, Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats.text.options import TextReadOptions
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.webdataset.format import WebDatasetFormat, WebDatasetReadOptions
@@ -84,7 +84,7 @@ def test_planning_leaves_the_format_as_constructed(tmp_path: Path, name: str) ->
     before = pickle.dumps(fmt)
     files = list_files(str(write_source(tmp_path / name, name)), FS)
     for options in (ReadOptions(), ReadOptions(columns=("id",), split_rows=7)):
-        plan = fmt.plan(files, [()] * len(files), FS, options)
+        plan = fmt.plan(Listing.of(files), FS, options)
         assert pickle.dumps(fmt) == before
         if plan.read_options is not None:  # built from the options given
             assert plan.read_options.columns == options.columns

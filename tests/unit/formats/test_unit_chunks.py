@@ -10,7 +10,7 @@ import random
 import numpy as np
 import pytest
 
-from torch_dataloader_utils.formats.base import ReadOptions
+from torch_dataloader_utils.formats.base import Listing, ReadOptions
 from torch_dataloader_utils.formats.chunking import group_units, unit_chunks
 from torch_dataloader_utils.fs import SourceFile
 from torch_dataloader_utils.planning import Chunks
@@ -25,7 +25,7 @@ def test_the_columns_are_those_of_the_chunk_objects(seed: int) -> None:
         partitions.append(rng.choice([(), (("k", i % 3),), (("k", None),)]))
         ids = sorted(rng.sample(range(8), rng.randint(0, 4)))  # some files empty or pruned
         units.append([(g, rng.randint(0, 500), rng.randint(1, 9999)) for g in ids])
-    chunks = unit_chunks(files, partitions, units)
+    chunks = unit_chunks(Listing.of(files, partitions), units)
     made = [
         c
         for f, p, u in zip(files, partitions, units, strict=True)

@@ -23,7 +23,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from torch_dataloader_utils.formats import ReadOptions, get_format
+from torch_dataloader_utils.formats import Listing, ReadOptions, get_format
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile
 from torch_dataloader_utils.planning import Plan
 from torch_dataloader_utils.sources.files import Planned
@@ -158,9 +158,9 @@ def _plan(fmt: Any, planned: Any) -> Plan:
 def _paths(fmt: Any, files: list[SourceFile], cache: Path) -> dict[str, Plan]:
     """The plan of ``files`` along every path planning takes."""
     fs, options = FileSystemSpec("file"), ReadOptions()
-    parts: list[tuple[tuple[str, object], ...]] = [()] * len(files)
-    one = _plan(fmt, fmt.plan(files, parts, fs, options))
-    facts = fmt.facts(files, parts, fs, options)
+    listing = Listing.of(files)
+    one = _plan(fmt, fmt.plan(listing, fs, options))
+    facts = fmt.facts(listing, fs, options)
     gathered = pickle.loads(pickle.dumps(facts))  # `Spread.share`'s gather
     mixed = [gathered[0], facts[1]]  # one file's facts kept from a run, the other read now
     kept = KeptPlans(str(cache), fmt.name)
@@ -170,8 +170,8 @@ def _paths(fmt: Any, files: list[SourceFile], cache: Path) -> dict[str, Plan]:
     native = fmt.schema(files[0], fs)  # the file's own schema, as the format reads it
     return {
         "one process": one,
-        "N ranks": _plan(fmt, fmt.assemble(files, parts, gathered, fs, options)),
-        "kept facts": _plan(fmt, fmt.assemble(files, parts, mixed, fs, options)),
+        "N ranks": _plan(fmt, fmt.assemble(listing, gathered, fs, options)),
+        "kept facts": _plan(fmt, fmt.assemble(listing, mixed, fs, options)),
         "kept plan": loaded.planned.plan,
         "pickled into a worker": pickle.loads(pickle.dumps(one)),
         "schema pickled": Plan(

@@ -1,15 +1,19 @@
-"""Row shuffling inside a stream: block boundaries and per-block permutations."""
+"""Row shuffling inside a stream: block boundaries, per-block permutations, and `BlockOrder`,
+the one value every caller draws them through."""
 
 from __future__ import annotations
 
 import itertools
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from torch_dataloader_utils.errors import InvalidArgumentError
-from torch_dataloader_utils.planning import block_bounds, block_of, block_permutation
+from torch_dataloader_utils.planning import Layout, block_bounds, block_of, block_permutation
+from torch_dataloader_utils.planning.sequence import DocumentRest
+from torch_dataloader_utils.planning.shuffle import BlockOrder, document_permutation
 
 
 def check_bounds(length: int, block_rows: int, first_block_rows: int) -> None:
@@ -123,3 +127,106 @@ def test_block_of_finds_the_block_block_bounds_lists(
     index = next(i for i, (a, b) in enumerate(bounds) if a <= position < b)
     got = block_of(position, length, block_rows=block_rows, first_block_rows=first_block_rows)
     assert got == (index, *bounds[index])
+
+
+# --- BlockOrder: a stream's blocks and their permutations, as one value -----------------------
+
+
+def layout(*, shuffle: bool = True, block_rows: int = 8, first: int = 2, unit: int = 0) -> Layout:
+    return Layout(4, shuffle, 11, False, "drop", block_rows, first, unit=unit)
+
+
+@pytest.mark.parametrize(("leg", "source"), [(0, None), (2, None), (0, 1), (3, 4)])
+def test_block_order_draws_the_keyed_permutations(leg: int, source: int | None) -> None:
+    """Its key is the seed, epoch, stream, leg and source (and the block): the permutations
+    are exactly those of `block_permutation` and `document_permutation` under it."""
+    order = BlockOrder(layout(), 50, epoch=3, stream=5, leg=leg, source=source)
+    key = {"seed": 11, "epoch": 3, "stream": 5, "leg": leg, "source": source}
+    for block, n in [(0, 2), (1, 4), (4, 8), (6, 3)]:
+        rows = block_permutation(block=block, n=n, **key)  # type: ignore[arg-type]
+        assert order.permutation(block, n).tolist() == rows.tolist()
+        documents = document_permutation(n + 5, block=block, **key)  # type: ignore[arg-type]
+        assert order.documents(block, n + 5).tolist() == documents.tolist()
+
+
+def test_block_orders_of_other_legs_and_sources_differ() -> None:
+    orders = [
+        BlockOrder(layout(), 64, epoch=1, stream=2, leg=leg, source=source)
+        for leg in range(3)
+        for source in (None, 0, 1)
+    ]
+    assert len({tuple(o.permutation(3, 8).tolist()) for o in orders}) == len(orders)
+    assert len({tuple(o.documents(3, 8).tolist()) for o in orders}) == len(orders)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    length=st.integers(0, 3000),
+    block_rows=st.integers(1, 300),
+    first=st.integers(0, 400),
+    position=st.integers(0, 2999),
+)
+def test_block_order_bounds_are_the_layouts(
+    length: int, block_rows: int, first: int, position: int
+) -> None:
+    order = BlockOrder(layout(block_rows=block_rows, first=first), length, epoch=0, stream=0)
+    assert order.bounds() == block_bounds(length, block_rows=block_rows, first_block_rows=first)
+    if position < length:
+        got = block_of(position, length, block_rows=block_rows, first_block_rows=first)
+        assert order.block_of(position) == got
+
+
+def delivered_by_hand(order: BlockOrder) -> np.ndarray:
+    """The stream's rows in the order it delivers them: each block's, permuted."""
+    return np.concatenate(
+        [[], *(a + order.permutation(i, b - a) for i, (a, b) in enumerate(order.bounds()))]
+    ).astype(np.int64)
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    length=st.integers(0, 400),
+    block_rows=st.integers(1, 40),
+    first=st.integers(0, 50),
+    leg=st.integers(0, 2),
+    source=st.sampled_from([None, 0, 3]),
+    data=st.data(),
+)
+def test_delivered_maps_offsets_through_their_blocks_permutations(
+    length: int, block_rows: int, first: int, leg: int, source: int | None, data: st.DataObject
+) -> None:
+    """Any offsets, in any order and repeated: the rows delivered at them."""
+    order = BlockOrder(layout(block_rows=block_rows, first=first), length, 2, 7, leg, source)
+    whole = delivered_by_hand(order)
+    assert sorted(whole.tolist()) == list(range(length))
+    assert order.delivered(np.arange(length)).tolist() == whole.tolist()
+    if length:
+        picks = data.draw(st.lists(st.integers(0, length - 1), max_size=60))
+        offsets = np.asarray(picks, dtype=np.int64)
+        assert order.delivered(offsets).tolist() == whole[offsets].tolist()
+
+
+def test_delivered_without_shuffling_is_the_offsets() -> None:
+    order = BlockOrder(layout(shuffle=False), 30, epoch=0, stream=1)
+    offsets = np.asarray([5, 1, 29, 1])
+    assert order.delivered(offsets).tolist() == [5, 1, 29, 1]
+    assert order.delivered(np.zeros(0, np.int64)).tolist() == []
+
+
+def test_delivered_refuses_a_packed_stream() -> None:
+    """A packed stream's blocks move by documents, whose lengths only the data tells."""
+    order = BlockOrder(layout(unit=16), 30, epoch=0, stream=1)
+    with pytest.raises(TypeError, match="documents"):
+        order.delivered(np.arange(3))
+
+
+def test_a_document_rest_draws_its_blocks_order_through_its_block_order() -> None:
+    """What an earlier leg left of a packed block: drawn with the key of its block, leg and
+    source, as `document_permutation` draws it."""
+    for source in (None, 2):
+        order = BlockOrder(layout(unit=16), 90, epoch=4, stream=3, leg=1, source=source)
+        rest = DocumentRest(order, 5, 10, 0, 20, ((0, 40),))
+        assert rest.permutation(13).tolist() == order.documents(5, 13).tolist()
+        key = {"seed": 11, "epoch": 4, "stream": 3, "block": 5, "leg": 1}
+        again = document_permutation(13, **key, **({} if source is None else {"source": source}))
+        assert again.tolist() == order.documents(5, 13).tolist()

@@ -7,8 +7,10 @@ orders the workers' batches by, and where each stream of a resumed pass starts.
 
 from __future__ import annotations
 
+import dataclasses
 from collections import Counter
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -17,11 +19,15 @@ from torch_dataloader_utils.errors import InvalidArgumentError
 from torch_dataloader_utils.planning import (
     Iteration,
     Layout,
+    Leg,
     Topology,
     round_robin,
     strategy_of,
 )
-from torch_dataloader_utils.planning.streams import OneSource
+from torch_dataloader_utils.planning.budget import Lengths
+from torch_dataloader_utils.planning.mixture import Mixture
+from torch_dataloader_utils.planning.schedule import Schedule
+from torch_dataloader_utils.planning.streams import Budgeted, Mixed, OneSource, Streams
 
 
 def layout_of(strategy: str, *, batch_size: int, drop_last: bool, shuffle: bool) -> Layout:
@@ -124,3 +130,63 @@ def test_strategies_say_what_they_promise() -> None:
     layout = layout_of("round_robin", batch_size=4, drop_last=False, shuffle=False)
     with pytest.raises(TypeError, match="depends on the workers"):
         dealt.rank_batches(100, Topology(), layout)
+
+
+# --- what callers ask of a kind, behind the protocol -------------------------------------------
+
+
+def kinds() -> list[Streams]:
+    """A dataset's streams of every kind: one source, a mixture (with a schedule and without)
+    and one source in token-budget batches."""
+    layout = layout_of("equal", batch_size=4, drop_last=False, shuffle=True)
+    chunks = (np.asarray([30, 12]), np.asarray([20]))
+    schedule = Schedule((0, 5), ((1.0, 1.0), (1.0, 3.0)))
+    lengths = Lengths(40, np.arange(42, dtype=np.int32) % 9 + 1, np.asarray([30, 12]))
+    return [
+        OneSource([30, 12], layout),
+        Mixed(Mixture(chunks, (30, 20), "stratified"), layout),
+        Mixed(Mixture(chunks, (30, 20), "stratified", schedule), layout),
+        OneSource([30, 12], layout).budgeted(lengths, "tokens", truncate=True),
+    ]
+
+
+def test_each_kind_says_what_callers_ask_of_it() -> None:
+    one, mixed, _, budget = kinds()
+    assert [s.scheduled for s in kinds()] == [False, False, True, False]
+    assert [s.lengths is None for s in kinds()] == [True, True, True, False]
+    assert [s.skips_carried for s in kinds()] == [True, True, True, False]
+    packed = dataclasses.replace(one.layout, unit=2)
+    assert not one.with_layout(packed).skips_carried
+    assert not mixed.with_layout(packed).skips_carried
+    assert isinstance(budget, Budgeted)
+    assert (budget.column, budget.truncate, budget.lengths.max_tokens) == ("tokens", True, 40)
+
+
+def test_with_layout_is_the_same_streams_under_another_layout() -> None:
+    for streams in kinds():
+        assert streams.with_layout(streams.layout) is streams
+        other = dataclasses.replace(streams.layout, batch_size=3, seed=8)
+        moved = streams.with_layout(other)
+        assert type(moved) is type(streams) and moved.layout == other
+        assert (moved.scheduled, moved.lengths) == (streams.scheduled, streams.lengths)
+        counts, _ = moved.rank_streams(Iteration(1), Topology(0, 1, 0, 2))
+        assert sum(counts) == moved.rank_batches(Topology(0, 1, 0, 2), 1)
+
+
+def test_only_one_sources_streams_are_budgeted() -> None:
+    _, mixed, _, budget = kinds()
+    lengths = budget.lengths
+    assert lengths is not None
+    for streams in (mixed, budget):
+        with pytest.raises(InvalidArgumentError, match=r"token-budget|token budgets"):
+            streams.budgeted(lengths, "tokens", truncate=False)
+
+
+def test_a_streams_block_order_is_keyed_by_its_pass_topology_and_source() -> None:
+    _, mixed, _, _ = kinds()
+    leg = Leg(1, 2, mixed.layout, 1)
+    stream = mixed.resolve(Iteration(3, legs=(leg,)), Topology(1, 2, 1, 2))
+    for rows in stream.sources:
+        order = stream.order_of(rows)
+        assert (order.epoch, order.stream, order.leg, order.source) == (3, 3, 1, rows.source)
+        assert (order.layout, order.length) == (rows.epoch_rows.layout, rows.length)

@@ -1,5 +1,6 @@
-"""Waiting for rank 0's plan outside any collective (`sources.broadcast`), and the progress log
-of a long planning (`fs.progress`). Real ranks are launched in tests/distributed/test_planning."""
+"""Waiting for rank 0's plan outside any collective (`sources.broadcast.Spread`), and the
+progress log of a long planning (`fs.progress`). Real ranks are launched in
+tests/distributed/test_planning."""
 
 from __future__ import annotations
 
@@ -15,16 +16,12 @@ import pytest
 import torch.distributed as dist
 
 from torch_dataloader_utils.errors import InvalidArgumentError, PlanTimeoutError
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files, progress
 from torch_dataloader_utils.fs.progress import Progress
 from torch_dataloader_utils.sources import broadcast
-from torch_dataloader_utils.sources.broadcast import (
-    PLAN_TIMEOUT_ENV,
-    plan_once,
-    plan_timeout,
-)
+from torch_dataloader_utils.sources.broadcast import PLAN_TIMEOUT_ENV, Spread, plan_timeout
 
 
 def test_the_plan_timeout_is_six_hours_unless_the_variable_says(
@@ -47,7 +44,10 @@ def test_a_plan_timeout_that_is_no_positive_number_is_refused(
 
 def test_without_a_process_group_the_plan_is_made_here() -> None:
     assert not dist.is_initialized()
-    assert plan_once(lambda: 42, explicit=False) == 42
+    spread = Spread(explicit=False)
+    assert not spread.active
+    assert spread.from_rank0(lambda: 42) == 42
+    assert spread.share([1, 2, 3], lambda mine: [x * 2 for x in mine]).values() == [2, 4, 6]
 
 
 def test_a_waiting_rank_returns_once_rank_0_sets_the_key(
@@ -82,7 +82,9 @@ def test_a_single_rank_group_plans_without_waiting(tmp_path: Path) -> None:
     store = dist.FileStore(str(tmp_path / "store"), 1)
     dist.init_process_group("gloo", store=store, rank=0, world_size=1, timeout=timedelta(seconds=5))
     try:
-        assert plan_once(lambda: "plan", explicit=False) == "plan"
+        spread = Spread(explicit=False)
+        assert not spread.active
+        assert spread.from_rank0(lambda: "plan") == "plan"
     finally:
         dist.destroy_process_group()
 
@@ -122,7 +124,7 @@ def test_planning_parquet_logs_its_progress(
     fs = FileSystemSpec("file")
     files = list_files(str(tmp_path), fs)
     with caplog.at_level(logging.INFO, logger="torch_dataloader_utils.planning"):
-        planned = ParquetFormat().plan(files, [()] * len(files), fs, ReadOptions())
+        planned = ParquetFormat().plan(Listing.of(files), fs, ReadOptions())
     assert len(planned.chunks) == 600
     lines = [r.getMessage() for r in caplog.records]
     assert any(line.startswith("planning: 600 of 600 Parquet footers read") for line in lines)

@@ -9,7 +9,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
-from torch_dataloader_utils.formats import ReadOptions, get_format
+from torch_dataloader_utils.formats import Listing, ReadOptions, get_format
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.sources.counting import count_rows, count_tokens
 
@@ -25,7 +25,7 @@ def test_tokens_and_rows_of_each_chunk_after_the_filter(tmp_path: Path) -> None:
     fs = FileSystemSpec("file")
     fmt = get_format("parquet")
     files = list_files(str(tmp_path), fs)
-    chunks = list(fmt.plan(files, [()] * len(files), fs, ReadOptions()).chunks)
+    chunks = list(fmt.plan(Listing.of(files), fs, ReadOptions()).chunks)
     assert [c.num_rows for c in chunks] == [3, 3, 2]
     everything = ReadOptions(columns=("tokens",))
     assert count_tokens(chunks, fmt, fs, everything, "tokens") == [3, 7, 1]

@@ -17,7 +17,7 @@ import pytest
 
 from tests.corpus.cases import ROOT
 from torch_dataloader_utils.errors import CorruptFileError
-from torch_dataloader_utils.formats import ReadOptions, get_format
+from torch_dataloader_utils.formats import Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats.parquet.footer import Footer, read_footer
 from torch_dataloader_utils.formats.parquet.tokens import (
     TokenLeaf,
@@ -30,8 +30,9 @@ from torch_dataloader_utils.formats.parquet.tokens import (
 )
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.planning import Chunk
+from torch_dataloader_utils.sources.broadcast import Spread
 from torch_dataloader_utils.sources.counting import count_tokens
-from torch_dataloader_utils.sources.files import plan_source
+from torch_dataloader_utils.sources.steps import plan_files
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -99,7 +100,7 @@ def test_footer_counts_are_the_counts_read_and_the_truth(
     fmt = get_format("parquet")
     files = list_files(str(tmp_path), FS)
     options = ReadOptions(columns=("tokens",), tokens="tokens", split_rows=split_rows)
-    plan = fmt.plan(files, [()], FS, options)
+    plan = fmt.plan(Listing.of(files), FS, options)
     chunks = list(plan.chunks)
     assert plan.token_counts is not None and len(plan.token_counts) == len(chunks) > 1
     # A chunk is whole row groups (7 rows each), split_rows smaller than one included.
@@ -191,10 +192,13 @@ def _corrupt_pages(path: Path) -> None:
 
 def _plan(root: Path, **options: object) -> tuple[int, ...] | None:
     given: dict[str, Any] = {"filters": None, "split_rows": None, "eos": False, **options}
-    planned = plan_source(
+    planned = plan_files(
         str(root),
         get_format("parquet"),
         FS,
+        spread=Spread(explicit=True),
+        kept=None,
+        cache=None,
         columns=None,
         partitioning=None,
         split_bytes=None,
@@ -275,7 +279,7 @@ def test_real_world_lists(relpath: str, column: str, tells: tuple[bool, bool]) -
     path = _corpus() / relpath
     fmt = get_format("parquet")
     files = list_files(str(path), FS)
-    plan = fmt.plan(files, [()], FS, ReadOptions(columns=(column,), tokens=column))
+    plan = fmt.plan(Listing.of(files), FS, ReadOptions(columns=(column,), tokens=column))
     chunks = list(plan.chunks)
     assert plan.token_counts is not None
     for told in plan.token_counts:

@@ -17,6 +17,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
+from torch_dataloader_utils.formats import Listing
 from torch_dataloader_utils.formats.parquet.format import ParquetFormat
 from torch_dataloader_utils.sources import kept
 
@@ -39,9 +40,9 @@ def reads(monkeypatch: pytest.MonkeyPatch) -> Iterator[dict[str, Any]]:
     seen: dict[str, Any] = {"facts": [], "schema": 0}
     facts, schema = ParquetFormat.facts, ParquetFormat.schema
 
-    def counted_facts(self: ParquetFormat, files: Any, *args: Any) -> Any:
-        seen["facts"].extend(os.path.basename(f.path) for f in files)
-        return facts(self, files, *args)
+    def counted_facts(self: ParquetFormat, listing: Listing, *args: Any) -> Any:
+        seen["facts"].extend(os.path.basename(f.path) for f in listing.files)
+        return facts(self, listing, *args)
 
     def counted_schema(self: ParquetFormat, *args: Any) -> Any:
         seen["schema"] += 1

@@ -20,6 +20,8 @@ from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.formats.parquet import format as parquet_module
 from torch_dataloader_utils.fs import FileSystemSpec
 from torch_dataloader_utils.sources import files as planner
+from torch_dataloader_utils.sources.broadcast import Spread
+from torch_dataloader_utils.sources.steps import plan_files
 
 pytestmark = [
     pytest.mark.timeout(60),
@@ -60,10 +62,13 @@ class RecordingParquet(ParquetFormat):
 
 
 def plan(path: Path, fmt: ParquetFormat, columns: list[str] | None = None) -> planner.Planned:
-    return planner.plan_source(
+    return plan_files(
         str(path),
         fmt,
         FileSystemSpec.for_path(str(path)),
+        spread=Spread(explicit=True),
+        kept=None,
+        cache=None,
         columns=columns,
         filters=None,
         partitioning=None,

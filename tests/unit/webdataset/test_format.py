@@ -29,6 +29,7 @@ from torch_dataloader_utils.errors import (
     InvalidSourceError,
     MissingComponentError,
 )
+from torch_dataloader_utils.formats import Listing
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.webdataset.format import WebDatasetFormat
 from torch_dataloader_utils.webdataset.index import build_index, format_index, index_path
@@ -348,7 +349,7 @@ def test_large_reads_are_cut_into_range_requests(tmp_path: Path) -> None:
     fmt = WebDatasetFormat(index_cache_dir="")
     fs = FileSystemSpec("file")
     files = list_files(str(shard), fs)
-    plan = fmt.plan(files, [()], fs, tdu.ReadOptions())
+    plan = fmt.plan(Listing.of(files), fs, tdu.ReadOptions())
     old = module.READ_BYTES
     module.READ_BYTES = 10_000  # about 3 samples per request
     try:

@@ -29,7 +29,7 @@ from torch_dataloader_utils.errors import (
     TorchDataloaderUtilsWarning,
     UnsupportedFileError,
 )
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.fs.forks import ProcessLocal
 from torch_dataloader_utils.webdataset import loading, slicing
@@ -66,7 +66,7 @@ def plan_of(path: Path, **options: Any) -> tuple[WebDatasetFormat, Any, FileSyst
     fmt = WebDatasetFormat(index_cache_dir="")
     fs = FileSystemSpec("file")
     files = list_files(str(path), fs)
-    return fmt, fmt.plan(files, [()] * len(files), fs, ReadOptions(**options)), fs
+    return fmt, fmt.plan(Listing.of(files), fs, ReadOptions(**options)), fs
 
 
 def read_all(

@@ -13,8 +13,9 @@ from webdataset.tariterators import base_plus_ext, group_by_keys, tar_file_itera
 from torch_dataloader_utils.errors import CorruptFileError, TorchDataloaderUtilsWarning
 from torch_dataloader_utils.webdataset import (
     Sample,
+    TarMember,
     group_samples,
-    iter_tar,
+    scan_tar,
     split_name,
 )
 
@@ -38,10 +39,15 @@ def make_tar(members: Sequence[tuple[str, bytes | str]]) -> bytes:
     return out.getvalue()
 
 
+def members(data: bytes) -> list[TarMember]:
+    """The members of ``data`` as an index scans a shard (`build_index`)."""
+    return list(scan_tar(lambda offset, n: data[offset : offset + n], len(data), where=WHERE))
+
+
 def ours(data: bytes, *, lowercase: bool = True) -> list[dict[str, object]]:
     """Our samples as webdataset-style dicts: ``__key__`` plus extension -> bytes."""
     found = []
-    samples = group_samples(iter_tar(data, where=WHERE), where=WHERE, lowercase=lowercase)
+    samples = group_samples(members(data), where=WHERE, lowercase=lowercase)
     for sample in samples:
         entry: dict[str, object] = {"__key__": sample.key}
         for c in sample.components:
@@ -154,4 +160,4 @@ def test_sample_helpers() -> None:
 
 
 def _samples(data: bytes, *, lowercase: bool = True) -> list[Sample]:
-    return list(group_samples(iter_tar(data, where=WHERE), where=WHERE, lowercase=lowercase))
+    return list(group_samples(members(data), where=WHERE, lowercase=lowercase))

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from torch_dataloader_utils.errors import CorruptFileError
-from torch_dataloader_utils.webdataset import TarMember, iter_tar, scan_tar
+from torch_dataloader_utils.webdataset import TarMember, scan_tar
 from torch_dataloader_utils.webdataset.tar import padded
 
 pytestmark = pytest.mark.timeout(120)
@@ -117,7 +117,6 @@ def test_members_match_tarfile_in_every_format(fmt: str) -> None:
     expected = tarfile_members(data)
     assert len(expected) == len(specs)
     assert scan(data) == expected
-    assert list(iter_tar(data, where=WHERE)) == expected
     # The kinds themselves, independent of the helper that maps tarfile's.
     assert [m.kind for m in expected][:3] == ["dir", "file", "file"]
     assert {m.kind for m in expected} == {"dir", "file", "symlink", "hardlink", "other"}
@@ -219,14 +218,6 @@ def test_large_data_is_skipped_without_being_read() -> None:
     members = list(scan_tar(reader(data, log), len(data), where=WHERE, window=8192))
     assert [m.name for m in members] == ["a.bin", "a.txt"]
     assert sum(n for _, n in log) < 64 << 10
-
-
-def test_iter_tar_reports_archive_offsets_for_a_slice() -> None:
-    data = make_tar(SPECS[1:6])
-    members = scan(data)
-    start, stop = members[1].header_offset, padded(members[3].end)
-    sliced = list(iter_tar(memoryview(data)[start:stop], where=WHERE, base=start))
-    assert sliced == members[1:4]
 
 
 def test_seeded_random_archives_match_tarfile() -> None:

@@ -17,7 +17,7 @@ from pyarrow import ipc
 from ...errors import CorruptFileError
 from ...fs import FileSystemSpec, SourceFile
 from ...planning import Chunk
-from ..base import Format, FormatPlan, ReadOptions
+from ..base import Format, FormatPlan, Listing, ReadOptions
 from ..chunking import file_chunks
 from ..handles import HandleCache
 from ..magic import refuse_other_format
@@ -92,23 +92,13 @@ class IpcFormat(Format):
 
     per_file = True  # (`Format.plan`: each file's facts, assembled)
 
-    def facts(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> list[Any]:
-        return each_file(lambda f: _layout(f, fs), files)
+    def facts(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list[Any]:
+        return each_file(lambda f: _layout(f, fs), listing.files)
 
     def assemble(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        facts: Sequence[Any],
-        fs: FileSystemSpec,
-        options: ReadOptions,
+        self, listing: Listing, facts: Sequence[Any], fs: FileSystemSpec, options: ReadOptions
     ) -> FormatPlan:
+        files = listing.files
         layouts = facts
         for f, x in zip(files, layouts, strict=True):
             warn_renamed(fs.url(f.path), x.schema.names, stacklevel=4)
@@ -119,7 +109,7 @@ class IpcFormat(Format):
             options,
         )
         units = [[(i, b.rows, b.size) for i, b in enumerate(x.batches)] for x in layouts]
-        chunks = file_chunks(files, partitions, units, options)
+        chunks = file_chunks(listing, units, options)
         rows = sum(b.rows for x in layouts for b in x.batches)
         size = sum(b.size for x in layouts for b in x.batches)
         # Uncompressed bodies are the decoded buffers; compressed ones make this a low estimate.

@@ -15,7 +15,7 @@ from ...errors import CorruptFileError
 from ...fs import FileSystemSpec, SourceFile, translate_os_error
 from ...fs.ranges import RangeFetcher, RangeFile, ReadsAhead
 from ...planning import Chunk
-from ..base import Format, FormatPlan, ReadOptions
+from ..base import Format, FormatPlan, Listing, ReadOptions
 from ..handles import HandleCache
 from ..magic import refuse_other_format
 from ..names import unique_schema
@@ -109,24 +109,13 @@ class ParquetFormat(Format):
 
     per_file = True  # (`Format.plan`: its footers' facts, assembled)
 
-    def facts(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> list[Any]:
-        return list(read_all(files, partitions, fs, options))
+    def facts(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list[Any]:
+        return list(read_all(listing, fs, options))
 
     def assemble(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        facts: Sequence[Any],
-        fs: FileSystemSpec,
-        options: ReadOptions,
+        self, listing: Listing, facts: Sequence[Any], fs: FileSystemSpec, options: ReadOptions
     ) -> FormatPlan:
-        return assemble(files, partitions, facts, fs, options)
+        return assemble(listing, facts, fs, options)
 
     def _file(self, path: str, fs: FileSystemSpec) -> tuple[pq.ParquetFile, Renaming | None]:
         def open_file() -> tuple[pq.ParquetFile, Renaming | None]:

@@ -11,7 +11,7 @@ from ...fs import FileSystemSpec, SourceFile
 from ...fs.progress import Progress
 from ...fs.threads import PLAN_THREADS
 from ...planning import Chunk
-from ..base import FormatPlan, ReadOptions
+from ..base import FormatPlan, Listing, Partition, ReadOptions
 from ..chunking import group_units, unit_chunks
 from ..names import warn_renamed
 from ..schemas import FileSchema, check_schemas
@@ -19,7 +19,7 @@ from .facts import FileFacts, read_facts
 from .leafless import read_options
 from .tokens import Told, chunk_tokens
 
-__all__ = ["assemble", "plan_files", "read_all"]
+__all__ = ["assemble", "read_all"]
 
 # Why these values, with the numbers measured: docs/adr/0019-format-measurements.md.
 # Files per planning task, at most (progress is counted per task; one file a task costs more).
@@ -28,24 +28,11 @@ _TASK_FILES = 256
 _LOCAL_WAITING = 0.5
 
 
-def plan_files(
-    files: Sequence[SourceFile],
-    partitions: Sequence[tuple[tuple[str, object], ...]],
-    fs: FileSystemSpec,
-    options: ReadOptions,
-) -> FormatPlan:
-    """`ParquetFormat.plan`: the footers of ``files`` read into chunks of row groups."""
-    return assemble(files, partitions, read_all(files, partitions, fs, options), fs, options)
-
-
 def assemble(
-    files: Sequence[SourceFile],
-    partitions: Sequence[tuple[tuple[str, object], ...]],
-    facts: Sequence[FileFacts],
-    fs: FileSystemSpec,
-    options: ReadOptions,
+    listing: Listing, facts: Sequence[FileFacts], fs: FileSystemSpec, options: ReadOptions
 ) -> FormatPlan:
-    """The plan of ``files`` from their footers' facts (`read_all`): chunks of row groups."""
+    """The plan of ``listing`` from its footers' facts (`read_all`): chunks of row groups."""
+    files = listing.files
     for f, fact in zip(files, facts, strict=True):
         if fact.renamed is not None:
             # (one frame deeper than ParquetFormat.plan, which warned with stacklevel=3)
@@ -60,14 +47,14 @@ def assemble(
         rows = sum(r[1] for f in facts for r in f.row_groups)
         uncompressed = sum(r[3] for f in facts for r in f.row_groups)
         return FormatPlan(
-            chunks=unit_chunks(files, partitions, kept),
+            chunks=unit_chunks(listing, kept),
             schema=schema,
             row_bytes=max(uncompressed / rows if rows else 1.0, 1.0),
             read_options=read_options(options, schema),
         )
     chunks: list[Chunk] = []
     rows = uncompressed = 0
-    for f, fact, partition in zip(files, facts, partitions, strict=True):
+    for f, fact, partition in zip(files, facts, listing.partitions, strict=True):
         units = [(rg, n, size) for rg, n, size, _ in fact.row_groups]
         made = group_units(f.path, units, partition, options)
         chunks.extend(made)
@@ -89,19 +76,14 @@ def assemble(
     )
 
 
-def read_all(
-    files: Sequence[SourceFile],
-    partitions: Sequence[tuple[tuple[str, object], ...]],
-    fs: FileSystemSpec,
-    options: ReadOptions,
-) -> list[FileFacts]:
-    """The facts of each file, in order: read in tasks of up to `_TASK_FILES` files."""
-    pairs = list(zip(files, partitions, strict=True))
+def read_all(listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list[FileFacts]:
+    """The facts of each listed file, in order: read in tasks of up to `_TASK_FILES` files."""
+    pairs = list(zip(listing.files, listing.partitions, strict=True))
     per_task = max(1, min(_TASK_FILES, len(pairs) // (PLAN_THREADS * 4)))
     tasks = [pairs[i : i + per_task] for i in range(0, len(pairs), per_task)]
     progress = Progress("Parquet footers read", len(pairs))
 
-    def read(task: list[tuple[SourceFile, tuple[tuple[str, object], ...]]]) -> list[FileFacts]:
+    def read(task: list[tuple[SourceFile, Partition]]) -> list[FileFacts]:
         found = [read_facts(f, p, fs, options) for f, p in task]
         progress.add(len(found))
         return found

@@ -31,7 +31,7 @@ from ...errors import CorruptFileError, InvalidArgumentError, SchemaMismatchErro
 from ...fs import FileSystemSpec, SourceFile
 from ...fs.threads import SCAN_THREADS
 from ...planning import Chunk
-from ..base import Format, FormatPlan, ReadOptions
+from ..base import Format, FormatPlan, Listing, ReadOptions
 from ..handles import HandleCache
 from ..magic import HEAD_BYTES, TAIL_BYTES, check_text
 from ..names import unique_names, warn_renamed
@@ -201,7 +201,7 @@ class TextFormat(Format):
                 head.append(piece)
                 if ends.size:
                     names = self._header(b"".join(head)[: int(ends[0])], file, fs)
-                    cutter.start = cutter.last_end = int(ends[0])
+                    cutter.start = int(ends[0])
                     ends = ends[1:]
             cutter.feed(ends)
         ends = scan.finish()
@@ -241,13 +241,8 @@ class TextFormat(Format):
         chunk = Chunk(file.path, 0, file.size, 0, file.size)
         return sum(b.num_rows for b in self._batches(chunk, fs, layout, first))
 
-    def plan(
-        self,
-        files: Sequence[SourceFile],
-        partitions: Sequence[tuple[tuple[str, object], ...]],
-        fs: FileSystemSpec,
-        options: ReadOptions,
-    ) -> FormatPlan:
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
+        files = listing.files
         nonempty = [f for f in files if f.size]
         scans = each_file(lambda f: self._scan(f, fs, options), nonempty, threads=SCAN_THREADS)
         scanned = dict(zip([f.path for f in nonempty], scans, strict=True))
@@ -267,7 +262,7 @@ class TextFormat(Format):
         )
         chunks: list[Chunk] = []
         rows = size = 0
-        for f, partition in zip(files, partitions, strict=True):
+        for f, partition in zip(files, listing.partitions, strict=True):
             for start, stop, n in scanned.get(f.path, _EMPTY).chunks:
                 chunks.append(Chunk(f.path, start, stop, n, stop - start, (), partition))
                 rows += n

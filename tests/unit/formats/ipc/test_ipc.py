@@ -20,7 +20,7 @@ from torch_dataloader_utils.errors import (
     SchemaMismatchError,
     StorageNotFoundError,
 )
-from torch_dataloader_utils.formats import FormatPlan, ReadOptions, get_format
+from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats.ipc import IpcFormat
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
 
@@ -39,7 +39,7 @@ def plan_of(
 ) -> tuple[FormatPlan, list[SourceFile], FileSystemSpec]:
     fs = fs or FileSystemSpec("file")
     files = list_files([str(p) for p in paths], fs)
-    return IpcFormat().plan(files, [()] * len(files), fs, options or ReadOptions()), files, fs
+    return IpcFormat().plan(Listing.of(files), fs, options or ReadOptions()), files, fs
 
 
 def read_table(
@@ -263,4 +263,4 @@ def test_a_file_deleted_after_planning_is_a_storage_error(tmp_path: Path, stream
     with pytest.raises(StorageNotFoundError, match=str(path)):
         list(IpcFormat().read(plan.chunks[1], 0, 100, FileSystemSpec("file"), ReadOptions()))
     with pytest.raises(StorageNotFoundError, match=str(path)):  # planning, listed before
-        IpcFormat().plan(files, [()], FileSystemSpec("file"), ReadOptions())
+        IpcFormat().plan(Listing.of(files), FileSystemSpec("file"), ReadOptions())

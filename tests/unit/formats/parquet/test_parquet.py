@@ -21,7 +21,7 @@ from torch_dataloader_utils.errors import (
     CorruptFileError,
     SchemaMismatchError,
 )
-from torch_dataloader_utils.formats import FormatPlan, ReadOptions, get_format
+from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats.handles import HandleCache
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, hive_partitions, list_files
@@ -40,7 +40,7 @@ def plan(
     source: str | Path | Sequence[str | Path], options: ReadOptions | None = None
 ) -> tuple[FormatPlan, list[SourceFile], FileSystemSpec]:
     files, fs = listed(source)
-    result = ParquetFormat().plan(files, [()] * len(files), fs, options or ReadOptions())
+    result = ParquetFormat().plan(Listing.of(files), fs, options or ReadOptions())
     return result, files, fs
 
 
@@ -178,7 +178,7 @@ def test_statistics_prune_row_groups_exactly_on_sorted_ids(parquet_dir: MakeParq
             pc.field("id") == threshold,
             (pc.field("id") > threshold) & (pc.field("id") < threshold + 150),
         ]:
-            result = fmt.plan(files, [()] * len(files), fs, ReadOptions(filter=expr))
+            result = fmt.plan(Listing.of(files), fs, ReadOptions(filter=expr))
             for f in files:
                 # ids ascend inside each row group, so min/max statistics are tight: a row group
                 # is kept exactly when it holds a matching row.
@@ -199,7 +199,7 @@ def test_statistics_never_drop_a_row_group_with_matching_rows(tmp_path: Path) ->
     pruned_somewhere = False
     for threshold in range(-1, 602, 13):
         for expr in [pc.field("id") < threshold, pc.field("id") == threshold]:
-            result = fmt.plan(files, [()], fs, ReadOptions(filter=expr, split_rows=70))
+            result = fmt.plan(Listing.of(files), fs, ReadOptions(filter=expr, split_rows=70))
             kept = kept_row_groups(result.chunks, path)
             assert groups.matching(expr) <= kept, (threshold, str(expr))
             pruned_somewhere |= len(kept) < len(rows)
@@ -215,11 +215,13 @@ def test_hive_partition_values_prune_files(tmp_path: Path) -> None:
     files, fs = listed(tmp_path)
     schema, partitions = hive_partitions(files)
     options = ReadOptions(filter=pc.field("k") == 2, partition_schema=schema)
-    result = ParquetFormat().plan(files, partitions, fs, options)
+    result = ParquetFormat().plan(Listing.of(files, partitions), fs, options)
     assert {c.path for c in result.chunks} == {files[1].path}
     assert all(c.partition == (("k", 2),) for c in result.chunks)
     assert sum(c.num_rows for c in result.chunks) == 150
-    both = ParquetFormat().plan(files, partitions, fs, ReadOptions(partition_schema=schema))
+    both = ParquetFormat().plan(
+        Listing.of(files, partitions), fs, ReadOptions(partition_schema=schema)
+    )
     assert [c.partition for c in both.chunks] == [(("k", 1),)] * 2 + [(("k", 2),)] * 2
 
 
@@ -412,7 +414,7 @@ def test_format_pickles_and_reads_after_unpickling(
     for original in [fmt, get_format("parquet")]:
         copy = pickle.loads(pickle.dumps(original, protocol=protocol))
         assert isinstance(copy, ParquetFormat)
-        again = copy.plan(files, [()] * len(files), fs, ReadOptions())
+        again = copy.plan(Listing.of(files), fs, ReadOptions())
         assert again.chunks == result.chunks
         for chunk in result.chunks:
             got = read_all(copy, chunk, 0, chunk.num_rows, fs, ReadOptions(), result.schema)
@@ -437,12 +439,14 @@ def test_bytes_of_projected_columns_count_dotted_and_nested_names(tmp_path: Path
     fs = FileSystemSpec("file")
     files = list_files(str(tmp_path), fs)
     for columns in [("a.b",), ("st",), ("id", "a.b", "st")]:
-        planned = ParquetFormat().plan(files, [()], fs, ReadOptions(columns=columns, split_bytes=1))
+        planned = ParquetFormat().plan(
+            Listing.of(files), fs, ReadOptions(columns=columns, split_bytes=1)
+        )
         assert len(planned.chunks) == 10, columns  # every row group closes a chunk
         assert all(c.num_bytes > 0 for c in planned.chunks), columns
-    whole = ParquetFormat().plan(files, [()], fs, ReadOptions()).chunks
+    whole = ParquetFormat().plan(Listing.of(files), fs, ReadOptions()).chunks
     parts = [
-        ParquetFormat().plan(files, [()], fs, ReadOptions(columns=(c,))).chunks
+        ParquetFormat().plan(Listing.of(files), fs, ReadOptions(columns=(c,))).chunks
         for c in ("id", "a.b", "st")
     ]
     for i, chunk in enumerate(whole):

@@ -16,7 +16,7 @@ import pytest
 import torch_dataloader_utils as tdu
 from tests.corpus.writers import ROWS, files
 from torch_dataloader_utils.errors import UnsupportedFileError
-from torch_dataloader_utils.formats import FormatPlan, ReadOptions
+from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.formats.parquet.leafless import ParquetReadOptions
 from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
@@ -42,7 +42,7 @@ def _plan(
     paths: list[str], fs: FileSystemSpec, options: ReadOptions
 ) -> tuple[FormatPlan, list[SourceFile]]:
     found = list_files(paths, fs)
-    return ParquetFormat().plan(found, [()] * len(found), fs, options), found
+    return ParquetFormat().plan(Listing.of(found), fs, options), found
 
 
 def _read_all(plan: FormatPlan, fs: FileSystemSpec, options: ReadOptions) -> pa.Table:

@@ -19,7 +19,7 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from torch_dataloader_utils.errors import UnsupportedFileError
-from torch_dataloader_utils.formats import FormatPlan, ReadOptions
+from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions
 from torch_dataloader_utils.formats.names import RenamedColumnsWarning, unique_names
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.formats.parquet import format as parquet_module
@@ -67,7 +67,7 @@ def _plan_quietly(
     files = list_files(where, fs)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        plan = fmt.plan(files, [()] * len(files), fs, options)
+        plan = fmt.plan(Listing.of(files), fs, options)
     told = [str(w.message) for w in caught if issubclass(w.category, RenamedColumnsWarning)]
     return plan, told
 

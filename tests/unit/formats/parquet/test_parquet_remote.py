@@ -26,7 +26,7 @@ import pytest
 import torch_dataloader_utils as tdu
 from tests.conftest import make_table
 from torch_dataloader_utils.errors import StorageNotFoundError
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.formats.parquet import format as parquet_module
 from torch_dataloader_utils.fs import FileSystemSpec, list_files, ranges, threads
@@ -89,7 +89,7 @@ def plan_remote(
 ) -> tuple[list[Chunk], RecordingSpec]:
     fs = RecordingSpec("memory")
     files = list_files([f"memory://{store.remote_path(n)}" for n in names], fs)
-    plan = ParquetFormat().plan(files, [()] * len(files), fs, options)
+    plan = ParquetFormat().plan(Listing.of(files), fs, options)
     return plan.chunks, fs
 
 

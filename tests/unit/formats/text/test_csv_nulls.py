@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.csv as pacsv
 import pytest
 
-from torch_dataloader_utils.formats import ReadOptions
+from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.formats.text import CsvFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 
@@ -21,7 +21,7 @@ FS = FileSystemSpec("file")
 
 def _read(fmt: CsvFormat, path: Path) -> tuple[pa.Table, object]:
     files = list_files(str(path), FS)
-    plan = fmt.plan(files, [()], FS, ReadOptions())
+    plan = fmt.plan(Listing.of(files), FS, ReadOptions())
     batches = [b for c in plan.chunks for b in fmt.read(c, 0, c.num_rows, FS, plan.read_options)]
     return pa.Table.from_batches(batches, schema=plan.schema), plan
 

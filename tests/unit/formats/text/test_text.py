@@ -24,7 +24,7 @@ from torch_dataloader_utils.errors import (
     InvalidArgumentError,
     SchemaMismatchError,
 )
-from torch_dataloader_utils.formats import Format, FormatPlan, ReadOptions, get_format
+from torch_dataloader_utils.formats import Format, FormatPlan, Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats.text import CsvFormat, JsonFormat
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 from torch_dataloader_utils.planning import Chunk
@@ -42,7 +42,7 @@ def read_all(fmt: Format, source: Any, options: ReadOptions | None = None) -> pa
 
 def plan_of(fmt: Format, source: Any, options: ReadOptions) -> FormatPlan:
     files = list_files(str(source), FS)
-    return fmt.plan(files, [()] * len(files), FS, options)
+    return fmt.plan(Listing.of(files), FS, options)
 
 
 def plan_chunks(fmt: Format, path: Path, **options: Any) -> list[Chunk]:
@@ -216,7 +216,7 @@ def test_types_are_fixed_once_and_a_bad_value_is_located(tmp_path: Path) -> None
     path.write_text(text)
     fmt = CsvFormat(infer_bytes=500, block_bytes=1000)
     files = list_files(str(path), FS)
-    plan = fmt.plan(files, [()], FS, ReadOptions())
+    plan = fmt.plan(Listing.of(files), FS, ReadOptions())
     assert plan.schema.field("id").type == pa.int64()
     offset = text.index("12x")
     with pytest.raises(CorruptFileError) as info:
@@ -281,7 +281,7 @@ def test_empty_and_header_only_files(tmp_path: Path) -> None:
     (tmp_path / "b.csv").write_bytes(b"id,x\n")
     (tmp_path / "c.csv").write_bytes(b"id,x\r\n\r\n")
     files = list_files(str(tmp_path), FS)
-    plan = CsvFormat().plan(files, [()] * 3, FS, ReadOptions())
+    plan = CsvFormat().plan(Listing.of(files), FS, ReadOptions())
     assert plan.chunks == [] and plan.schema.names == ["id", "x"]
     assert CsvFormat().schema(files[1], FS).names == ["id", "x"]
     with pytest.raises(CorruptFileError, match=r"a\.csv: the file is empty"):

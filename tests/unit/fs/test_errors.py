@@ -1,8 +1,9 @@
-"""A URL whose fsspec filesystem is not installed (s3fs, gcsfs, adlfs) is refused naming the
-pip extra of this package that installs it, not only fsspec's "Install s3fs".
+"""Storage errors translated (`fs.errors`): a URL whose fsspec filesystem is not installed (s3fs,
+gcsfs, adlfs) is refused naming the pip extra of this package that installs it, not only fsspec's
+"Install s3fs"; a translated message shows no signature.
 
-Each runs in a child process where importing the package fails (``sys.modules[name] = None``),
-as it does where it is not installed: nothing is uninstalled.
+A missing filesystem is tried in a child process where importing the package fails
+(``sys.modules[name] = None``), as it does where it is not installed: nothing is uninstalled.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import sys
 from pathlib import Path
 
 import pytest
+
+from torch_dataloader_utils.fs import translate_os_error
 
 REPO = Path(__file__).resolve().parents[3]
 
@@ -58,3 +61,8 @@ def test_a_missing_filesystem_names_the_extra_that_installs_it() -> None:
         assert name == "MissingDependencyError" and is_import_error, errors[url]
         assert f"pip install 'torch-dataloader-utils[{extra}]'" in message, message
         assert url.split("://")[0] + ":// paths need" in message and package in message
+
+
+def test_signatures_are_scrubbed_from_messages() -> None:
+    exc = OSError("GetProperties failed for 'http://h/acct/c/b?sv=2&sig=SECRETSIG&se=1'")
+    assert "SECRETSIG" not in str(translate_os_error(exc, "abfs://c/b"))

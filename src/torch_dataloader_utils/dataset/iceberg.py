@@ -1,5 +1,4 @@
-"""`IcebergDataset`: a `StructuredDataset` over an Iceberg table read by name; and how any
-dataset plans a table source (`plan_table`, `table_format`)."""
+"""`IcebergDataset`: a `StructuredDataset` over an Iceberg table read by name."""
 
 from __future__ import annotations
 
@@ -7,67 +6,16 @@ from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
 
-from ..dataset import StructuredDataset, loader_over
 from ..errors import InvalidArgumentError
-from ..errors.keywords import check_keywords, keywords_of
 from ..formats import Format
-from ..fs import FileSystemSpec
+from ..iceberg.catalog import TableName, table_name
+from ..iceberg.snapshots import SnapshotSelector
 from ..loader import TabularDataLoader
 from ..options import Options, Source
-from ..sources.broadcast import Spread
-from ..sources.files import Planned
-from .catalog import TableName, require_pyiceberg, table_name
-from .snapshots import SnapshotSelector
+from .structured import StructuredDataset, loader_over
+from .tables import table_format
 
-__all__ = ["IcebergDataset", "plan_table", "table_format"]
-
-
-def table_format() -> Format:
-    """The format a table source is read with (pyiceberg must be installed).
-
-    Raises:
-        MissingDependencyError: pyiceberg is not installed.
-    """
-    require_pyiceberg()
-    from .format import IcebergFormat  # (its modules import pyiceberg: only when a table is read)
-
-    return IcebergFormat()
-
-
-def plan_table(
-    source: Source,
-    fs: FileSystemSpec,
-    *,
-    tokens: str | None = None,
-    eos: bool = False,
-    lengths: str | None = None,
-) -> Planned:
-    """Load ``source``'s table, resolve and pin the snapshot, plan its files (`plan_table`
-    of `iceberg.planning`); the plan's ``fs`` is the table's storage, which this rank's own
-    storage options, backend and retries (``fs``) apply over. ``tokens``, ``eos``: a packed
-    dataset's token column; ``lengths``: a token budget's; counted as
-    `sources.files.plan_source` counts them."""
-    from .planning import plan_table as plan
-
-    selector = SnapshotSelector.of(
-        snapshot_id=source.snapshot_id,
-        as_of=source.as_of,
-        ref=source.ref,
-        from_snapshot_id=source.from_snapshot_id,
-    )
-    return plan(
-        table_name(source.table),
-        dict(source.catalog_config or {}),
-        selector,
-        columns=source.columns,
-        filters=source.filters,
-        split_bytes=source.split_bytes,
-        split_rows=source.split_rows,
-        user_fs=fs,
-        tokens=tokens,
-        eos=eos,
-        lengths=lengths,
-    )
+__all__ = ["IcebergDataset"]
 
 
 class IcebergDataset(StructuredDataset):
@@ -128,6 +76,8 @@ class IcebergDataset(StructuredDataset):
         ...         ...
     """
 
+    _reads = "table"
+
     def __init__(
         self,
         table: TableName,
@@ -140,18 +90,6 @@ class IcebergDataset(StructuredDataset):
         from_snapshot_id: int | None = None,
         **options: Any,
     ) -> None:
-        check_keywords(
-            options,
-            keywords_of(StructuredDataset.__init__)[0] - {"path", "format"},
-            refusal="IcebergDataset got an unexpected keyword argument",
-            also=keywords_of(IcebergDataset.__init__)[0],
-        )
-        fmt = table_format()
-        if not (format == "iceberg" or isinstance(format, type(fmt))):
-            raise InvalidArgumentError(
-                f'IcebergDataset reads format="iceberg" only, got {format!r}; for files use '
-                "StructuredDataset"
-            )
         self.table = table_name(table)
         settings, per_source = Options.split(options)
         # The catalog's properties travel in the Source to planning (rank 0) and are not kept:
@@ -165,16 +103,16 @@ class IcebergDataset(StructuredDataset):
             from_snapshot_id=from_snapshot_id,
             **per_source,
         )
+        fmt = table_format(source)  # (pyiceberg is missing: refused here, named)
+        if not (format == "iceberg" or isinstance(format, type(fmt))):
+            raise InvalidArgumentError(
+                f'IcebergDataset reads format="iceberg" only, got {format!r}; for files use '
+                "StructuredDataset"
+            )
         self.selector = SnapshotSelector.of(
             snapshot_id=snapshot_id, as_of=as_of, ref=ref, from_snapshot_id=from_snapshot_id
         )
         self._build((source,), settings)
-
-    def _format(self, source: Source) -> Format:
-        return table_format()
-
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec, spread: Spread) -> Planned:
-        return spread.from_rank0(lambda: plan_table(source, fs, **self._counting()))
 
     @property
     def snapshot_id(self) -> int | None:

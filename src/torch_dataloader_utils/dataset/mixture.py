@@ -10,29 +10,23 @@ from typing import Any
 
 import pyarrow as pa
 
-from .dataset import Combined, StructuredDataset
-from .errors import InvalidArgumentError, SchemaMismatchError
-from .errors.keywords import check_keywords, keywords_of
-from .formats import Format
-from .fs import FileSystemSpec
-from .iceberg.dataset import plan_table, table_format
-from .loader import TabularDataLoader
-from .options import EVERY_SOURCE, LOADER_KEYWORDS, LoaderOptions, Options, Source, with_defaults
-from .planning import Chunks, Layout, Plan
-from .planning.interleave import MIXINGS, Mixing
-from .planning.mixture import Mixture, quotas
-from .planning.schedule import Schedule
-from .planning.streams import Mixed
-from .sources.broadcast import Spread
-from .sources.files import Planned
-from .sources.planned import PlannedSource
+from ..errors import InvalidArgumentError, SchemaMismatchError
+from ..loader import TabularDataLoader
+from ..options import LOADER_KEYWORDS, LoaderOptions, Options, Source, with_defaults
+from ..planning import Chunks, Layout, Plan
+from ..planning.interleave import MIXINGS, Mixing
+from ..planning.mixture import Mixture, quotas
+from ..planning.schedule import Schedule
+from ..planning.streams import Mixed
+from ..sources.planned import PlannedSource
+from .base import Combined, PlannedDataset
 
 __all__ = ["MixtureDataset"]
 
 logger = logging.getLogger(__name__)
 
 
-class MixtureDataset(StructuredDataset):
+class MixtureDataset(PlannedDataset):
     """Batches from several sources, each delivering its quota of rows every epoch.
 
     Source ``i`` delivers ``round(epoch_rows * w_i / sum(w))`` rows an epoch (largest
@@ -70,6 +64,8 @@ class MixtureDataset(StructuredDataset):
             weight, a source with a quota but no rows).
     """
 
+    _reads = "mixture"
+
     def __init__(
         self,
         sources: Sequence[Source],
@@ -97,16 +93,6 @@ class MixtureDataset(StructuredDataset):
         if epoch_rows is not None and (not isinstance(epoch_rows, int) or epoch_rows < 0):
             raise InvalidArgumentError(f"epoch_rows must be an int >= 0, got {epoch_rows!r}")
         settings, defaults = Options.split(options)
-        check_keywords(
-            defaults,
-            EVERY_SOURCE,
-            refusal=(
-                "a mixture takes, besides its own options, only these for every source that "
-                f"leaves them unset: {', '.join(EVERY_SOURCE)} (options of one source go in "
-                "its tdu.Source); it got"
-            ),
-            also=keywords_of(MixtureDataset.__init__)[0] | _OPTIONS | set(LOADER_KEYWORDS),
-        )
         if settings.split_strategy != "equal":
             raise InvalidArgumentError(
                 'a mixture cuts its epochs into equal streams: split_strategy="equal" only'
@@ -124,16 +110,6 @@ class MixtureDataset(StructuredDataset):
             ", ".join(f"{s.label}: {q}" for s, q in zip(self.sources, self.quotas, strict=True)),
             mixing,
         )
-
-    # Tables and files alike: a mixture plans each source as its own dataset class would.
-
-    def _format(self, source: Source) -> Format:
-        return table_format() if source.table is not None else super()._format(source)
-
-    def _plan(self, source: Source, fmt: Format, fs: FileSystemSpec, spread: Spread) -> Planned:
-        if source.table is not None:
-            return spread.from_rank0(lambda: plan_table(source, fs, **self._counting()))
-        return super()._plan(source, fmt, fs, spread)
 
     def _combine(self, sources: tuple[PlannedSource, ...]) -> Combined:
         """One plan of every source's chunks, the quotas, and the streams of the interleave."""
@@ -207,7 +183,7 @@ class MixtureDataset(StructuredDataset):
         return self.plan.schema
 
     @classmethod
-    def create_dataloader(  # type: ignore[override]
+    def create_dataloader(
         cls, sources: Sequence[Source], **kwargs: Any
     ) -> tuple[TabularDataLoader[MixtureDataset], MixtureDataset]:
         """Build the mixture and a DataLoader over it; see `create_dataloader` for the loader's
@@ -231,13 +207,6 @@ class MixtureDataset(StructuredDataset):
             f"quotas={list(self.quotas)}, mixing={self.mixing!r}, "
             f"batch_size={self.batch_size}, shuffle={self.shuffle})"
         )
-
-
-# The dataset-wide option names, suggested when a keyword is misspelt.
-_OPTIONS = frozenset(
-    {"output_format", "list_format", "null_policy", "pad_value", "num_ranks"}
-    | set(Options.__dataclass_fields__)
-)
 
 
 def _schema(sources: Sequence[PlannedSource]) -> pa.Schema:

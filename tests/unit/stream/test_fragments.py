@@ -1,0 +1,79 @@
+"""`stream.fragments.Fragments`, by brute force over small documents: every token held once with
+its document and position, sliced by tokens and joined again, moved by whole documents."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import pyarrow as pa
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from tests.unit.stream.checks import triples
+from torch_dataloader_utils.planning.shuffle import document_permutation
+from torch_dataloader_utils.stream.fragments import Fragments
+
+documents_st = st.lists(
+    st.one_of(st.none(), st.lists(st.integers(0, 1000), max_size=9)), max_size=12
+)
+
+
+def expected(docs: list[list[int] | None], first: int, eos: int | None = None) -> list:
+    return [
+        (token, first + d, p)
+        for d, doc in enumerate(docs)
+        if doc is not None
+        for p, token in enumerate([*doc, *([] if eos is None else [eos])])
+    ]
+
+
+@settings(max_examples=200, deadline=None)
+@given(docs=documents_st, cut=st.integers(0, 12), first=st.integers(0, 5))
+def test_every_token_is_held_once_with_its_document_and_position(
+    docs: list[list[int] | None], cut: int, first: int
+) -> None:
+    array = pa.array(docs, pa.list_(pa.int32()))
+    at = min(cut, len(docs))
+    assert triples(Fragments.from_lists(array.slice(at), first)) == expected(docs[at:], first)
+
+
+@settings(max_examples=150, deadline=None)
+@given(docs=documents_st, first=st.integers(0, 5))
+def test_an_eos_token_follows_every_document_that_is_not_null(
+    docs: list[list[int] | None], first: int
+) -> None:
+    fragments = Fragments.from_lists(pa.array(docs, pa.list_(pa.int32())), first, eos=-5)
+    assert triples(fragments) == expected(docs, first, eos=-5)
+
+
+@settings(max_examples=300, deadline=None)
+@given(docs=documents_st, cuts=st.lists(st.integers(0, 80), max_size=4))
+def test_slices_cut_documents_and_concat_joins_them_again(
+    docs: list[list[int] | None], cuts: list[int]
+) -> None:
+    whole = Fragments.from_lists(pa.array(docs, pa.list_(pa.int64())), 0)
+    every = triples(whole)
+    bounds = sorted({0, whole.num_rows, *(min(c, whole.num_rows) for c in cuts)})
+    parts = [whole.slice(a, b - a) for a, b in itertools.pairwise(bounds)]
+    for (a, b), part in zip(itertools.pairwise(bounds), parts, strict=True):
+        assert triples(part) == every[a:b]
+    joined = Fragments.concat(parts) if parts else whole
+    assert triples(joined) == every
+    # A document cut and joined again is one fragment.
+    assert len(joined.begin) == len(whole.begin)
+
+
+@settings(max_examples=200, deadline=None)
+@given(lengths=st.lists(st.integers(1, 6), max_size=10), seed=st.integers(0, 9))
+def test_a_document_order_moves_each_document_whole_and_in_order(
+    lengths: list[int], seed: int
+) -> None:
+    docs = [list(range(100 * d, 100 * d + n)) for d, n in enumerate(lengths)]
+    block = Fragments.from_lists(pa.array(docs, pa.list_(pa.int64())), 0)
+    order = document_permutation(len(block.begin), seed=seed, epoch=0, stream=0, block=0)
+    shuffled = triples(block.permuted(order))
+    assert Counter(shuffled) == Counter(triples(block))
+    runs = [d for i, (_, d, _) in enumerate(shuffled) if i == 0 or shuffled[i - 1][1] != d]
+    assert sorted(runs) == list(range(len(lengths)))  # each document in one run, in order
+    assert triples(block.permuted(order).in_values_order()) == triples(block)
