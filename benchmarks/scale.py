@@ -328,22 +328,22 @@ def make_layout(args: argparse.Namespace) -> Any:
     )
 
 
-def worker_stream(plan: Any, layout: Any, iteration: Any, topology: Any) -> Any:
+def worker_stream(plan: Any, layout: Any, pass_: Any, topology: Any) -> Any:
     """What a worker does before its first read: its stream, then the stream's pieces."""
     from torch_dataloader_utils.planning.streams import OneSource
 
-    stream = OneSource(plan.chunk_rows, layout).resolve(iteration, topology)
+    stream = OneSource(plan.chunk_rows, layout).resolve(pass_, topology)
     return [p for rows in stream.sources for p in rows.pieces()]
 
 
-def state_bytes(plan: Any, iteration: Any, world_size: int, workers: int, layout: Any) -> str:
-    """Pickled bytes of the loader state at ``iteration`` (n/a if the codec moved)."""
+def state_bytes(plan: Any, pass_: Any, world_size: int, workers: int, layout: Any) -> str:
+    """Pickled bytes of the loader state at ``pass_`` (n/a if the codec moved)."""
     try:
         from torch_dataloader_utils.state.codec import encode_state
 
         state = encode_state(
             plan,
-            iteration,
+            pass_,
             world_size=world_size,
             num_workers=workers,
             layout=layout,
@@ -431,7 +431,7 @@ class Synthetic:
     def stream(self, n: int, plan: Any, ranks: int) -> None:
         """(c) the first worker of the last rank resolves its stream in a fresh epoch (a stream's
         cost does not depend on where it sits; the last worker of a rank may hold no rows)."""
-        from torch_dataloader_utils.planning import Iteration, Topology
+        from torch_dataloader_utils.planning import Pass, Topology
 
         limit, skips, workers = self.args.max_seconds, self.skips, self.args.workers_per_rank
         key = f"stream {ranks}"
@@ -445,7 +445,7 @@ class Synthetic:
 
         def fresh() -> Any:
             # Each run a new epoch: nothing one epoch's stream computed can serve the next.
-            return worker_stream(plan, self.layout, Iteration(next(epochs)), topology)
+            return worker_stream(plan, self.layout, Pass(next(epochs)), topology)
 
         try:
             t_stream, pieces = self.timed(fresh, repeat=3)
@@ -465,15 +465,15 @@ class Synthetic:
     def resume(self, n: int, plan: Any, total: int) -> None:
         """(d) a state from the middle of an epoch on ``--resume-from`` ranks, resumed on each
         of ``--resume-to``: the first worker of the last new rank resolves its stream."""
-        from torch_dataloader_utils.planning import Iteration, Leg, Topology
+        from torch_dataloader_utils.planning import Leg, Pass, Topology
 
         args, skips, layout = self.args, self.skips, self.layout
         old, workers = args.resume_from, args.workers_per_rank
         share = total // old  # remainder "drop": every rank reads total // world_size rows
         middle = layout.batches(share) // 2
         leg = Leg(world_size=old, num_workers=workers, layout=layout, batches=middle)
-        iteration = Iteration(1, legs=(leg,), batches=0)
-        saved = Iteration(1, batches=middle)
+        pass_ = Pass(1, legs=(leg,), batches=0)
+        saved = Pass(1, batches=middle)
         state = state_bytes(plan, saved, old, workers, layout) if plan is not None else "-"
         for r in sorted(args.resume_to, reverse=True):  # cheapest first
             key = f"resume {r}"
@@ -488,7 +488,7 @@ class Synthetic:
             topology = Topology(rank=r - 1, world_size=r, worker=0, num_workers=workers)
 
             def resumed(topology: Any = topology) -> Any:
-                return worker_stream(plan, layout, iteration, topology)
+                return worker_stream(plan, layout, pass_, topology)
 
             try:
                 t_resume, pieces = self.timed(resumed)
@@ -503,7 +503,7 @@ class Synthetic:
         """(e) a mixture of 3 sources saved mid-epoch on ``--mix-resume-from`` ranks, resumed on
         each of ``--mix-resume-to``: the first worker of the last new rank resolves its stream
         (best of 3, each with nothing cached), and apart works out the old leg's rest."""
-        from torch_dataloader_utils.planning import Iteration, Leg, Topology
+        from torch_dataloader_utils.planning import Leg, Pass, Topology
         from torch_dataloader_utils.planning.mixture import Mixture, quotas
         from torch_dataloader_utils.planning.streams import Mixed
 
@@ -517,7 +517,7 @@ class Synthetic:
         old, workers = args.mix_resume_from, args.workers_per_rank
         middle = streams.rank_batches(Topology(0, old, 0, workers)) // 2
         leg = Leg(world_size=old, num_workers=workers, layout=layout, batches=middle)
-        iteration = Iteration(1, legs=(leg,))
+        pass_ = Pass(1, legs=(leg,))
         parts = "/".join(
             short(len(part)) if len(part) >= 1000 else str(len(part)) for part in sources
         )
@@ -531,7 +531,7 @@ class Synthetic:
             topology = Topology(rank=r - 1, world_size=r, worker=0, num_workers=workers)
 
             def resumed(topology: Any = topology) -> Any:
-                stream = streams.resolve(iteration, topology)
+                stream = streams.resolve(pass_, topology)
                 return [p for rows in stream.sources for p in rows.pieces()]
 
             def rest(topology: Any = topology) -> Any:

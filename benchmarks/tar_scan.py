@@ -6,8 +6,8 @@ Modes, each over every shard (page cache warm after the first pass):
 - ``tarfile stream``: ``tarfile.open(mode="r|")``, every member's bytes read (how webdataset
   reads a shard);
 - ``tarfile index``: ``tarfile.open(mode="r:")`` iterating members without reading data;
-- ``scan_tar index``: `scan_tar` through ``os.pread`` in 8 MB windows (headers only; small
-  members' data comes along in the windows);
+- ``scan_tar index``: `scan_tar` through ``os.pread``, 8 MB at a time (headers only; small
+  members' data comes along in those reads);
 - ``scan_tar full``: one read of the whole shard, `scan_tar` over it, every member's bytes
   sliced out (what a reader does with a chunk's range).
 - ``build_index``: `scan_tar` + `group_samples` (the plan-time work per shard).
@@ -81,7 +81,9 @@ def scan_full(path: Path) -> int:
     data = path.read_bytes()
     view = memoryview(data)
     total = 0
-    for m in scan_tar(lambda o, n: view[o : o + n], len(view), where=str(path), window=len(view)):
+    for m in scan_tar(
+        lambda o, n: view[o : o + n], len(view), where=str(path), read_bytes=len(view)
+    ):
         total += len(bytes(view[m.offset : m.end]))
     return total
 

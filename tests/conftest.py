@@ -16,6 +16,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
+# Imported whole here first: pytest-xdist's controller imports a warning's module when a worker
+# reports one, from a thread per worker, and two first imports at once see a half-made package.
+import torch_dataloader_utils  # noqa: F401
+
 # The folder under tests/ -> the marker of its tests (declared in pyproject.toml; the README
 # lists one line per tier). tests/services/ holds the storage servers' code, no tests.
 TIERS = {

@@ -15,9 +15,9 @@ The public names, by who reads them (``__all__`` holds them sorted):
 - Training: `create_dataloader`, `TabularDataLoader`, `StructuredDataset`, `IcebergDataset`,
   `MixtureDataset`, `Source`, `Packing`, `TokenBudget`, `RetryPolicy`, `CacheStats`,
   `attention`, `ShardWriter`.
-- Format authors: `Format`, `FormatPlan`, `Listing`, `ReadOptions`, `Chunk`, `Plan`, `register_format`,
-  `get_format`, `available_formats`, and the formats shipped: `ParquetFormat`, `OrcFormat`,
-  `CsvFormat`, `JsonFormat`, `IpcFormat`, `WebDatasetFormat`.
+- Format authors: `Format`, `FormatPlan`, `Listing`, `ReadOptions`, `Chunk`, `Plan`,
+  `register_format`, `get_format`, `available_formats`, and the formats shipped:
+  `ParquetFormat`, `OrcFormat`, `CsvFormat`, `JsonFormat`, `IpcFormat`, `WebDatasetFormat`.
 - Tools over the data order: `Piece`, `Topology`, `Converter`.
 - Errors and warnings: `TorchDataloaderUtilsError` and its kinds (the names ending in
   ``Error``), `TorchDataloaderUtilsWarning`.
@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import logging
 
-from . import attention
+from . import attention, iceberg
 from .batching import Packing, TokenBudget
 from .cache import CacheStats
 from .convert import Converter
@@ -141,5 +141,9 @@ __all__ = [
 
 if __all__ != sorted(__all__):  # keep the public list curated and sorted
     raise ImportError("torch_dataloader_utils.__all__ must be sorted")
+
+# The name earlier versions exported from the table layer, handed there by the façade: the
+# table layer imports no dataset (docs/adr/0029-the-house-third-round.md).
+iceberg.IcebergDataset = IcebergDataset  # type: ignore[attr-defined]
 
 logging.getLogger(__name__).addHandler(logging.NullHandler())

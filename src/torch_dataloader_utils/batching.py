@@ -81,16 +81,21 @@ class Packing(SuggestsKeywords):
         object.__setattr__(self, "fill", float(fill))  # (a numpy float enters the plan's JSON)
 
     @property
-    def unit(self) -> int:
+    def seq_tokens(self) -> int:
         """Tokens of the order a sequence takes: ``seq_len``, or for best fit
         ``floor(seq_len * fill)`` (a packed mixture gives each source this many at a time)."""
         if self.method == "concat":
             return self.seq_len
         return math.floor(Fraction(str(self.fill)) * self.seq_len)  # (0.29 * 100 is 28.99...)
 
+    @property
+    def unit(self) -> int:
+        """The earlier name of `seq_tokens`."""
+        return self.seq_tokens
+
     def batch_tokens(self, batch_size: int) -> int:
         """Tokens of the order a batch of ``batch_size`` sequences takes."""
-        return batch_size * self.unit
+        return batch_size * self.seq_tokens
 
     def check_columns(
         self, columns: Sequence[str] | None, *, source_column: str | None, label: str = ""

@@ -159,8 +159,8 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
     def skip(self, epoch: int, batches: range) -> None:
         """Do not deliver ``batches`` (numbered from the first batch of ``epoch``, as `rows_at`
         numbers them) on any rank: every rank still yields as many batches, each the same ones
-        it would have, less these. The skip is part of `state_dict`, so a resumed run skips
-        them too. A skip given while the epoch is read applies to the batches still to come.
+        it would have, less these. The skip is part of `state_dict`, so a loader resumed from it
+        skips them too. A skip given while the epoch is read applies to the batches still to come.
 
         Raises:
             InvalidArgumentError: the range is empty, steps, passes the end of the epoch, or
@@ -192,9 +192,9 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
 
         Batches are numbered as `skip` and ``len()`` number them: from the epoch's first batch
         on this rank, skipped ones counted. Resumed from a state, the numbers go on from the
-        state's: batch ``k`` is the epoch's ``k``-th on this rank, whichever run delivered it.
+        state's: batch ``k`` is the epoch's ``k``-th on this rank, whichever loader delivered it.
         After an elastic resume (other ranks, workers or options) inside ``epoch``, the
-        batches before it are those the saved run's ``rank`` delivered, the later ones this
+        batches before it are those the saved loader's ``rank`` delivered, the later ones this
         loader's. This holds for the pass loaded or being read, and the last one read of
         ``epoch``; otherwise the batch is a fresh pass's, on this loader's topology.
 
@@ -368,7 +368,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
             self._waiting(self._iterator, lambda: None)
         passes = dataset.passes
         progress, counts, done = passes.begin(self.num_workers)
-        if progress.iteration.resumed:
+        if progress.pass_.resumed:
             self._stop_persistent_workers()  # they hold the dataset as it was when they started
         batches: Iterator[Any]
         if self._iterator is not None:  # resets the persistent workers: waits on them
@@ -385,7 +385,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         if not self.num_workers:
             batches = _collected(batches, dataset.failure_log, self._read_failures)
         if dataset.cache_stats is not None:
-            batches = self._cache_counted(batches, progress.iteration.epoch)
+            batches = self._cache_counted(batches, progress.pass_.epoch)
         counted = passes.counted(batches, progress)
         self._reader = Reader.of(self, sys._getframe(1), counted)
         return counted

@@ -250,15 +250,15 @@ class Options:
         return cls(**mine, world_size=world_size, output=Output(**output)), rest
 
     @property
-    def unit(self) -> int:
+    def seq_tokens(self) -> int:
         """A packed dataset's tokens of its order per sequence (0: not packed)."""
-        return 0 if self.packing is None else self.packing.unit
+        return 0 if self.packing is None else self.packing.seq_tokens
 
     @property
     def batch_rows(self) -> int:
         """Rows of the order a batch holds: ``batch_size`` rows, or a packed dataset's
         ``batch_size`` sequences' tokens (its order is one of tokens)."""
-        return self.batch_size * max(1, self.unit)
+        return self.batch_size * max(1, self.seq_tokens)
 
     def layout(self, *, row_bytes: float, chunk_rows: float, group: int | None = None) -> Layout:
         """Every option that decides which rows each stream reads and in what order, with block
@@ -281,7 +281,7 @@ class Options:
             block_rows=block_rows,
             first_block_rows=first_block_rows,
             strategy=self.split_strategy,
-            unit=self.unit,
+            seq_tokens=self.seq_tokens,
         )
 
 

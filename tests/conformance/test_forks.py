@@ -93,8 +93,8 @@ def _plan(fmt: Format, source: str, options: ReadOptions) -> tuple[FormatPlan, F
 
 # Options that make a chunk several native units, so a read is mid-chunk at the fork.
 OPTIONS: dict[str, dict[str, Any]] = {
-    "csv": {"block_bytes": 1024},
-    "json": {"block_bytes": 1024},
+    "csv": {"chunk_bytes": 1024},
+    "json": {"chunk_bytes": 1024},
     "webdataset": {"index_cache_dir": ""},
 }
 

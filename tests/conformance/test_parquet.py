@@ -20,7 +20,7 @@ import torch_dataloader_utils as tdu
 from tests.conftest import MakeParquetDir, make_table, write_parquet
 from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile, list_files
 from torch_dataloader_utils.planning import Chunk
 from torch_dataloader_utils.testing import (
     check_elastic_resume,
@@ -82,7 +82,7 @@ def test_other_formats_must_pass_expected(parquet_dir: MakeParquetDir) -> None:
 def test_schema_needs_the_id_column(parquet_dir: MakeParquetDir) -> None:
     root, _ = parquet_dir((10,))
     (path,) = sorted(root.iterdir())
-    file = SourceFile(str(path), path.stat().st_size, str(root))
+    file = ListedFile(str(path), path.stat().st_size, str(root))
     with pytest.raises(AssertionError, match="no column 'row_id'"):
         check_schema(ParquetFormat(), file, fs=FileSystemSpec("file"), id_column="row_id")
 

@@ -28,7 +28,7 @@ from torch_dataloader_utils.dataset.tables import plan_table, table_format, tabl
 from torch_dataloader_utils.formats import Format, FormatPlan, Listing, ReadOptions
 from torch_dataloader_utils.formats.opening import open_input
 from torch_dataloader_utils.formats.parquet import ParquetFormat
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile
 from torch_dataloader_utils.planning import Chunk
 from torch_dataloader_utils.sources.table_deletes import deleted_in, keep_mask, physical_range
 from torch_dataloader_utils.sources.table_kinds import register_table, table_entry, table_kind
@@ -75,7 +75,7 @@ class ToyFormat(Format):
     def __reduce__(self) -> tuple[type[ToyFormat], tuple[()]]:
         return (type(self), ())
 
-    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+    def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         return self._parquet.schema(file, fs)
 
     def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
@@ -119,7 +119,7 @@ class ToyTable:
         self.storage = None
         self.filter = TableFilter.of(request.filters)
         first = f"{root}/{version['files'][0]}"
-        arrow = ParquetFormat().schema(SourceFile(first, fs.file_size(first), ""), fs)
+        arrow = ParquetFormat().schema(ListedFile(first, fs.file_size(first), ""), fs)
         self.schema = TableSchema(arrow, matched_by="name")  # (as the format reads them)
 
     def files(self, columns: tuple[str, ...], fs: FileSystemSpec) -> list[TableFile]:

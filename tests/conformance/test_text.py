@@ -68,7 +68,7 @@ EXPECTED = pa.table({"id": np.arange(ROWS)})
 
 def test_csv_conformance(csv_source: Path) -> None:
     # pyarrow.dataset reads a header-only CSV as null columns, so the ids are passed.
-    check_format(CsvFormat(block_bytes=1024), str(csv_source), id_column="id", expected=EXPECTED)
+    check_format(CsvFormat(chunk_bytes=1024), str(csv_source), id_column="id", expected=EXPECTED)
 
 
 def test_csv_conformance_default_expected(tmp_path: Path) -> None:
@@ -77,17 +77,17 @@ def test_csv_conformance_default_expected(tmp_path: Path) -> None:
     for i, (lo, hi) in enumerate([(0, 300), (300, 301), (301, 500)]):
         ids = np.arange(lo, hi)
         pacsv.write_csv(pa.table({"id": ids, "v": ids * 2}), tmp_path / f"p{i}.csv")
-    check_format(CsvFormat(block_bytes=512), str(tmp_path), id_column="id")
+    check_format(CsvFormat(chunk_bytes=512), str(tmp_path), id_column="id")
 
 
 def test_json_conformance(jsonl_source: Path) -> None:
-    check_format(JsonFormat(block_bytes=4096), str(jsonl_source), id_column="id", expected=EXPECTED)
+    check_format(JsonFormat(chunk_bytes=4096), str(jsonl_source), id_column="id", expected=EXPECTED)
 
 
 def test_one_big_file_has_many_blocks(csv_source: Path) -> None:
     fs = FileSystemSpec("file")
     files = [f for f in list_files(str(csv_source), fs) if f.path.endswith("part-2.csv")]
-    plan = CsvFormat(block_bytes=1024).plan(Listing.of(files), fs, ReadOptions())
+    plan = CsvFormat(chunk_bytes=1024).plan(Listing.of(files), fs, ReadOptions())
     assert len(plan.chunks) >= 10 and sum(c.num_rows for c in plan.chunks) == 600
 
 
@@ -96,7 +96,7 @@ def loader(root: Path, fmt: str, **options: Any) -> tdu.TabularDataLoader:
         "batch_size": 45,
         "shuffle_seed": 3,
         "shuffle_block_size": 150,
-        "format_options": {"block_bytes": 4096},
+        "format_options": {"chunk_bytes": 4096},
         **options,
     }
     if options.get("num_workers"):

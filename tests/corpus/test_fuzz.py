@@ -3,7 +3,7 @@ or a clear library error naming the file, never a crash, a hang or other rows.
 
 The parsers are those the library wrote itself, where pyarrow does not parse for it: the
 Parquet footer walk (`formats.parquet.footer`), the ORC tail (`formats.orc.parse_stripes`),
-the IPC layout (`formats.ipc.layout`, file and stream), the tar header walk
+the IPC message headers (`formats.ipc.messages`, file and stream), the tar header walk
 (`webdataset.tar`), the CSV record scan (`formats.text.format`'s quote parity) and the DALI-style
 shard index (`webdataset.index`). Hypothesis mutates a real file of the corpus in the region
 the parser reads (overwritten bytes, a cut), writes it to a temporary directory, and the

@@ -75,7 +75,7 @@ def ddp_run(
     out = work_dir / f"ddp-{world_size}.json"
     # CSV column types are inferred on rank 0 alone (no schema= given): the other ranks must
     # read with them. Small blocks give every file several byte-range chunks.
-    csv = {"data": str(csv_dataset_dir), "format": "csv", "format_options": {"block_bytes": 2048}}
+    csv = {"data": str(csv_dataset_dir), "format": "csv", "format_options": {"chunk_bytes": 2048}}
     cases = [{"batch_size": BATCH, **case} for case in CASES]
     cases.append({"batch_size": BATCH, "name": "csv", "num_workers": 2, **csv})
     skip = {"data": str(corrupt_dataset_dir), "on_error": "skip", "epochs": EPOCHS}

@@ -95,6 +95,20 @@ def _packing(method: str) -> tdu.Packing:
     return tdu.Packing("tokens", 16, pad_value=-1, method=method)
 
 
+def _csv(d: dict[str, Path], r: int, w: int, **format_options: int) -> Any:
+    return tdu.create_dataloader(
+        str(d["csv"]),
+        format="csv",
+        format_options=format_options,
+        batch_size=16,
+        shuffle=True,
+        shuffle_seed=8,
+        rank=r,
+        world_size=w,
+        num_workers=0,
+    )
+
+
 # name -> (a loader of the data for rank, world size), world size
 SCENARIOS: dict[str, tuple[Callable[[dict[str, Path], int, int], Any], int]] = {
     "parquet": (
@@ -201,20 +215,7 @@ SCENARIOS: dict[str, tuple[Callable[[dict[str, Path], int, int], Any], int]] = {
         ),
         1,
     ),
-    "csv_blocks": (
-        lambda d, r, w: tdu.create_dataloader(
-            str(d["csv"]),
-            format="csv",
-            format_options={"block_bytes": 2048},
-            batch_size=16,
-            shuffle=True,
-            shuffle_seed=8,
-            rank=r,
-            world_size=w,
-            num_workers=0,
-        ),
-        2,
-    ),
+    "csv_blocks": (lambda d, r, w: _csv(d, r, w, chunk_bytes=2048), 2),
     "webdataset": (
         lambda d, r, w: tdu.create_dataloader(
             str(d["tar"]),
@@ -327,6 +328,26 @@ def test_orders_and_states_are_those_pinned(
             assert seen["state"] == want["state"], key
         else:
             assert seen == want, key
+
+
+def test_block_bytes_the_earlier_name_of_chunk_bytes_reads_the_pinned_order(
+    data: dict[str, Path], pinned: dict[str, Any]
+) -> None:
+    """``format_options={"block_bytes": ...}``, the name ``chunk_bytes`` had when the orders
+    were pinned, still cuts the same chunks, so reads the same order, and says it is
+    deprecated."""
+    for rank in range(2):
+        with pytest.warns(DeprecationWarning, match="block_bytes= is deprecated.*chunk_bytes="):
+            loader = _csv(data, rank, 2, block_bytes=2048)
+        for epoch in (0, 1):
+            loader.set_epoch(epoch)
+            batches = [_batch(b) for b in loader]
+            want = pinned[f"csv_blocks/rank{rank}/epoch{epoch}"]
+            assert (len(batches), _digest(batches), _ids(batches[:2])) == (
+                want["batches"],
+                want["digest"],
+                want["first"],
+            )
 
 
 def _record(root: Path) -> None:

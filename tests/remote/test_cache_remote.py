@@ -1,7 +1,7 @@
 """The node-local cache against real stores (SeaweedFS S3, fake-gcs-server), requests counted by
 a proxy in front of the store: a cached epoch asks the store nothing and survives it being
 gone; a cache smaller than the data stays under its limit and serves the same share each epoch;
-a file changed between runs is read again; a second plan reads no footer."""
+a file changed between restarts is read again; a second plan reads no footer."""
 
 from __future__ import annotations
 

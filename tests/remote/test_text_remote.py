@@ -77,7 +77,7 @@ def test_two_workers_read_every_row_once(text_data: dict[str, Any], sub: str, fm
         fmt,
         text_data["storage_options"],
         shuffle=True,
-        format_options={"block_bytes": 8192},
+        format_options={"chunk_bytes": 8192},
     )
     assert Counter(ids) == Counter(range(ROWS))
 
@@ -106,7 +106,7 @@ def test_jsonl_plan_on_s3(text_data: dict[str, Any]) -> None:
         batch_size=64,
         num_workers=0,
         storage_options=text_data["storage_options"],
-        format_options={"block_bytes": 4096},
+        format_options={"chunk_bytes": 4096},
     )
     assert sum(c.num_rows for c in remote.dataset.plan.chunks) == ROWS
     assert remote.dataset.plan.schema.names == ["id", "x", "text"]

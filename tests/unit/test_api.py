@@ -131,3 +131,17 @@ def test_module_runs_as_a_command() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert "usage" in result.stdout.lower()
+
+
+def test_the_earlier_names_of_the_moved_datasets_still_import() -> None:
+    # In a fresh interpreter: the table layer's package is imported first, as a user's
+    # `from torch_dataloader_utils.iceberg import IcebergDataset` does.
+    code = (
+        "from torch_dataloader_utils.iceberg import IcebergDataset\n"
+        "import torch_dataloader_utils as tdu\n"
+        "from torch_dataloader_utils.dataset import MixtureDataset\n"
+        "assert IcebergDataset is tdu.IcebergDataset and MixtureDataset is tdu.MixtureDataset\n"
+        "assert IcebergDataset.__module__ == 'torch_dataloader_utils.dataset.iceberg'\n"
+    )
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

@@ -331,8 +331,8 @@ def test_the_house_has_at_most_twelve_floors() -> None:
 
 
 def test_the_table_layer_stands_below_the_datasets() -> None:
-    # `iceberg/__init__` names `IcebergDataset` for earlier versions' imports by a lookup when
-    # asked (importlib), not an import: the table layer needs no dataset.
+    # (`torch_dataloader_utils.iceberg.IcebergDataset`, the earlier name, is handed there by the
+    # package root: the table layer needs no dataset.)
     above = {"dataset", "loader", "options", "create"}
     offenders = sorted(
         (module, target)

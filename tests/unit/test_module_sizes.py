@@ -69,7 +69,7 @@ TESTED_IN: dict[str, str] = {
     "formats/ipc/format.py": (
         "tests/unit/formats/ipc/test_ipc.py, tests/conformance/test_orc_ipc.py"
     ),
-    "formats/ipc/layout.py": "tests/unit/formats/ipc/test_ipc.py, tests/corpus/test_fuzz.py",
+    "formats/ipc/messages.py": "tests/unit/formats/ipc/test_ipc.py, tests/corpus/test_fuzz.py",
     "formats/opening.py": (
         "tests/unit/formats/test_base.py, tests/unit/formats/parquet/test_parquet_remote.py"
     ),

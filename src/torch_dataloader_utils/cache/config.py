@@ -42,12 +42,12 @@ def parse_size(value: int | str, *, name: str = "cache_limit") -> int:
         size = value
     elif isinstance(value, str):
         match = _SIZE.match(value)
-        unit = match.group(2).upper() if match else ""
-        if match is None or unit not in _UNITS:
+        suffix = match.group(2).upper() if match else ""
+        if match is None or suffix not in _UNITS:
             raise InvalidArgumentError(
                 f"{name} must be bytes or a size like '50GB' or '512MiB', got {value!r}"
             )
-        size = int(float(match.group(1)) * _UNITS[unit])
+        size = int(float(match.group(1)) * _UNITS[suffix])
     else:
         raise InvalidArgumentError(
             f"{name} must be bytes or a size like '50GB', got {type(value).__name__}"
@@ -66,7 +66,7 @@ class CacheConfig:
         limit: bytes the cache may hold, entries and their headers (``None``: as much as the
             disk holds while keeping a tenth of it free).
         since: when the loader was made (``time.time()``): entries used since then belong to
-            this run and are never evicted to make room for its other reads (see
+            this loader and are never evicted to make room for its other reads (see
             docs/adr/0014-cache.md: an epoch-shuffled scan keeps what it has rather than
             churn).
     """

@@ -4,7 +4,7 @@ Usage is one counter in ``<root>/usage``, changed under an ``flock`` (and a thre
 ``flock`` does not exclude threads sharing the file). A reservation creates its temporary file
 while that lock is held, with the reservation in its name, so an eviction scan (under the same
 lock) always sees writes in flight and never counts the cache lower than it is. Eviction keeps
-what the current run uses; see `cache.store` and docs/adr/0014-cache.md.
+what the current loader uses; see `cache.store` and docs/adr/0014-cache.md.
 """
 
 from __future__ import annotations
@@ -63,7 +63,7 @@ class Room:
     Args:
         root: the cache's root folder.
         tops: the folders that hold entries.
-        config: the limit, and when this run began (its entries are kept).
+        config: the limit, and when this loader was made (its entries are kept).
         counter: where evictions are counted.
         evicted: called after entries were removed (a store forgets what it listed).
     """
@@ -144,7 +144,7 @@ class Room:
                 _write_usage(usage, max(0, used - n))
 
     def evict(self, *, target: int, limit: int) -> int:
-        """Remove entries not used by this run, least recently used first, until at most
+        """Remove entries not used by this loader, least recently used first, until at most
         ``target`` bytes are held (a tenth of the limit lower, to scan less often); the bytes
         held after (recounted by the scan, writes in flight included)."""
         scan = self.scan(clean=True)

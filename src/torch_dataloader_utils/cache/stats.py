@@ -21,7 +21,7 @@ class CacheStats:
         bytes_from_store: bytes read from the store by cached reads (what a cache saves next
             time).
         bypassed: ranges read from the store and not stored: the cache was full of entries this
-            run uses, or the disk too full.
+            loader uses, or the disk too full.
         evicted: entries removed to make room (by this loader's processes).
         corrupt: entries that failed their check when read (removed, read from the store).
         write_errors: entries that could not be written (disk full, permissions): read on

@@ -16,7 +16,7 @@ whole entry or none, and one whose check fails (a torn write after a power loss,
 is removed and read from the store again. A killed process leaves at most a temporary file,
 never served, removed by the next eviction scan.
 
-Eviction keeps what this run uses (see docs/adr/0014-cache.md): entries used since the loader
+Eviction keeps what this loader uses (see docs/adr/0014-cache.md): entries used since the loader
 was made are never evicted for its other reads; the least recently used of the rest go first.
 When the rest is gone, new ranges are read without being stored (``bypassed``), so a cache
 smaller than the data serves the same share of it every epoch instead of churning.
@@ -236,7 +236,7 @@ class RangeStore:
                 os.unlink(path)
                 self.room.release(len(head) + len(data))
             return None
-        if mtime < self.config.since:  # used by this run from now on: kept (see the module)
+        if mtime < self.config.since:  # used by this loader from now on: kept (see the module)
             with contextlib.suppress(OSError):
                 os.utime(path)
         if len(data) <= _VERIFIED_BYTES // 8:

@@ -1,7 +1,7 @@
 """``tdu explain``: one batch's rows (files and row numbers), from the plan and a saved state or
 the options given.
 
-With ``--state``, the batch is the saved run's: its loader is planned again from the state's
+With ``--state``, the batch is the saved loader's: its loader is planned again from the state's
 layout and topology (packed sequences with ``--packing``, the state says so), the state is
 loaded into it (its plan fingerprint checked), and the loader looks the batch up as it numbers
 its batches (`TabularDataLoader.rows_at`). A state this command cannot plan for is refused,
@@ -48,7 +48,7 @@ def add_explain(explain: argparse.ArgumentParser) -> None:
     explain.add_argument("--seed", type=int, default=42, help="shuffle_seed, without --state")
     explain.add_argument("--world-size", type=int, default=1, help="without --state")
     explain.add_argument("--workers", type=int, default=0, help="without --state")
-    packing = "as the run's tdu.Packing"
+    packing = "as the saved loader's tdu.Packing"
     explain.add_argument(
         "--packing",
         default=None,
@@ -81,7 +81,7 @@ def explain(args: argparse.Namespace) -> int:
         "world_size": args.world_size,
     }
     workers, epoch, state = args.workers, args.epoch, None
-    if args.state is not None:  # the run's own options and epoch, from its saved state
+    if args.state is not None:  # the saved loader's own options and epoch, from its state
         state, saved, workers = _saved(args)
         options.update(saved)
         epoch = int(state["epoch"]) if epoch is None else epoch
@@ -126,9 +126,9 @@ def _saved(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], in
 
     Raises:
         StateMismatchError: the file holds no loader state (it is named).
-        InvalidArgumentError: a packed run's state without ``--packing``, or the reverse.
+        InvalidArgumentError: a packed loader's state without ``--packing``, or the reverse.
     """
-    from ..planning import Layout
+    from ..state.codec import decode_layout
     from ..state.keys import (
         LAYOUT,
         LOADER_KEYS,
@@ -144,8 +144,7 @@ def _saved(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], in
     state = _read_state(path)
     try:
         checked(state, LOADER_KEYS, "the state", LOADER_OPTIONAL)
-        fields = [f.name for f in dataclasses.fields(Layout)]  # (Layout refuses one missing)
-        layout = Layout(**checked(state[LAYOUT], (), "its layout", fields))
+        layout = decode_layout(state[LAYOUT], "its layout")
         topology = checked(state[TOPOLOGY], TOPOLOGY_KEYS, "its topology")
         world_size, workers = int(topology[WORLD_SIZE]), int(topology[NUM_WORKERS])
         epoch = int(state["epoch"])
@@ -166,22 +165,23 @@ def _saved(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], in
     }
     if layout.shuffle:
         options["shuffle_block_size"] = layout.block_rows
-    if layout.unit:  # packed sequences: the state's rows are tokens, `unit` a sequence
+    seq_tokens = layout.seq_tokens
+    if seq_tokens:  # packed sequences: the state's rows are tokens, a sequence of them
         if args.packing is None:
             raise InvalidArgumentError(
                 f"{path} is the state of packed sequences (batches of "
-                f"{layout.batch_size // layout.unit} sequences of {layout.unit} tokens of the "
-                f"order, epoch {epoch}): pass --packing COLUMN (the token column), and the run's "
-                "--seq-len, --packing-method, --eos-token and --fill where they were not the "
-                "defaults"
+                f"{layout.batch_size // seq_tokens} sequences of {seq_tokens} tokens of the "
+                f"order, epoch {epoch}): pass --packing COLUMN (the token column), and the saved "
+                "loader's --seq-len, --packing-method, --eos-token and --fill where they were "
+                "not the defaults"
             )
-        options["batch_size"] = layout.batch_size // layout.unit
+        options["batch_size"] = layout.batch_size // seq_tokens
         if args.seq_len is None and args.packing_method != "concat":
             raise InvalidArgumentError(
-                "--packing-method best_fit needs the run's --seq-len: the state holds "
-                f"{layout.unit} tokens a sequence, seq_len times fill"
+                "--packing-method best_fit needs the saved loader's --seq-len: the state holds "
+                f"{seq_tokens} tokens a sequence, seq_len times fill"
             )
-        options["packing"] = _packing(args, args.seq_len or layout.unit)
+        options["packing"] = _packing(args, args.seq_len or seq_tokens)
     elif args.packing is not None:
         raise InvalidArgumentError(
             f"{path} is not the state of packed sequences: leave --packing out"
@@ -226,12 +226,13 @@ def _read_state(path: str) -> dict[str, Any]:
 
 def _load(loader: Any, state: dict[str, Any], args: argparse.Namespace) -> None:
     """Load ``state`` into ``loader``, refusing it where the loader does not plan as the saved
-    run did: other data (the plan's fingerprint), or another layout.
+    loader did: other data (the plan's fingerprint), or another layout.
 
     Raises:
         StateMismatchError: what differs, and what explain plans.
     """
     from ..planning import Layout
+    from ..state.codec import decode_layout
 
     packed = ""
     packing = loader.dataset.options.packing
@@ -246,8 +247,8 @@ def _load(loader: Any, state: dict[str, Any], args: argparse.Namespace) -> None:
         f"filter{hive}{packed}"
     )
     python = (
-        "explain a run of a mixture, columns=, filters= or a token budget in Python: its loader "
-        "built as the run built it, loader.load_state_dict(state), loader.rows_at(batch)"
+        "explain a batch of a mixture, columns=, filters= or a token budget in Python: its "
+        "loader built as it was then, loader.load_state_dict(state), loader.rows_at(batch)"
     )
     try:
         loader.load_state_dict(state)
@@ -258,7 +259,7 @@ def _load(loader: Any, state: dict[str, Any], args: argparse.Namespace) -> None:
         raise StateMismatchError(
             f"{args.state} does not fit {args.path}: {refusal}. {plans}; {python}"
         ) from None
-    saved, now = Layout(**state["layout"]), loader.dataset.layout
+    saved, now = decode_layout(state["layout"], "layout"), loader.dataset.layout
     changed = [
         f"{f.name} {getattr(saved, f.name)} then, {getattr(now, f.name)} now"
         for f in dataclasses.fields(Layout)

@@ -12,7 +12,7 @@ Arrow type                      output
 ==============================  ===========================================================
 int*/uint*/float*               1-D tensor of the same dtype (zero-copy when possible)
 bool                            1-D ``torch.bool`` tensor
-timestamp/date/time/duration    1-D int tensor of the stored unit (int64, date32 → int32)
+timestamp/date/time/duration    1-D int tensor of the stored values (int64, date32 → int32)
 fixed_size_list<numeric>        2-D tensor ``[rows, size]``
 list<numeric>                   ``list_format``: ``"padded"`` (default) → ``col`` ``[rows,
                                 longest]`` padded with ``pad_value`` plus ``col_lengths``;

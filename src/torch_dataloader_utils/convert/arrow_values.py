@@ -186,12 +186,12 @@ def _take_chunked(data: pa.Table | pa.ChunkedArray, rows: np.ndarray) -> Any:
     if not taken:
         joined = chunks[0].slice(0, 0)
     elif isinstance(data, pa.Table):
-        joined = pa.concat_batches([piece for _, piece in taken])
+        joined = pa.concat_batches([got for _, got in taken])
     else:
-        joined = pa.concat_arrays([piece for _, piece in taken])
+        joined = pa.concat_arrays([got for _, got in taken])
     order = np.concatenate([p for p, _ in taken]) if taken else np.arange(0)
     where = np.empty(len(rows), np.int64)
-    where[order] = np.arange(len(rows))  # output row i is row where[i] of the joined pieces
+    where[order] = np.arange(len(rows))  # output row i is row where[i] of the rows joined
     return take(joined, where)
 
 

@@ -218,10 +218,10 @@ class ColumnRules:
             masks.append(Field(f"{name}_values_valid", values_valid.reshape(n, size), (n, size)))
         if rows is None:
             return [Field(name, values, (n, size)), *masks]
-        source = numpy_view(values).reshape(len(array), size)
-        return [Field(name, Gather(source, rows), (n, size)), *masks]
+        gathered = numpy_view(values).reshape(len(array), size)
+        return [Field(name, Gather(gathered, rows), (n, size)), *masks]
 
-    def _list_parts(
+    def _list_arrays(
         self, name: str, array: pa.Array, rows: Rows, n: int
     ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
         """Values, start and length of each output row's list in them, and (when masking) the
@@ -252,7 +252,7 @@ class ColumnRules:
         return numpy_view(taken), begins, lengths, valid
 
     def _offsets(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
-        values, starts, lengths, valid = self._list_parts(name, array, rows, n)
+        values, starts, lengths, valid = self._list_arrays(name, array, rows, n)
         offsets = np.zeros(n + 1, dtype=np.int64)
         np.cumsum(lengths, out=offsets[1:])
         total = int(offsets[-1])
@@ -268,7 +268,7 @@ class ColumnRules:
         return fields
 
     def _padded(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
-        values, starts, lengths, valid = self._list_parts(name, array, rows, n)
+        values, starts, lengths, valid = self._list_arrays(name, array, rows, n)
         padded = ListRows(values, starts, lengths, self.pad_value)
         shape = padded.shape()
         fields = [Field(name, padded, shape), Field(f"{name}_lengths", lengths, (n,))]

@@ -20,10 +20,10 @@ __all__ = ["Field", "Gather", "Written", "as_numpy", "as_tensor"]
 
 @dataclass(frozen=True, slots=True)
 class Gather:
-    """Rows ``rows`` (first axis) of ``source``: a gather not yet done, so that it can be done
+    """Rows ``rows`` (first axis) of ``array``: a gather not yet done, so that it can be done
     straight into its destination (a packed transport buffer)."""
 
-    source: np.ndarray
+    array: np.ndarray
     rows: np.ndarray
 
 
@@ -73,7 +73,7 @@ def as_numpy(field: Field) -> Any:
     if isinstance(data, Gather):
         # (The array's method, not np.take, whose wrapper costs each batch:
         # docs/adr/0020-measurements-behind-constants.md#converting-rows)
-        taken = data.source.take(data.rows, axis=0)
+        taken = data.array.take(data.rows, axis=0)
         return taken if taken.shape == field.shape else taken.reshape(field.shape)
     if isinstance(data, IN_PLACE):
         out = np.empty(field.shape, data.dtype)

@@ -14,10 +14,11 @@ from .arrow_values import arrow_of, valid_view
 __all__ = ["ListRows", "fixed_values", "gather_rows", "pad_rows"]
 
 # List rows of _SLICE_MEAN values or more on average are copied a slice each, shorter ones in one
-# vectorised gather; padded rows wider than _WINDOW_WIDTH, a row at a time: whichever was faster
+# vectorised gather; padded rows wider than _STRIDED_WIDTH a row at a time, narrower ones through
+# one strided view: whichever was faster
 # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
 _SLICE_MEAN = 100
-_WINDOW_WIDTH = 192
+_STRIDED_WIDTH = 192
 
 
 def fixed_values(array: pa.Array, size: int) -> pa.Array:
@@ -87,7 +88,7 @@ def pad_rows(
     (into ``out``)."""
     n = len(starts)
     longest = int(lengths.max()) if n else 0
-    if longest > _WINDOW_WIDTH:
+    if longest > _STRIDED_WIDTH:
         if out is None:
             wide = np.zeros((n, longest), dtype=values.dtype)  # (zeroed pages come cheap)
             if pad != 0:
@@ -100,7 +101,7 @@ def pad_rows(
         return wide
     padded = np.empty((n, longest), dtype=values.dtype) if out is None else out
     if longest:
-        # Copy each row's list as one window of `longest` values of a strided view, then pad: a
+        # Copy each row's list as one row of `longest` values of a strided view, then pad: a
         # row-wise memcpy beats an element-wise gather
         # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
         # Fancy indexing reads the view in place; np.take would first copy the whole
@@ -109,7 +110,7 @@ def pad_rows(
         if len(values) >= longest:
             windows = sliding_window_view(values, longest)
             padded[whole] = windows[starts[whole]]
-        for i in np.flatnonzero(~whole):  # lists too near the end for a full window
+        for i in np.flatnonzero(~whole):  # lists too near the end for a full view row
             padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
         padded[np.arange(longest) >= lengths[:, None]] = pad
     return padded

@@ -17,22 +17,22 @@ __all__ = ["BlockParts", "GatherParts", "Picks"]
 
 @dataclass(frozen=True, slots=True)
 class GatherParts:
-    """Rows (first axis) of the arrays ``sources``, one per part of a block, at ``picks``."""
+    """Rows (first axis) of the ``arrays``, one per part of a block, at ``picks``."""
 
-    sources: tuple[np.ndarray, ...]
+    arrays: tuple[np.ndarray, ...]
     picks: Picks
 
     @property
     def dtype(self) -> np.dtype[Any]:
-        return np.dtype(self.sources[0].dtype)
+        return np.dtype(self.arrays[0].dtype)
 
     def into(self, out: np.ndarray) -> None:
         """Gather into ``out`` (the output's shape)."""
-        for source, (positions, rows) in zip(self.sources, self.picks.parts, strict=True):
+        for array, (positions, rows) in zip(self.arrays, self.picks.parts, strict=True):
             if len(positions) == len(out):  # every row from one part: straight in
-                source.take(rows, axis=0, out=out)
+                array.take(rows, axis=0, out=out)
             elif len(positions):
-                out[positions] = source.take(rows, axis=0)
+                out[positions] = array.take(rows, axis=0)
 
 
 class BlockParts:
@@ -46,7 +46,7 @@ class BlockParts:
         self._joined: dict[str, pa.Array] = {}
         lengths = [len(c) for c in table.column(0).chunks] if table.num_columns else []
         self.starts = np.cumsum([0, *lengths[:-1]]).astype(np.int64)
-        self.sources: dict[str, tuple[np.ndarray, ...]] = {}
+        self.arrays: dict[str, tuple[np.ndarray, ...]] = {}  # each part's, by column
         for name, size in gathered.items():
             chunks = table.column(name).chunks
             if not chunks or any(c.null_count for c in chunks):
@@ -60,7 +60,7 @@ class BlockParts:
                 ]
             else:
                 arrays = [numpy_view(c) for c in chunks]
-            self.sources[name] = tuple(arrays)
+            self.arrays[name] = tuple(arrays)
 
     def joined(self, name: str) -> pa.Array:
         """Column ``name`` as one array (joined on first use)."""

@@ -256,14 +256,14 @@ class Converter:
         picks: Picks | None = None
         out: list[Field] = []
         for name, rule in self._rules:
-            sources = parts.sources.get(name)
-            if sources is None:
+            arrays = parts.arrays.get(name)
+            if arrays is None:
                 out.extend(rule(parts.joined(name), rows, n))
                 continue
             if picks is None:
                 picks = Picks(parts.starts, rows)
             size = self._gathered[name]
-            out.append(Field(name, GatherParts(sources, picks), (n, size) if size else (n,)))
+            out.append(Field(name, GatherParts(arrays, picks), (n, size) if size else (n,)))
         return out
 
     def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:

@@ -20,8 +20,8 @@ from ..errors.on_error import FailureLog, OnError
 from ..fs import FileSystemSpec, RetryPolicy
 from ..options import Options, Source
 from ..planning import (
-    Iteration,
     Layout,
+    Pass,
     Piece,
     Plan,
     Ranks,
@@ -243,12 +243,12 @@ class PlannedDataset(IterableDataset[Any]):
     def pieces(self, topology: Topology, epoch: int) -> list[Piece]:
         """The pieces ``topology``'s stream reads in a fresh pass over ``epoch`` (a mixture's:
         each source's in turn, numbered as the chunks of `plan`)."""
-        stream = self.streams.resolve(Iteration(epoch), topology, done=0)
+        stream = self.streams.resolve(Pass(epoch), topology, done=0)
         offsets = [0]
         for source in self.sources[:-1]:
             offsets.append(offsets[-1] + len(source.plan.chunks))
         return [
-            p._replace(chunk=p.chunk + offsets[rows.source or 0])
+            p._replace(chunk=p.chunk + offsets[rows.index or 0])
             for rows in stream.sources
             for p in rows.pieces()
         ]
@@ -310,9 +310,9 @@ class PlannedDataset(IterableDataset[Any]):
         # Not a generator: the pass (its epoch, its start) is fixed when iter() is called, as
         # torchdata's StatefulDataLoader asks a worker's state right after iter(dataset).
         topology = self.topology()
-        iteration, done = self.passes.this_pass(topology)
-        stream = self.streams.resolve(iteration, topology, done=done)
-        reading = Progress(iteration, stream.done, stream.batches, topology)
+        pass_, done = self.passes.this_pass(topology)
+        stream = self.streams.resolve(pass_, topology, done=done)
+        reading = Progress(pass_, stream.done, stream.batches, topology)
         self._reading = reading
         return self._read(stream, reading)
 
@@ -392,9 +392,9 @@ class PlannedDataset(IterableDataset[Any]):
         if self._lookup is None:  # (made once: it keeps what lookups share)
             rows = ChunkRows(self.sources, self.cache)
             self._lookup = Lookup(self.streams, rows, self.options.packing)
-        iteration = self.passes.numbered(self.passes.epoch if epoch is None else epoch)
+        pass_ = self.passes.numbered(self.passes.epoch if epoch is None else epoch)
         ranks = (mine if rank is None else rank, world_size, max(1, num_workers))
-        return self._lookup.rows_at(batch, iteration=iteration, ranks=ranks, columns=columns)
+        return self._lookup.rows_at(batch, pass_=pass_, ranks=ranks, columns=columns)
 
     @property
     def epoch_rows(self) -> int:

@@ -185,8 +185,8 @@ def _passing(source: PlannedSource, index: int, fs: FileSystemSpec) -> np.ndarra
 def _first_rows(source: PlannedSource) -> np.ndarray:
     """Each chunk's first row in its file (-1: not known). A file's chunks are consecutive in
     the plan, in file order: a chunk's first row is the rows of the chunks before it, where
-    they start at the file's first unit and leave none out; else (units pruned by a filter)
-    a Parquet footer's row groups tell it."""
+    they start at the file's first native unit and leave none out; else (native units pruned
+    by a filter) a Parquet footer's row groups tell it."""
     chunks = source.plan.chunks
     files, rows = chunks.column("file"), chunks.num_rows
     starts, stops = chunks.column("start"), chunks.column("stop")
@@ -195,7 +195,7 @@ def _first_rows(source: PlannedSource) -> np.ndarray:
     opens[1:] = files[1:] != files[:-1]
     first = np.maximum.accumulate(np.where(opens, np.arange(len(files)), 0))
     out: np.ndarray = before - before[first]
-    # Where the plan left units out (a gap, or a file's first chunk past its first unit).
+    # Where the plan left native units out (a gap, or a file's first chunk past its first).
     gaps = np.flatnonzero(opens & (starts != 0))
     joins = np.flatnonzero(~opens[1:] & (starts[1:] != stops[:-1])) + 1
     for file in np.unique(files[np.r_[gaps, joins].astype(np.int64)]).tolist():

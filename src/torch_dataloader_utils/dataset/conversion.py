@@ -39,7 +39,7 @@ class Conversion:
     carried: tuple[str, ...]
 
 
-def conversion(  # noqa: PLR0917 (the dataset's parts it is made from)
+def conversion(  # noqa: PLR0917 (what of the dataset it is made from)
     sources: Sequence[PlannedSource],
     schema: pa.Schema,
     output: Output,

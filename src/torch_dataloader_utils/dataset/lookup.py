@@ -22,7 +22,7 @@ import pyarrow as pa
 
 from ..batching import Packing
 from ..errors import InvalidArgumentError
-from ..planning import Iteration, Topology, consumed
+from ..planning import Pass, Topology, consumed
 from ..planning.budget import Lengths, equalised, group_batches, split_done
 from ..planning.sequence import Run
 from ..planning.streams import SourceRows, Stream, Streams
@@ -65,20 +65,20 @@ class Lookup:
         self,
         batch: int,
         *,
-        iteration: Iteration,
+        pass_: Pass,
         ranks: tuple[int, int, int],
         columns: Sequence[str] | None = None,
     ) -> pa.Table:
-        """The rows of a rank's batch ``batch`` of ``iteration``'s epoch, in delivered order,
+        """The rows of a rank's batch ``batch`` of ``pass_``'s epoch, in delivered order,
         with each row's file (`FILE_COLUMN`), row number in it (`ROW_COLUMN`) and, in a
         mixture, source (`SOURCE_COLUMN`).
 
         Batches are numbered from the epoch's first on the rank, every leg's in turn: after an
-        elastic resume, those of the earlier topologies (``iteration.legs``), then the current
-        one's. So the rows are those delivered when ``iteration`` is the pass that delivered
+        elastic resume, those of the earlier topologies (``pass_.legs``), then the current
+        one's. So the rows are those delivered when ``pass_`` is the pass that delivered
         them: `Passes.numbered` gives the pass loaded, being read or read last of the epoch,
         with its legs; for an epoch it holds none of, a fresh pass on the current topology,
-        which a run before a loaded state may not have read (it may have had other ranks).
+        which a loader before a loaded state may not have read (it may have had other ranks).
         ``ranks``: the rank, the world size and the rank's DataLoader workers in the current
         leg. ``columns``: the data columns read (``None``: the dataset's; a packed
         dataset's: none); with a row filter, a chunk's filter columns are read once more, for
@@ -95,13 +95,13 @@ class Lookup:
         if not 0 <= rank < world_size:
             raise InvalidArgumentError(f"rank must be in [0, {world_size}), got {rank}")
         here = Topology(rank, world_size, 0, workers)
-        streams, pass_, topology, leg_batch = self._leg(batch, iteration, here)
+        streams, pass_, topology, leg_batch = self._leg(batch, pass_, here)
         stream, index = self._batch_stream(streams, leg_batch, pass_, topology, batch)
         wanted = None if columns is None else self.rows.checked(columns)
-        if streams.lengths is not None:  # a token budget's: part of a group of rows
+        if streams.lengths is not None:  # a token budget's: some rows of a group
             return self._budget_rows(streams.lengths, stream, index, wanted)
-        if stream.layout.unit:  # packed sequences: the documents' fragments the batch holds
-            assert self.packing is not None, "a packed dataset's layout has a unit"
+        if stream.layout.seq_tokens:  # packed sequences: the documents' fragments it holds
+            assert self.packing is not None, "a packed dataset's layout has seq_tokens"
             return packed_rows(
                 stream,
                 index,
@@ -114,29 +114,27 @@ class Lookup:
 
     # --- which stream delivers a batch ---------------------------------------------------------
 
-    def _leg(
-        self, batch: int, iteration: Iteration, rank: Topology
-    ) -> tuple[Streams, Iteration, Topology, int]:
-        """The leg of ``iteration`` that delivered the rank's batch ``batch``: its streams, its
+    def _leg(self, batch: int, pass_: Pass, rank: Topology) -> tuple[Streams, Pass, Topology, int]:
+        """The leg of ``pass_`` that delivered the rank's batch ``batch``: its streams, its
         pass, the rank's topology then, and the batch's number in the leg."""
         before = 0
-        for depth, leg in enumerate(iteration.legs):
+        for depth, leg in enumerate(pass_.legs):
             if 0 <= batch < before + leg.batches:
                 if rank.rank >= leg.world_size:
                     raise InvalidArgumentError(
-                        f"batch {batch} of epoch {iteration.epoch} was delivered before an "
+                        f"batch {batch} of epoch {pass_.epoch} was delivered before an "
                         f"elastic resume, by {leg.world_size} ranks: rank {rank.rank} was not "
                         "one of them"
                     )
-                earlier = Iteration(iteration.epoch, iteration.legs[:depth], steps=iteration.steps)
+                earlier = Pass(pass_.epoch, pass_.legs[:depth], steps=pass_.steps)
                 then = Topology(rank.rank, leg.world_size, 0, leg.num_workers)
                 return self.streams.with_layout(leg.layout), earlier, then, batch - before
             before += leg.batches
-        now = dataclasses.replace(iteration, batches=0, generation=0)
+        now = dataclasses.replace(pass_, batches=0, generation=0)
         return self.streams, now, rank, batch - before
 
     def _batch_stream(
-        self, streams: Streams, batch: int, pass_: Iteration, rank: Topology, asked: int
+        self, streams: Streams, batch: int, pass_: Pass, rank: Topology, asked: int
     ) -> tuple[Stream, int]:
         """The stream that delivers the rank's batch ``batch`` of the leg ``pass_`` reads, and
         which of its batches that is (``asked``: the batch's number in the epoch).
@@ -145,7 +143,9 @@ class Lookup:
             InvalidArgumentError: the rank has no such batch.
         """
         key = (streams.layout, pass_.epoch, pass_.legs, pass_.steps, rank)
-        if key != self._pass:  # (the streams of a pass, resolved once: a mixture's take ~30 ms)
+        # A pass's streams, resolved once for all its batches (a mixture's are slow to resolve:
+        # docs/adr/0020-measurements-behind-constants.md#looking-up-rows).
+        if key != self._pass:
             self._pass, self._streams = key, {}
             self._counts = streams.rank_streams(pass_, rank)[0]
         counts = self._counts
@@ -182,7 +182,7 @@ class Lookup:
             ).tolist()
         tables = []
         for rows in stream.sources:
-            i = rows.source or 0
+            i = rows.index or 0
             mine = int(np.count_nonzero(labels == i))
             if not mine:
                 continue
@@ -245,7 +245,7 @@ def _positions(runs: Sequence[Run], offsets: np.ndarray) -> np.ndarray:
 def _chunk_rows(rows: SourceRows, positions: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """The chunk of each of ``positions`` of ``rows``' epoch sequence, and its row in it
     (counted after the filter)."""
-    epoch_rows = rows.epoch_rows
-    ends = epoch_rows.ends
+    order = rows.order
+    ends = order.ends
     at = np.searchsorted(ends, positions, side="right")
-    return epoch_rows.order[at], positions - (ends[at] - epoch_rows.rows[at])
+    return order.order[at], positions - (ends[at] - order.rows[at])

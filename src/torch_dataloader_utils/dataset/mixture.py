@@ -48,8 +48,8 @@ class MixtureDataset(PlannedDataset):
         weights_schedule: ``[(step, [weight of each source]), ...]`` from step 0: from each
             step (a batch of every rank, counted from epoch 0's first batch) the weights are
             these, instead of the sources' own (docs/concepts/order.md). Each source goes on
-            where it stopped; steps count batches of the world size and batch size the run
-            began with (kept in its state).
+            where it stopped; steps count batches of the world size and batch size the first
+            pass had (kept in its state).
         **options: what `StructuredDataset` takes besides the per-source ones (``batch_size``,
             ``shuffle``, ``shuffle_seed``, ``output_format``, ``drop_last``, ``rank``,
             ``cache_dir``, ``cache_limit``, ...), and, for every source that leaves them
@@ -129,9 +129,9 @@ class MixtureDataset(PlannedDataset):
             given = list(self.schedule.weights[0])
         # A packed mixture's rows are tokens, given to the sources a sequence at a time: each
         # quota whole sequences (what is left of a source's pass opens its next epoch).
-        unit = max(1, self.options.unit)
-        asked = None if self._asked_rows is None else self._asked_rows // unit
-        self.quotas = tuple(unit * q for q in quotas([r // unit for r in rows], given, asked))
+        turn = max(1, self.options.seq_tokens)
+        asked = None if self._asked_rows is None else self._asked_rows // turn
+        self.quotas = tuple(turn * q for q in quotas([r // turn for r in rows], given, asked))
         mixture = Mixture(
             tuple(s.plan.chunk_rows for s in sources), self.quotas, self.mixing, self.schedule
         )

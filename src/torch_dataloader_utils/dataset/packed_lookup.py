@@ -81,17 +81,17 @@ class _Blocks:
         the order the stream delivers them, with ``columns`` of their documents."""
         source_rows = self.stream.sources[i]
         order = self.stream.order_of(source_rows)
-        pieces: list[Fragments] = []
+        fragments: list[Fragments] = []
         at = first
         while at < stop:
             # (Not shuffled: no blocks, the tokens themselves.)
             bounds = order.block_of(at) if order.layout.shuffle else (-1, at, stop)
             _, start, end = bounds
-            pieces.append(
+            fragments.append(
                 self._block(i, source_rows, bounds).slice(at - start, min(end, stop) - at)
             )
             at = min(end, stop)
-        lengths, document, position = _joined(pieces)
+        lengths, document, position = _joined(fragments)
         plan = self.rows.sources[i].plan
         chunk_rows = np.asarray(plan.chunk_rows, dtype=np.int64)
         firsts = np.cumsum(chunk_rows) - chunk_rows  # (each chunk's first document's number)
@@ -104,21 +104,21 @@ class _Blocks:
         """Block ``bounds`` (its index, first and last row; index -1: rows not shuffled) of
         ``rows`` in the order the stream delivers it, its tokens left out."""
         stream = self.stream
-        iteration = stream.iteration
+        pass_ = stream.pass_
         block, start, end = bounds
-        key: tuple[Any, ...] = (iteration.epoch, iteration.legs, iteration.steps)
+        key: tuple[Any, ...] = (pass_.epoch, pass_.legs, pass_.steps)
         key += (stream.topology, stream.layout, i, block, *((start, end) if block < 0 else ()))
         found = self.kept.get(key)
         if found is not None:
             self.kept.move_to_end(key)
             return found
-        parts = [rows.epoch_rows.run_pieces(run) for run in cut(rows.runs, start, end)]
+        runs = [rows.order.run_pieces(run) for run in cut(rows.runs, start, end)]
         chunk_rows = self.rows.sources[i].plan.chunk_rows  # (documents)
         reader = self.rows.reader(i, (self.packing.column,))
         mixed = i if len(self.rows.sources) > 1 else None
         tokens = TokenReader(reader, self.packing.column, chunk_rows, self.packing.eos_token, mixed)
-        chunks = _ChunkTokens(tokens, rows.epoch_rows.chunk_rows)
-        read = Fragments.concat(list(chunks.read(parts)))
+        chunks = _ChunkTokens(tokens, rows.order.chunk_rows)
+        read = Fragments.concat(list(chunks.read(runs)))
         if block >= 0:
             read = read.permuted(stream.order_of(rows).documents(block, len(read.begin)))
         # (A lookup needs the fragments' lengths, not their tokens.)
@@ -129,8 +129,9 @@ class _Blocks:
 
 
 class _ChunkTokens:
-    """Reads a block's token pieces, each chunk's documents once: a packed mixture's block may
-    hold a small source's chunks many times over (one pass of the source after another).
+    """Reads the tokens of a block's pieces, each chunk's documents once: a packed mixture's
+    block may hold a small source's chunks many times over (one pass of the source after
+    another).
 
     Args:
         tokens: the source's reader of tokens (it reads a piece's whole chunk).
@@ -143,10 +144,10 @@ class _ChunkTokens:
         self._read: dict[int, Fragments] = {}
 
     def read(
-        self, parts: Iterable[tuple[list[Piece], np.ndarray | DocumentRest | None]]
+        self, runs: Iterable[tuple[list[Piece], np.ndarray | DocumentRest | None]]
     ) -> Iterator[Fragments]:
-        """The tokens of ``parts``, as `TokenReader.read` reads them."""
-        for pieces, select in parts:
+        """The tokens of ``runs``, as `TokenReader.read` reads them."""
+        for pieces, select in runs:
             if select is not None:  # (what an earlier leg left of a block: read as it says)
                 yield from self.tokens.read([(pieces, select)])
                 continue
@@ -159,12 +160,12 @@ class _ChunkTokens:
                 yield whole.slice(piece.start, piece.stop - piece.start)
 
 
-def _joined(pieces: Sequence[Fragments]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """The lengths, documents and starts of ``pieces``' fragments one after the other, a
-    document's that go on one fragment (as `Fragments.concat` joins them)."""
-    lengths = np.concatenate([p.end - p.begin for p in pieces])
-    document = np.concatenate([p.document for p in pieces])
-    position = np.concatenate([p.position for p in pieces])
+def _joined(fragments: Sequence[Fragments]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The lengths, documents and starts of the fragments of ``fragments`` one after the
+    other, a document's that go on one fragment (as `Fragments.concat` joins them)."""
+    lengths = np.concatenate([f.end - f.begin for f in fragments])
+    document = np.concatenate([f.document for f in fragments])
+    position = np.concatenate([f.position for f in fragments])
     on = goes_on(document, position, lengths, None)
     if on.any():
         group = np.cumsum(~on) - 1

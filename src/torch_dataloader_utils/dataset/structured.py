@@ -78,7 +78,7 @@ class StructuredDataset(PlannedDataset):
             logged and counted (`TabularDataLoader.read_failures`); see docs/adr/0011.
         cache_dir: a node-local directory where what is read from object storage is kept
             (byte ranges of the files, footers, tar indexes), shared by every rank and worker
-            on the machine, so later epochs and runs read it from disk (docs/how-to/cache.md).
+            on the machine, so later epochs and restarts read it from disk (docs/how-to/cache.md).
             Default: ``$TDU_CACHE_DIR``, else no cache; ``""`` turns it off. Local files' bytes
             are never cached. Each source's plan is kept there too (local files included), so
             a restart whose listing is unchanged reads no footer (docs/concepts/scale.md).

@@ -1,11 +1,14 @@
 """Keyword arguments checked before use: names a callee does not take (refused with the
-closest valid name, also by the public option values' constructors: `SuggestsKeywords`), and
-flags that are not booleans."""
+closest valid name, also by the public option values' constructors: `SuggestsKeywords`),
+flags that are not booleans, and options given under their earlier names (`renamed`)."""
 
 from __future__ import annotations
 
 import difflib
 import numbers
+import os
+import sys
+import warnings
 from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from inspect import Parameter, signature
 from typing import Any, TypeVar
@@ -20,9 +23,11 @@ __all__ = [
     "check_init_keywords",
     "check_keywords",
     "keywords_of",
+    "renamed",
 ]
 
 _NAMED = (Parameter.POSITIONAL_OR_KEYWORD, Parameter.KEYWORD_ONLY)
+_PACKAGE = os.path.dirname(os.path.dirname(os.path.abspath(__file__))) + os.sep
 
 _S = TypeVar("_S", bound="SuggestsKeywords")
 
@@ -32,6 +37,38 @@ def keywords_of(function: Callable[..., Any]) -> tuple[set[str], bool]:
     parameters = signature(function).parameters.values()
     names = {p.name for p in parameters if p.kind in _NAMED} - {"self", "cls"}
     return names, any(p.kind is Parameter.VAR_KEYWORD for p in parameters)
+
+
+def renamed(where: str, new: tuple[str, Any], old: tuple[str, Any], default: Any) -> Any:
+    """The value of an option renamed from ``old`` to ``new`` (each ``(name, value)``, the
+    value ``None`` when not given): the earlier name still works for a release, with a
+    `DeprecationWarning` naming the new one, attributed to the caller outside this package
+    (Python shows it there by default); ``default`` when neither is given.
+
+    Raises:
+        InvalidArgumentError: both names are given (``where`` names the callee).
+    """
+    (name, value), (old_name, earlier) = new, old
+    if earlier is None:
+        return default if value is None else value
+    if value is not None:
+        raise InvalidArgumentError(
+            f"{where}: {old_name}= is the earlier name of {name}=; give {name}= alone"
+        )
+    warnings.warn(
+        f"{where}: {old_name}= is deprecated and will be removed in a later release; use {name}=",
+        DeprecationWarning,
+        stacklevel=_outside_level(),
+    )
+    return earlier
+
+
+def _outside_level() -> int:
+    """The ``stacklevel`` of the first caller outside this package, seen from `renamed`."""
+    frame, level = sys._getframe(2), 2
+    while frame.f_back is not None and frame.f_code.co_filename.startswith(_PACKAGE):
+        frame, level = frame.f_back, level + 1
+    return level
 
 
 def check_keywords(

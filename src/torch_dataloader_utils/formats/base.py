@@ -11,7 +11,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
-from ..fs import FileSystemSpec, SourceFile
+from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
 
 __all__ = ["Format", "FormatPlan", "Listing", "Partition", "ReadOptions"]
@@ -32,7 +32,7 @@ class Listing:
         partitions: each file's hive partition (empty tuples without hive partitioning).
     """
 
-    files: tuple[SourceFile, ...]
+    files: tuple[ListedFile, ...]
     partitions: tuple[Partition, ...]
 
     def __post_init__(self) -> None:
@@ -43,7 +43,7 @@ class Listing:
 
     @classmethod
     def of(
-        cls, files: Sequence[SourceFile], partitions: Sequence[Partition] | None = None
+        cls, files: Sequence[ListedFile], partitions: Sequence[Partition] | None = None
     ) -> Listing:
         """``files`` with their ``partitions`` (``None``: no hive partitioning)."""
         given = tuple(partitions) if partitions is not None else ((),) * len(files)
@@ -142,7 +142,7 @@ class Format(ABC):
     sample_columns: tuple[str, ...] = ()
 
     @abstractmethod
-    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+    def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         """The schema of one file (all its columns), reading metadata only.
 
         Raises:
@@ -150,7 +150,7 @@ class Format(ABC):
         """
 
     # Whether ``plan`` is ``assemble`` over each file's ``facts``: planning may then read the
-    # facts on several ranks and keep them between runs (`sources.steps`, `sources.kept`).
+    # facts on several ranks and keep them for a restart (`sources.steps`, `sources.kept`).
     per_file: bool = False
 
     def facts(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list[Any]:

@@ -13,11 +13,11 @@ __all__ = ["file_chunks", "group_units", "unit_chunks"]
 
 
 def unit_chunks(listing: Listing, units: Sequence[Sequence[tuple[int, int, int]]]) -> Chunks:
-    """A chunk of each unit of each listed file (``units``: each file's ``(index, rows,
-    bytes)``, as `group_units` takes them), built as columns: a million units make no `Chunk`
-    object. The columns are those `Chunks.of` makes of `group_units`' chunks without split
-    targets (files and partitions numbered in the order their first chunk comes), so is the
-    fingerprint."""
+    """A chunk of each native unit of each listed file (``units``: each file's ``(index,
+    rows, bytes)``, as `group_units` takes them), built as columns: a million native units
+    make no `Chunk` object. The columns are those `Chunks.of` makes of `group_units`' chunks
+    without split targets (files and partitions numbered in the order their first chunk
+    comes), so is the fingerprint."""
     counts = np.fromiter((len(u) for u in units), np.int64, count=len(units))
     flat = np.asarray([u for each in units for u in each], dtype=np.int64).reshape(-1, 3)
     kept = np.flatnonzero(counts)
@@ -48,13 +48,13 @@ def group_units(
 
     Args:
         path: the file.
-        units: ``(index, rows, bytes)`` of each unit kept (row group, stripe, record batch,
-            ...), ascending; a gap in the indices (a pruned unit) closes the chunk.
+        units: ``(index, rows, bytes)`` of each native unit kept (row group, stripe, record
+            batch, ...), ascending; a gap in the indices (a pruned one) closes the chunk.
         partition: the file's hive partition values.
-        options: the split targets; with neither, each unit is a chunk.
+        options: the split targets; with neither, each native unit is a chunk.
     """
     if options.split_rows is None and options.split_bytes is None:
-        # Default: one unit per chunk (the loop below gives the same, at twice the cost).
+        # Default: one native unit per chunk (the loop below gives the same, at twice the cost).
         return [
             Chunk(
                 path=path,
@@ -68,34 +68,34 @@ def group_units(
             for index, rows, size in units
         ]
     chunks: list[Chunk] = []
-    run: list[tuple[int, int, int]] = []
+    pending: list[tuple[int, int, int]] = []  # the native units of the chunk being grouped
     rows = size = 0
 
     def flush() -> None:
         nonlocal rows, size
-        if run:
+        if pending:
             chunks.append(
                 Chunk(
                     path=path,
-                    start=run[0][0],
-                    stop=run[-1][0] + 1,
+                    start=pending[0][0],
+                    stop=pending[-1][0] + 1,
                     num_rows=rows,
                     num_bytes=size,
-                    unit_rows=tuple(r[1] for r in run),
+                    unit_rows=tuple(r[1] for r in pending),
                     partition=partition,
                 )
             )
-            run.clear()
+            pending.clear()
         rows = size = 0
 
-    for unit in units:
-        if run and run[-1][0] + 1 != unit[0]:
-            flush()  # a pruned unit breaks the run: chunks are contiguous ranges
-        run.append(unit)
-        rows += unit[1]
-        size += unit[2]
+    for u in units:
+        if pending and pending[-1][0] + 1 != u[0]:
+            flush()  # a pruned native unit closes the chunk: chunks are contiguous ranges
+        pending.append(u)
+        rows += u[1]
+        size += u[2]
         if options.split_rows is None and options.split_bytes is None:
-            flush()  # default: one unit per chunk
+            flush()  # default: one native unit per chunk
         elif (options.split_rows is not None and rows >= options.split_rows) or (
             options.split_bytes is not None and size >= options.split_bytes
         ):
@@ -107,7 +107,7 @@ def group_units(
 def file_chunks(
     listing: Listing, units: Sequence[Sequence[tuple[int, int, int]]], options: ReadOptions
 ) -> Sequence[Chunk]:
-    """The chunks of each listed file's ``units``: as columns without split targets
+    """The chunks of each listed file's native ``units``: as columns without split targets
     (`unit_chunks`), grouped by `group_units` with them."""
     if options.split_rows is None and options.split_bytes is None:
         return unit_chunks(listing, units)

@@ -10,7 +10,7 @@ matters.
 from __future__ import annotations
 
 from ..errors import CorruptFileError
-from ..fs import FileSystemSpec, SourceFile
+from ..fs import FileSystemSpec, ListedFile
 from .opening import read_range
 
 __all__ = ["HEAD_BYTES", "TAIL_BYTES", "check_text", "looks_like", "refuse_other_format"]
@@ -77,7 +77,7 @@ def check_text(head: bytes, tail: bytes, url: str, expected: str) -> None:
 
 
 def refuse_other_format(
-    file: SourceFile, fs: FileSystemSpec, expected: str, error: CorruptFileError
+    file: ListedFile, fs: FileSystemSpec, expected: str, error: CorruptFileError
 ) -> None:
     """On a binary reader's error path: raise a clearer error when ``file`` is another known
     format or text (one small read at each end); return when it is not (``error`` stands).

@@ -97,7 +97,8 @@ def arrow_owned(data: bytes) -> pa.Buffer:
     Those readers read ahead on Arrow's IO threads, which may drop the last reference to the
     input after Python has begun to exit; a Python-owned buffer released there needs the GIL,
     and a thread that asks for it then is ended with ``pthread_exit``, which aborts the process
-    (SIGABRT: "terminate called without an active exception"). Copying costs ~1 ms per MiB.
+    (SIGABRT: "terminate called without an active exception"). The copy is cheap next to the
+    parse (docs/adr/0020-measurements-behind-constants.md#text-reads).
     """
     buffer = pa.allocate_buffer(len(data))
     with pa.FixedSizeBufferWriter(buffer) as writer:

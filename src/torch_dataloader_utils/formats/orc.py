@@ -18,7 +18,7 @@ import pyarrow as pa
 from pyarrow import orc
 
 from ..errors import CorruptFileError
-from ..fs import FileSystemSpec, SourceFile
+from ..fs import FileSystemSpec, ListedFile
 from ..fs.ranges import RangeFile
 from ..planning import Chunk
 from .base import Format, FormatPlan, Listing, ReadOptions
@@ -224,7 +224,7 @@ def _count_by_reading(reader: orc.ORCFile, schema: pa.Schema) -> list[int]:
     return [reader.read_stripe(i, columns=[column]).num_rows for i in range(reader.nstripes)]
 
 
-def _read_facts(f: SourceFile, fs: FileSystemSpec) -> _FileFacts:
+def _read_facts(f: ListedFile, fs: FileSystemSpec) -> _FileFacts:
     try:
         return _parse_facts(f, fs)
     except CorruptFileError as exc:  # say so when it is another format
@@ -232,7 +232,7 @@ def _read_facts(f: SourceFile, fs: FileSystemSpec) -> _FileFacts:
         raise
 
 
-def _parse_facts(f: SourceFile, fs: FileSystemSpec) -> _FileFacts:
+def _parse_facts(f: ListedFile, fs: FileSystemSpec) -> _FileFacts:
     url = fs.url(f.path)
     if f.size == 0:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not an ORC file")
@@ -304,7 +304,7 @@ class OrcFormat(Format):
     def __reduce__(self) -> tuple[type[OrcFormat], tuple[()]]:
         return (type(self), ())  # open files stay behind: each process opens its own
 
-    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+    def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         url = fs.url(file.path)
         if file.size == 0:
             raise CorruptFileError(f"{url}: the file is empty (0 bytes), not an ORC file")

@@ -4,7 +4,7 @@ A record ends at a newline; in CSV only at a newline outside quotes: a newline i
 boundary iff the number of quote characters before it in the file is even (a doubled quote
 ``""`` adds two, so it keeps the parity). Blank records (empty lines; whitespace-only lines in
 JSON Lines) are not rows: pyarrow's readers skip them, and the counts here must agree with
-what the readers yield. Bytes are scanned in pieces with numpy, never per byte in Python.
+what the readers yield. Bytes are scanned a range at a time with numpy, never per byte in Python.
 
 Where the parity can disagree with pyarrow's CSV parser, the scan says so (`RecordScan.
 unreliable`) rather than guess: a quote character that opens a quoted span anywhere but at the
@@ -31,7 +31,7 @@ __all__ = [
     "compression_of",
     "open_decompressed",
     "read_head",
-    "read_pieces",
+    "read_ranges",
 ]
 
 _LF, _CR = 10, 13
@@ -49,7 +49,7 @@ def compression_of(path: str) -> str | None:
 
 
 class RecordScan:
-    """Finds the ends of the non-blank records of one file, fed piece by piece in order.
+    """Finds the ends of the non-blank records of one file, fed range by range in order.
 
     Args:
         quote: the quote byte (CSV), or ``None`` (JSON Lines, or CSV without quoting).
@@ -90,16 +90,16 @@ class RecordScan:
         # one quote never closed makes every later quoted value look like this.
         self.stray_close: tuple[int, int] | None = None
         self.stray_open_at: int | None = None  # a quote opening inside an unquoted field
-        self._closer_pending = -1  # offset of a closer that ended the last piece fed
+        self._closer_pending = -1  # offset of a closer that ended the last range fed
         self._pending_opener = -1  # the quote that opened it
 
-    def _has_content(self, part: np.ndarray) -> bool:
-        return bool(part.size) and not bool(self.is_blank[part].all())
+    def _has_content(self, at: np.ndarray) -> bool:
+        return bool(at.size) and not bool(self.is_blank[at].all())
 
-    def feed(self, piece: bytes | memoryview) -> np.ndarray:
+    def feed(self, data: bytes | memoryview) -> np.ndarray:
         """Scan the next bytes; returns the file offsets one past each non-blank record
         finished in them (one past its ``\\n``), ascending."""
-        a = np.frombuffer(piece, dtype=np.uint8)
+        a = np.frombuffer(data, dtype=np.uint8)
         off = self.offset
         newlines = np.flatnonzero(a == _LF)
         quotes = np.flatnonzero(a == self.quote) if self.quote is not None else None
@@ -132,7 +132,7 @@ class RecordScan:
         # Records that start with a blank byte and are longer than one byte: look at them all.
         for i in np.flatnonzero(some & ~nonblank & (lengths > 1)):
             nonblank[i] = self._has_content(a[starts[i] : newlines[i]])
-        # The first record may have begun in an earlier piece.
+        # The first record may have begun in an earlier range.
         nonblank[0] = self.content or self._has_content(a[: newlines[0]])
         tail = int(newlines[-1]) + 1
         self.content = self._has_content(a[tail:])
@@ -149,7 +149,7 @@ class RecordScan:
         return stray
 
     def finish(self) -> np.ndarray:
-        """After the last piece: the end of an unterminated last record (the file size), if
+        """After the last range: the end of an unterminated last record (the file size), if
         it is not blank; flags an unclosed quote as unreliable."""
         if self.quotes % 2 and self.unreliable is None:
             self.unclosed_at = self.last_quote
@@ -160,7 +160,7 @@ class RecordScan:
 
     def _check_openers(self, a: np.ndarray, quotes: np.ndarray, off: int) -> None:
         # Quotes at an even position in the file's sequence of quotes open a quoted span.
-        first_opener = self.quotes & 1  # index in `quotes` of this piece's first opener
+        first_opener = self.quotes & 1  # index in `quotes` of this range's first opener
         openers = quotes[first_opener::2]
         if not openers.size:
             return
@@ -168,7 +168,7 @@ class RecordScan:
         inner = openers > 0
         prev[inner] = a[openers[inner] - 1]
         if not inner[0]:
-            # At the piece's start: the byte before is the last one fed (none at file start).
+            # At the range's start: the byte before is the last one fed (none at file start).
             prev[0] = _LF if self.last_byte is None else self.last_byte
         bad = np.flatnonzero(~self.field_start[prev])
         if bad.size:
@@ -197,14 +197,14 @@ class RecordScan:
             i = int(closers[bad[0]])
             opener = off + int(quotes[i - 1]) if i else self.last_quote
             self.stray_close = (off + int(quotes[i]), opener)
-        elif not inner[-1]:  # the last byte of the piece: its successor comes next
+        elif not inner[-1]:  # the last byte of the range: its successor comes next
             self._closer_pending = off + int(at[-1])
             i = int(closers[-1])
             self._pending_opener = off + int(quotes[i - 1]) if i else self.last_quote
 
     def _check_bare_cr(self, a: np.ndarray, quotes: np.ndarray | None, off: int) -> None:
         crs = np.flatnonzero(a == _CR)
-        inner = crs[crs < a.size - 1]  # a last byte's successor is in the next piece
+        inner = crs[crs < a.size - 1]  # a last byte's successor is in the next range
         bare = inner[a[inner + 1] != _LF].astype(np.int64)
         if self.last_byte == _CR and a.size and a[0] != _LF:
             bare = np.concatenate([np.array([-1], dtype=np.int64), bare])
@@ -301,10 +301,10 @@ def read_head(path: str, file_size: int, fs: FileSystemSpec, size: int) -> tuple
         stream.close()
 
 
-def read_pieces(
-    path: str, size: int, fs: FileSystemSpec, *, piece: int, codec: str | None
+def read_ranges(
+    path: str, size: int, fs: FileSystemSpec, *, read_bytes: int, codec: str | None
 ) -> Iterator[bytes]:
-    """The bytes of ``path`` in pieces of ``piece`` bytes: range reads through ``fs`` (each
+    """The bytes of ``path``, ``read_bytes`` at a time: range reads through ``fs`` (each
     retried), or a decompressing stream for a compressed file."""
     url = fs.url(path)
     if codec is not None:
@@ -312,14 +312,14 @@ def read_pieces(
         try:
             while True:
                 with parsing(url, kind=f"a readable {codec} file"):
-                    data = stream.read(piece)
+                    data = stream.read(read_bytes)
                 if not data:
                     return
                 yield bytes(data)
         finally:
             stream.close()
-    for offset in range(0, size, piece):
+    for offset in range(0, size, read_bytes):
         try:
-            yield fs.read_range(path, offset, min(piece, size - offset))
+            yield fs.read_range(path, offset, min(read_bytes, size - offset))
         except OSError as exc:
             raise translate_os_error(exc, url) from exc

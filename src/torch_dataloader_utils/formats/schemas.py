@@ -13,7 +13,7 @@ from ..errors import (
     UnsupportedFileError,
     UnsupportedTypeError,
 )
-from ..fs import FileSystemSpec, SourceFile
+from ..fs import FileSystemSpec, ListedFile
 from ..planning.plan import portable_schema
 from .base import ReadOptions
 
@@ -104,7 +104,7 @@ def project(schema: pa.Schema, columns: tuple[str, ...] | None) -> pa.Schema:
 
 
 def check_schemas(
-    files: Sequence[SourceFile],
+    files: Sequence[ListedFile],
     facts: Sequence[FileSchema],
     fs: FileSystemSpec,
     options: ReadOptions,

@@ -3,7 +3,7 @@
 from .errors import translate_os_error
 from .forks import ProcessLocal
 from .hive import hive_partitions
-from .listing import Paths, SourceFile, list_files
+from .listing import ListedFile, Paths, SourceFile, list_files
 from .retry import RetryCounter, RetryPolicy, is_transient, retrying
 from .spec import STORAGE_BACKENDS, FileSystemSpec, StorageBackend, StorageOptions
 
@@ -11,6 +11,7 @@ __all__ = [
     "Paths",
     "STORAGE_BACKENDS",
     "FileSystemSpec",
+    "ListedFile",
     "ProcessLocal",
     "RetryCounter",
     "RetryPolicy",

@@ -9,14 +9,14 @@ from urllib.parse import unquote
 
 import pyarrow as pa
 
-from .listing import SourceFile
+from .listing import ListedFile
 
 __all__ = ["HIVE_NULL", "hive_partitions"]
 
 HIVE_NULL = "__HIVE_DEFAULT_PARTITION__"
 
 
-def _segments(f: SourceFile) -> dict[str, str | None]:
+def _segments(f: ListedFile) -> dict[str, str | None]:
     relative = posixpath.relpath(posixpath.dirname(f.path), f.base)
     values: dict[str, str | None] = {}
     for part in relative.split("/"):
@@ -38,7 +38,7 @@ def _infer_type(values: Sequence[str | None]) -> pa.DataType:
 
 
 def hive_partitions(
-    files: Sequence[SourceFile],
+    files: Sequence[ListedFile],
 ) -> tuple[pa.Schema, list[tuple[tuple[str, object], ...]]]:
     """Parse ``key=value`` directories of each file.
 

@@ -23,7 +23,7 @@ from .progress import LOG_EVERY, Progress
 from .retry import as_os_error, is_sdk_error, scrub
 from .spec import FileSystemSpec
 
-__all__ = ["Paths", "SourceFile", "list_files"]
+__all__ = ["ListedFile", "Paths", "SourceFile", "list_files"]
 
 # What a source's files are given as: a path or URL, a directory, a glob, or a list of them.
 Paths = str | os.PathLike[str] | Sequence[str | os.PathLike[str]]
@@ -34,8 +34,8 @@ logger = logging.getLogger("torch_dataloader_utils.planning")
 
 
 @dataclass(frozen=True, slots=True)
-class SourceFile:
-    """One file of a source.
+class ListedFile:
+    """One file a listing found (of a source's files).
 
     Attributes:
         path: the path without protocol, as the filesystem expects it.
@@ -50,6 +50,9 @@ class SourceFile:
     size: int
     base: str
     version: str = ""
+
+
+SourceFile = ListedFile  # the earlier name (format authors' code types files with it)
 
 
 def _is_hidden(relative: str) -> bool:
@@ -76,7 +79,7 @@ def _glob_base(pattern: str) -> str:
     return posixpath.dirname(pattern)
 
 
-def _expand_one(pattern: str, fs: FileSystemSpec) -> list[SourceFile]:
+def _expand_one(pattern: str, fs: FileSystemSpec) -> list[ListedFile]:
     path = fs.strip(pattern)
     url = fs.url(path)
     try:
@@ -93,13 +96,13 @@ def _expand_one(pattern: str, fs: FileSystemSpec) -> list[SourceFile]:
         raise
 
 
-def _list_one(path: str, url: str, fs: FileSystemSpec) -> list[SourceFile]:
+def _list_one(path: str, url: str, fs: FileSystemSpec) -> list[ListedFile]:
     fsys = fs.fsspec()
     if _GLOB_CHARS & set(path):
         base = _glob_base(path)
         found = fsys.glob(path, detail=True)
         files = [
-            SourceFile(p, int(info.get("size") or 0), base, version_of(info))
+            ListedFile(p, int(info.get("size") or 0), base, version_of(info))
             for p, info in sorted(found.items())
             if info.get("type") == "file" and not _is_hidden(_relative(p, base))
         ]
@@ -113,23 +116,23 @@ def _list_one(path: str, url: str, fs: FileSystemSpec) -> list[SourceFile]:
         else:
             found = fsys.find(path, detail=True)
             files = [
-                SourceFile(p, int(i.get("size") or 0), path, version_of(i))
+                ListedFile(p, int(i.get("size") or 0), path, version_of(i))
                 for p, i in sorted(found.items())
                 if i.get("type") == "file" and not _is_hidden(_relative(p, path))
             ]
         if not files:
             raise InvalidSourceError(f"{url}: the directory holds no data files")
         return files
-    return [SourceFile(path, int(info.get("size") or 0), posixpath.dirname(path), version_of(info))]
+    return [ListedFile(path, int(info.get("size") or 0), posixpath.dirname(path), version_of(info))]
 
 
-def _local_files(root: str) -> list[SourceFile]:
+def _local_files(root: str) -> list[ListedFile]:
     """The files under the local directory ``root``, as fsspec's ``find`` lists them (regular
     files, not symbolic links; directories walked, not linked ones; unreadable directories
     left out), hidden ones left out, sorted by path, with the version fsspec's ``info`` gives
     (``mtime``). Walked with ``os.scandir``: fsspec's ``find`` builds an 11-field dict per file,
     several times slower (docs/adr/0020-measurements-behind-constants.md#paths-and-listings)."""
-    files: list[SourceFile] = []
+    files: list[ListedFile] = []
     pending = [root]
     while pending:
         folder = pending.pop()
@@ -149,7 +152,7 @@ def _local_files(root: str) -> list[SourceFile]:
                 elif entry.is_file(follow_symlinks=False):
                     stat = entry.stat(follow_symlinks=False)
                     files.append(
-                        SourceFile(entry.path, stat.st_size, root, f"mtime={stat.st_mtime}")
+                        ListedFile(entry.path, stat.st_size, root, f"mtime={stat.st_mtime}")
                     )
             except FileNotFoundError:
                 continue  # removed while listed
@@ -157,7 +160,7 @@ def _local_files(root: str) -> list[SourceFile]:
     return files
 
 
-def list_files(source: Paths, fs: FileSystemSpec) -> list[SourceFile]:
+def list_files(source: Paths, fs: FileSystemSpec) -> list[ListedFile]:
     """Expand ``source`` into files, in a deterministic order.
 
     Args:
@@ -187,7 +190,7 @@ def list_files(source: Paths, fs: FileSystemSpec) -> list[SourceFile]:
                 "local path): every fsspec filesystem is read directly, with retries"
             )
         patterns.extend(braceexpand(os.fspath(entry)))
-    files: list[SourceFile] = []
+    files: list[ListedFile] = []
     progress = Progress("paths listed", len(patterns))
     for pattern in patterns:
         files.extend(_expand_one(pattern, fs))

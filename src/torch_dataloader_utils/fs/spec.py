@@ -406,7 +406,7 @@ class FileSystemSpec:
         return hash(self.protocol)
 
     def described(self) -> str:
-        """The storage part of a dataset's repr: nothing for local files read as is; else the
+        """What a dataset's repr says of its storage: nothing for local files read as is; else the
         protocol, the storage options' keys (never their values: they may be secrets) and a
         backend other than ``"auto"``."""
         options: dict[str, Any] = {} if self.refreshable else self.storage_options

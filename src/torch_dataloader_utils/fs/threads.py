@@ -30,8 +30,8 @@ PLAN_THREADS = 32
 SOURCE_THREADS = 8
 
 # Planning CSV and JSON Lines scans every byte of every file in 8 MiB range reads
-# (`formats.text.format.SCAN_PIECE`), and numpy searches each piece for record ends. Each thread
-# holds a piece, and the search is work, not waiting: half of PLAN_THREADS, so at most 16 pieces
+# (`formats.text.format.SCAN_BYTES`), and numpy searches each for record ends. Each thread holds
+# one, and the search is work, not waiting: half of PLAN_THREADS, so at most 16 range reads
 # (128 MiB) at once.
 SCAN_THREADS = 16
 

@@ -21,7 +21,7 @@ import pyarrow as pa
 from ..errors import InvalidArgumentError
 from ..formats import Format, FormatPlan, Listing, ReadOptions
 from ..formats.parquet import ParquetFormat
-from ..fs import FileSystemSpec, SourceFile
+from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
 from ..sources.table_deletes import deleted_in, keep_mask, physical_range
 from .deletes import DeletePositions, merge_positions, read_position_deletes
@@ -101,7 +101,7 @@ class IcebergFormat(Format):
     def __reduce__(self) -> tuple[type[IcebergFormat], tuple[()]]:
         return (type(self), ())  # caches stay behind: each process fills its own
 
-    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+    def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         """The physical schema of one data file (its own column names)."""
         return self._parquet.schema(file, fs)
 
@@ -123,7 +123,7 @@ class IcebergFormat(Format):
     ) -> FileProjection:
         def make() -> FileProjection:
             return resolve_file(
-                self._parquet.schema(SourceFile(file.path, file.size, ""), fs),
+                self._parquet.schema(ListedFile(file.path, file.size, ""), fs),
                 projected_schema(options.schema_json, options.columns),
                 name_mapping=parse_name_mapping(options.name_mapping_json),
                 format_version=options.format_version,

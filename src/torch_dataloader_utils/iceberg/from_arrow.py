@@ -363,22 +363,22 @@ class _SubstraitToIceberg:
             or selection.WhichOneof("root_type") != "root_reference"
         ):
             raise UnconvertibleError
-        segment = selection.direct_reference
+        reference = selection.direct_reference
         fields: pa.Schema | pa.StructType = self._schema
         names: list[str] = []
         while True:
-            if segment.WhichOneof("reference_type") != "struct_field":
+            if reference.WhichOneof("reference_type") != "struct_field":
                 raise UnconvertibleError  # list elements, map keys
-            index = segment.struct_field.field
+            index = reference.struct_field.field
             if not 0 <= index < len(fields):
                 raise UnconvertibleError
             field = fields.field(index)
             names.append(field.name)
-            if not segment.struct_field.HasField("child"):
+            if not reference.struct_field.HasField("child"):
                 break
             if not pa.types.is_struct(field.type):
                 raise UnconvertibleError
-            fields, segment = field.type, segment.struct_field.child
+            fields, reference = field.type, reference.struct_field.child
         if len(names) > 1 and any("." in name for name in names):
             raise UnconvertibleError  # the dotted Iceberg name would be ambiguous
         return ".".join(names), field.type

@@ -88,7 +88,7 @@ def rank_span(
 def worker_span(
     span: tuple[int, int], *, worker: int, num_workers: int, batch_size: int
 ) -> tuple[int, int]:
-    """The contiguous, batch-aligned part of a rank's span that ``worker`` reads.
+    """The contiguous, batch-aligned range of a rank's span that ``worker`` reads.
 
     Workers get whole batches, as equal in number as possible (±1); only the last batch of the
     rank, which may be short, makes the last non-empty worker's stream shorter.

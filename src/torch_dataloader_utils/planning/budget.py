@@ -8,7 +8,7 @@ batches that depends on its rows' lengths. Planning keeps every row's length (`L
 length index), so every process computes every stream's counts for an epoch without reading
 data or talking to the others; group ``m`` of every rank's stream of worker ``w`` then makes
 as many batches as the most any of them needs (`BudgetPass`), the others splitting their
-largest batches (`equalised`). A state counts batches; a group is the unit a resume seeks to.
+largest batches (`equalised`). A state counts batches; a resume seeks to a group.
 """
 
 from __future__ import annotations

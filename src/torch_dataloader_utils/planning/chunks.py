@@ -4,7 +4,7 @@ million Python objects.
 A million Python `Chunk` objects took seconds to pickle and unpickle on every rank and hundreds of
 MB in every process (docs/adr/0020-measurements-behind-constants.md#chunks-as-columns). As columns
 the same plan is a few numpy arrays: built, fingerprinted and sliced in vectorised code, pickled as
-their bytes (`planning.columns`: a spawned DataLoader worker gets one shared-memory buffer).
+their bytes (`planning.arrays`: a spawned DataLoader worker gets one shared-memory buffer).
 
 `Chunks` is a sequence of `Chunk`: ``plan.chunks[i]`` is a `Chunk` made on demand.
 """
@@ -18,14 +18,14 @@ from typing import Any, overload
 
 import numpy as np
 
-from .columns import Columns, smallest, strings
+from .arrays import NamedArrays, smallest, strings
 
 __all__ = ["Chunk", "Chunks", "Files"]
 
 
 @dataclass(frozen=True, slots=True)
 class Chunk:
-    """The planned unit: a file plus a format-native range of it.
+    """What planning cuts a file into: a file plus a range of its native units.
 
     Attributes:
         path: the file, without protocol.
@@ -55,7 +55,7 @@ class Chunks(Sequence[Chunk]):
 
     __slots__ = ("_columns", "_derived", "_partitions", "_paths")
 
-    def __init__(self, columns: Columns, partitions: tuple[tuple[tuple[str, Any], ...], ...]):
+    def __init__(self, columns: NamedArrays, partitions: tuple[tuple[tuple[str, Any], ...], ...]):
         self._columns = columns  # each in the smallest integer type that holds it
         self._partitions = partitions  # distinct partitions; a chunk holds an index
         self._paths: list[str] | None = None  # decoded file paths, per process
@@ -99,10 +99,10 @@ class Chunks(Sequence[Chunk]):
         partitions: Sequence[tuple[tuple[str, Any], ...]] = ((),),
         partition: np.ndarray | None = None,
     ) -> Chunks:
-        """Chunks from columns: chunk ``i`` is rows of ``paths[file[i]]``, units
-        ``[start[i], stop[i])``. Each chunk's units' rows are given either per chunk
-        (``unit_rows`` a sequence of sequences) or flat (``unit_rows`` one array of every unit's
-        rows, with ``unit_offsets``, ``len(file) + 1`` bounds into it)."""
+        """Chunks from columns: chunk ``i`` is rows of ``paths[file[i]]``, native units
+        ``[start[i], stop[i])``. Each chunk's native units' rows are given either per chunk
+        (``unit_rows`` a sequence of sequences) or flat (``unit_rows`` one array of every native
+        unit's rows, with ``unit_offsets``, ``len(file) + 1`` bounds into it)."""
         n = len(file)
         if unit_offsets is not None:
             if unit_rows is None or len(unit_offsets) != n + 1:
@@ -121,7 +121,7 @@ class Chunks(Sequence[Chunk]):
         path_data, path_offsets = strings(paths)
         if partition is None:
             partition = np.zeros(n, np.int64)
-        columns = Columns(
+        columns = NamedArrays(
             {
                 "file": smallest(np.asarray(file)),
                 "start": smallest(np.asarray(start)),
@@ -173,7 +173,7 @@ class Chunks(Sequence[Chunk]):
     def column(self, name: str) -> np.ndarray:
         """A column as int64 (read-only): ``file``, ``start``, ``stop``, ``num_rows``,
         ``num_bytes``, ``partition``; ``unit_offsets`` (``len + 1``) and ``unit_rows`` hold each
-        chunk's units' rows."""
+        chunk's native units' rows."""
         found = self._derived.get(name)
         if found is None:
             arrays = self._columns.arrays
@@ -261,10 +261,12 @@ class Chunks(Sequence[Chunk]):
     def __repr__(self) -> str:
         return f"Chunks({len(self)} chunks of {len(self.paths)} files)"
 
-    def __getstate__(self) -> tuple[Columns, tuple[tuple[tuple[str, Any], ...], ...]]:
+    def __getstate__(self) -> tuple[NamedArrays, tuple[tuple[tuple[str, Any], ...], ...]]:
         return self._columns, self._partitions
 
-    def __setstate__(self, state: tuple[Columns, tuple[tuple[tuple[str, Any], ...], ...]]) -> None:
+    def __setstate__(
+        self, state: tuple[NamedArrays, tuple[tuple[tuple[str, Any], ...], ...]]
+    ) -> None:
         self._columns, self._partitions = state
         self._paths, self._derived = None, {}
 
@@ -275,7 +277,7 @@ class Files(Mapping[str, tuple[int, str]]):
 
     __slots__ = ("_columns", "_index", "_versions")
 
-    def __init__(self, columns: Columns) -> None:
+    def __init__(self, columns: NamedArrays) -> None:
         self._columns = columns
         self._index: dict[str, int] | None = None  # path -> position, per process
         self._versions = b""  # the versions' text, made with the index
@@ -289,7 +291,7 @@ class Files(Mapping[str, tuple[int, str]]):
         path_data, path_offsets = strings(paths)
         version_data, version_offsets = strings([files[p][1] for p in paths])
         return cls(
-            Columns(
+            NamedArrays(
                 {
                     "path_data": path_data,
                     "path_offsets": smallest(path_offsets),
@@ -324,8 +326,8 @@ class Files(Mapping[str, tuple[int, str]]):
     def __len__(self) -> int:
         return len(self._columns.arrays["size"])
 
-    def __getstate__(self) -> Columns:
+    def __getstate__(self) -> NamedArrays:
         return self._columns
 
-    def __setstate__(self, state: Columns) -> None:
+    def __setstate__(self, state: NamedArrays) -> None:
         self._columns, self._index, self._versions = state, None, b""

@@ -25,9 +25,9 @@ __all__ = ["MIXINGS", "WINDOW", "Interleave", "Mixing", "merged_counts"]
 Mixing = Literal["random", "stratified"]
 MIXINGS: tuple[Mixing, ...] = ("random", "stratified")
 
-# Rows of the global sequence whose sources are fixed together: the unit of the exact counts
-# (and, for "random", of the permutation). A stream computes the windows it reads, one at a
-# time: ~1 ms each.
+# Rows of the global sequence whose sources are fixed together: the exact counts hold in each
+# (and, for "random", it is permuted as one). A stream computes the windows it reads, one at a
+# time (docs/adr/0020-measurements-behind-constants.md#mixing).
 WINDOW = 1 << 14
 
 
@@ -45,9 +45,9 @@ class Interleave:
     ``phase``: a weights schedule's phase (`phases.PhasedInterleave`), keying its own
     ``"random"`` permutations.
 
-    ``unit``: positions are given ``unit`` at a time (a packed mixture's: a sequence's tokens
-    come from one source); each count a multiple of it. The windows, keys and permutations
-    then count units.
+    ``turn``: positions are given to the sources ``turn`` at a time, a *turn* each (a packed
+    mixture's turn is a sequence's tokens, ``Layout.seq_tokens``, all from one source); each
+    count a multiple of it. The windows, keys and permutations then count turns.
     """
 
     def __init__(
@@ -58,18 +58,18 @@ class Interleave:
         seed: int,
         epoch: int,
         leg: int = 0,
-        unit: int = 1,
+        turn: int = 1,
         phase: int = 0,
     ) -> None:
         if mixing not in MIXINGS:
             raise InvalidArgumentError(f"mixing must be one of {MIXINGS}, got {mixing!r}")
         self.counts = tuple(int(c) for c in counts)
         self.total = sum(self.counts)
-        self.unit = unit
-        assert all(c % unit == 0 for c in self.counts), "counts are whole units"
-        # (The merge and the windows below count units.)
-        self._units = tuple(c // unit for c in self.counts)
-        self._unit_total = self.total // unit
+        self.turn = turn
+        assert all(c % turn == 0 for c in self.counts), "counts are whole turns"
+        # (The merge and the windows below count turns.)
+        self._turns = tuple(c // turn for c in self.counts)
+        self._turn_total = self.total // turn
         self.mixing = mixing
         self._key = (seed, epoch, leg, phase)
         self._window = functools.lru_cache(maxsize=4)(self._window_labels)
@@ -84,14 +84,14 @@ class Interleave:
             return np.zeros(k, np.int64)
         repeats, t = divmod(int(t), self.total)
         out = np.asarray(self.counts, np.int64) * repeats
-        u, inside_unit = divmod(t, self.unit)
+        u, inside_turn = divmod(t, self.turn)
         w, inside = divmod(u, WINDOW)
-        out += self.unit * self._merged(w * WINDOW)
+        out += self.turn * self._merged(w * WINDOW)
         if inside:
             labels = self._window(w)[:inside]
-            out += self.unit * np.bincount(labels, minlength=k)
-        if inside_unit:
-            out[int(self._window(w)[inside])] += inside_unit
+            out += self.turn * np.bincount(labels, minlength=k)
+        if inside_turn:
+            out[int(self._window(w)[inside])] += inside_turn
         return out
 
     def prefixes(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
@@ -103,30 +103,30 @@ class Interleave:
         if not self.total:
             return np.zeros((len(t), k), np.int64)
         repeats, at = np.divmod(t, self.total)
-        u, inside_unit = np.divmod(at, self.unit)
+        u, inside_turn = np.divmod(at, self.turn)
         w, inside = np.divmod(u, WINDOW)
         windows, which = np.unique(w, return_inverse=True)
         edges = merged_counts(
-            self._units,
+            self._turns,
             np.concatenate(
-                [windows * WINDOW, np.minimum((windows + 1) * WINDOW, self._unit_total)]
+                [windows * WINDOW, np.minimum((windows + 1) * WINDOW, self._turn_total)]
             ),
         )
         first, last = edges[: len(windows)], edges[len(windows) :]
         out: np.ndarray = repeats[:, None] * np.asarray(self.counts, np.int64)
-        out += self.unit * first[which]
+        out += self.turn * first[which]
         # Only positions inside a window need its labels: one window's, at a time.
         by_window: dict[int, list[int]] = {}
-        for p in np.flatnonzero((inside > 0) | (inside_unit > 0)).tolist():
+        for p in np.flatnonzero((inside > 0) | (inside_turn > 0)).tolist():
             by_window.setdefault(int(which[p]), []).append(p)
         for index, mine in by_window.items():
             values, bounds = self._ranked(int(windows[index]), first[index], last[index])
             for p in mine:
-                m, rest = int(inside[p]), int(inside_unit[p])
+                m, rest = int(inside[p]), int(inside_turn[p])
                 if m:
                     head = values[:m]
                     below = [0, *(int(np.count_nonzero(head < b)) for b in bounds[:-1]), m]
-                    out[p] += [self.unit * (b - a) for a, b in itertools.pairwise(below)]
+                    out[p] += [self.turn * (b - a) for a, b in itertools.pairwise(below)]
                 if rest:
                     out[p, int(np.searchsorted(bounds, values[m], side="right"))] += rest
         return out
@@ -138,41 +138,41 @@ class Interleave:
 
     def labels(self, start: int, stop: int) -> np.ndarray:
         """The source of each position in ``[start, stop)`` (may pass ``R``: wraps)."""
-        if self.unit == 1:
-            return self.unit_labels(start, stop)
-        first = start // self.unit
-        units = self.unit_labels(first, -(-stop // self.unit))
-        at = first * self.unit
-        return np.repeat(units, self.unit)[start - at : stop - at]
+        if self.turn == 1:
+            return self.turn_labels(start, stop)
+        first = start // self.turn
+        turns = self.turn_labels(first, -(-stop // self.turn))
+        at = first * self.turn
+        return np.repeat(turns, self.turn)[start - at : stop - at]
 
-    def unit_labels(self, start: int, stop: int) -> np.ndarray:
-        """The source of each unit ``[start, stop)`` (units of ``unit`` positions; wraps)."""
-        parts: list[np.ndarray] = []
+    def turn_labels(self, start: int, stop: int) -> np.ndarray:
+        """The source of each turn ``[start, stop)`` (turns of ``turn`` positions; wraps)."""
+        taken: list[np.ndarray] = []
         pos = int(start)
-        total = self._unit_total
+        total = self._turn_total
         while pos < stop and total:
             at = pos % total
             w, inside = divmod(at, WINDOW)
             window = self._window(w)
             take = min(len(window) - inside, stop - pos, total - at)
-            parts.append(window[inside : inside + take])
+            taken.append(window[inside : inside + take])
             pos += take
-        if not parts:
+        if not taken:
             return np.zeros(0, np.int16)
-        return np.concatenate(parts)
+        return np.concatenate(taken)
 
     # --- the windows ----------------------------------------------------------------------------
 
     def _window_labels(self, w: int) -> np.ndarray:
-        """The sources of the units of window ``w`` (``[w*WINDOW, (w+1)*WINDOW)`` cut at the
+        """The sources of the turns of window ``w`` (``[w*WINDOW, (w+1)*WINDOW)`` cut at the
         sequence's end)."""
-        lo, hi = w * WINDOW, min((w + 1) * WINDOW, self._unit_total)
+        lo, hi = w * WINDOW, min((w + 1) * WINDOW, self._turn_total)
         return self._labels(w, self._merged(lo), self._merged(hi))
 
     def _ranked(self, w: int, first: np.ndarray, last: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """Window ``w``'s units as values that tell their sources (unit ``m`` is source
+        """Window ``w``'s turns as values that tell their sources (turn ``m`` is source
         ``i``'s where ``bounds[i-1] <= values[m] < bounds[i]``): a random window's order
-        (which of the sorted labels each unit takes: counted without gathering them), a
+        (which of the sorted labels each turn takes: counted without gathering them), a
         stratified window's labels."""
         if self.mixing == "random":
             sizes = last - first
@@ -184,7 +184,7 @@ class Interleave:
         return window_order(n, seed=seed, epoch=epoch, leg=leg, window=w, phase=phase)
 
     def _labels(self, w: int, first: np.ndarray, last: np.ndarray) -> np.ndarray:
-        """The sources of window ``w``'s units, given the merge's counts at its edges."""
+        """The sources of window ``w``'s turns, given the merge's counts at its edges."""
         labels = np.repeat(np.arange(len(self.counts), dtype=np.int16), last - first)
         if self.mixing == "random":
             shuffled: np.ndarray = labels[self._order(w, len(labels))]
@@ -195,7 +195,7 @@ class Interleave:
         keys = np.concatenate(
             [
                 (2.0 * np.arange(int(a), int(b)) + 1.0) / (2.0 * q)
-                for a, b, q in zip(first, last, self._units, strict=True)
+                for a, b, q in zip(first, last, self._turns, strict=True)
                 if b > a
             ]
             or [np.zeros(0)]
@@ -205,10 +205,10 @@ class Interleave:
     def _merged_counts(self, t: int) -> np.ndarray:
         """How many of the ``t`` first keys of the merge (key ``(2j + 1) / (2 q_i)`` for row
         ``j`` of source ``i``, ties by source) are each source's, in exact integers."""
-        q = self._units
+        q = self._turns
         if t <= 0:
             return np.zeros(len(q), np.int64)
-        if t >= self._unit_total:
+        if t >= self._turn_total:
             return np.asarray(q, np.int64)
 
         def before(i: int, j: int) -> int:
@@ -246,11 +246,11 @@ def source_ranges(
     return [[(a, b)] if b > a else [] for a, b in zip(lo, hi, strict=True)]
 
 
-def merged_counts(units: Sequence[int], ts: Sequence[int] | np.ndarray) -> np.ndarray:
+def merged_counts(turns: Sequence[int], ts: Sequence[int] | np.ndarray) -> np.ndarray:
     """`Interleave._merged_counts` of every ``t`` of ``ts`` at once (one row each): a binary
     search per source, vectorised over ``ts``, in exact integers (int64 where the products
     fit, Python integers past that)."""
-    q = [int(x) for x in units]
+    q = [int(x) for x in turns]
     top = max(q, default=0)
     dtype: type = np.int64 if 2 * (2 * top + 1) * top < 2**62 else object
     t: np.ndarray = np.clip(np.asarray(ts, np.int64).reshape(-1), 0, sum(q)).astype(dtype)

@@ -22,9 +22,10 @@ class Layout:
         block_rows: rows shuffled together (a stream is read in blocks of this many rows).
         first_block_rows: rows of a stream's first block (blocks double up to ``block_rows``).
         strategy: how streams divide the epoch (`strategy_of`).
-        unit: a packed dataset's tokens per sequence (0: not packed). Its rows are tokens,
-            its blocks are shuffled by whole documents (`shuffle.document_permutation`), and a
-            packed mixture gives each ``unit`` positions to one source.
+        seq_tokens: a packed dataset's tokens of its order per sequence (0: not packed). Its
+            rows are tokens, its blocks are shuffled by whole documents
+            (`shuffle.document_permutation`), and a packed mixture gives each ``seq_tokens``
+            positions to one source. A saved state names it ``"unit"`` (`state.codec`).
     """
 
     batch_size: int
@@ -35,12 +36,17 @@ class Layout:
     block_rows: int
     first_block_rows: int
     strategy: SplitStrategy = "equal"
-    unit: int = 0
+    seq_tokens: int = 0
+
+    @property
+    def unit(self) -> int:
+        """The earlier name of `seq_tokens`."""
+        return self.seq_tokens
 
     @property
     def documents(self) -> bool:
         """Rows are a packed dataset's tokens, shuffled by whole documents."""
-        return self.unit > 0
+        return self.seq_tokens > 0
 
     def batches(self, rows: int) -> int:
         """Batches a stream of ``rows`` rows yields."""

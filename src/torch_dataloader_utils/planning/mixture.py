@@ -13,8 +13,8 @@ The model, for sources ``0..k-1`` (docs/concepts/mixtures.md, ADR 0013):
   sum(q)`` positions, each a row of one source, the sources in proportion all along it. The
   streams cut it exactly as they cut one source's epoch: equal spans per rank, batch-aligned
   spans per worker. A stream's span ``[a, b)`` holds rows ``[P_i(a), P_i(b))`` of each
-  source's sequence (``P``: the interleave's prefix counts), so each source's part of a stream
-  is contiguous and is read, shuffled in blocks and resumed as a one-source stream is.
+  source's sequence (``P``: the interleave's prefix counts), so each source's rows of a stream
+  are contiguous and is read, shuffled in blocks and resumed as a one-source stream is.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from ..errors import InvalidArgumentError
 from .interleave import Interleave, Mixing
 from .layout import Layout
 from .mixture_legs import leg_rest, mixture_spans, source_layouts
-from .phases import Labels, PhaseCounts, PhasedInterleave, Tiling, unit_layout
+from .phases import Labels, PhaseCounts, PhasedInterleave, Tiling, turn_layout
 from .resume import Leg
 from .schedule import EpochPhases, Schedule, phase_split
 from .sequence import Item, Run, cut, sequence_length
@@ -220,15 +220,15 @@ class MixEpoch:
         (``phases``: in an epoch whose weights change, each phase's positions of each source,
         cut as ``readers``, ``(world_size, num_workers, layout)``, read them; default: the
         current leg's)."""
-        unit = max(1, self.layout.unit)  # (a packed mixture's sequences: one source each)
-        key = {"seed": self.first.seed, "epoch": self.epoch, "leg": depth, "unit": unit}
+        turn = max(1, self.layout.seq_tokens)  # (a packed mixture's sequences: one source each)
+        key = {"seed": self.first.seed, "epoch": self.epoch, "leg": depth, "turn": turn}
         if phases is None:
             return Interleave([sequence_length(x) for x in items], self.mixing, **key)
         world_size, num_workers, layout = readers or (*self.readers, self.layout)
-        totals = [sum(c) // unit for c in phases]
-        tiling = Tiling(sum(totals), world_size, num_workers, unit_layout(layout))
+        totals = [sum(c) // turn for c in phases]
+        tiling = Tiling(sum(totals), world_size, num_workers, turn_layout(layout))
         bounds = list(itertools.accumulate(totals))[:-1]
-        return PhasedInterleave(tiling.segments(bounds), phases, self.mixing, **key)
+        return PhasedInterleave(tiling.phase_runs(bounds), phases, self.mixing, **key)
 
     @cached_property
     def _legs(self) -> tuple[list[list[Item]], PhaseCounts]:
@@ -314,14 +314,14 @@ class Mixture:
 
     def _phases(self, layout: Layout, epoch: int, steps: tuple[int, int]) -> EpochPhases:
         assert self.schedule is not None
-        unit = max(1, layout.unit)
+        turn = max(1, layout.seq_tokens)
         world_size, batch_size = steps
-        counted = unit_layout(layout)
+        counted = turn_layout(layout)
         if batch_size:
-            counted = dataclasses.replace(counted, batch_size=batch_size // unit)
-        total = sum(self.quotas) // unit
+            counted = dataclasses.replace(counted, batch_size=batch_size // turn)
+        total = sum(self.quotas) // turn
         tiling = Tiling(total, world_size, 1, counted)
-        rows = [int(np.sum(r)) // unit for r in self.chunk_rows]
+        rows = [int(np.sum(r)) // turn for r in self.chunk_rows]
         return EpochPhases.of(
             self.schedule,
             epoch,
@@ -329,7 +329,7 @@ class Mixture:
             steps=sum(tiling.ranks[0].counts),
             before=tiling.before,
             split=phase_split(self.schedule, rows, quotas),
-            unit=unit,
+            turn=turn,
         )
 
     def spans(self, mix: MixEpoch, rank: Topology) -> list[tuple[int, int]]:

@@ -55,17 +55,17 @@ def mixture_spans(
     total: int, *, rank: int, world_size: int, num_workers: int, layout: Layout
 ) -> list[tuple[int, int]]:
     """`stream_spans` of a mixture's sequence: a packed mixture's cut at whole sequences
-    (``layout.unit`` positions), which are each one source's."""
-    unit = max(1, layout.unit)
-    if unit == 1:
+    (``layout.seq_tokens`` positions), which are each one source's."""
+    turn = max(1, layout.seq_tokens)
+    if turn == 1:
         return stream_spans(
             total, rank=rank, world_size=world_size, num_workers=num_workers, layout=layout
         )
-    units = dataclasses.replace(layout, batch_size=layout.batch_size // unit)
+    turns = dataclasses.replace(layout, batch_size=layout.batch_size // turn)
     spans = stream_spans(
-        total // unit, rank=rank, world_size=world_size, num_workers=num_workers, layout=units
+        total // turn, rank=rank, world_size=world_size, num_workers=num_workers, layout=turns
     )
-    return [(a * unit, b * unit) for a, b in spans]
+    return [(a * turn, b * turn) for a, b in spans]
 
 
 def leg_rest(
@@ -198,8 +198,8 @@ def _unread(
     )
     out = np.zeros((len(interleave.phases), len(interleave.counts)), np.int64)
     for lo, hi in _between(at, stop, cuts):
-        unit = interleave.unit
-        for _, phase, first, last in interleave.ranges_by_piece(lo // unit, hi // unit):
+        turn = interleave.turn
+        for _, phase, first, last in interleave.ranges_by_stretch(lo // turn, hi // turn):
             out[phase] += last - first
     return out
 

@@ -4,14 +4,15 @@ a topology, and which source each position holds (ADR 0023).
 A weights schedule changes the weights at steps (batches of every rank at once). A step is at a
 different position in each stream's span (`mixture_spans` cuts the sequence rank by rank), so
 a phase is not a range of the leg's sequence: it is, in each stream, the stream's positions of
-the phase's steps. `Tiling` finds them: the *tiled units before step b* count, over every
-rank, the units of the rank's first ``b`` batches (round robin over its workers), and a
-rank's units no batch delivers (``drop``, ``drop_last``) once its last batch is past. A
-change at ``X`` tiled units is cut the same way on any topology (`Tiling.cut`), so a
-schedule's phases hold the same number of units whatever reads them.
+the phase's steps. `Tiling` finds them, counting turns (`interleave.Interleave`: the positions
+given to one source at once, a packed mixture's sequence or else a row): the *tiled turns
+before step b* count, over every rank, the turns of the rank's first ``b`` batches (round
+robin over its workers), and a rank's turns no batch delivers (``drop``, ``drop_last``) once
+its last batch is past. A change at ``X`` tiled turns is cut the same way on any topology
+(`Tiling.cut`), so a schedule's phases hold the same number of turns whatever reads them.
 
 `PhasedInterleave` then gives each phase its own `Interleave` over the phase's positions taken
-in sequence order (each stream's part of a phase is a contiguous run of them): a batch holds
+in sequence order (each stream's positions of a phase are a contiguous range): a batch holds
 each source's share of its phase as exactly as one interleave gives it, and each source's
 rows go in order, phase after phase.
 """
@@ -30,17 +31,17 @@ from .interleave import Interleave, Mixing
 from .layout import Layout
 from .resume import consumed, stream_spans
 
-__all__ = ["Labels", "PhaseCounts", "PhasedInterleave", "Tiling", "unit_layout"]
+__all__ = ["Labels", "PhaseCounts", "PhasedInterleave", "Tiling", "turn_layout"]
 
 PhaseCounts = list[list[int]] | None  # each phase's positions of each source (None: one phase)
 
 
 @dataclass(frozen=True)
 class _Rank:
-    spans: tuple[tuple[int, int], ...]  # each worker's units, clipped to the sequence
+    spans: tuple[tuple[int, int], ...]  # each worker's turns, clipped to the sequence
     counts: tuple[int, ...]  # each worker's batches
-    gap: tuple[int, int]  # the rank's units no batch delivers
-    batch: int  # units a batch
+    gap: tuple[int, int]  # the rank's turns no batch delivers
+    batch: int  # turns a batch
 
     @property
     def last(self) -> int:
@@ -48,7 +49,7 @@ class _Rank:
         return max(1, sum(self.counts))
 
     def done(self, steps: int) -> list[int]:
-        """Units each worker delivered in the rank's first ``steps`` batches."""
+        """Turns each worker delivered in the rank's first ``steps`` batches."""
         return [
             min(d * self.batch, b - a)
             for d, (a, b) in zip(consumed(self.counts, steps), self.spans, strict=True)
@@ -61,8 +62,8 @@ class _Rank:
 
 @dataclass(frozen=True)
 class Tiling:
-    """A leg's sequence of ``total`` units as ``world_size`` ranks of ``num_workers`` workers
-    read it, step by step (``layout``: counted in units)."""
+    """A leg's sequence of ``total`` turns as ``world_size`` ranks of ``num_workers`` workers
+    read it, step by step (``layout``: counted in turns, `turn_layout`)."""
 
     total: int
     world_size: int
@@ -100,24 +101,24 @@ class Tiling:
 
     @cached_property
     def steps(self) -> int:
-        """Steps after which every unit is tiled."""
+        """Steps after which every turn is tiled."""
         return max(r.last for r in self.ranks)
 
     def before(self, steps: int) -> int:
-        """Tiled units before step ``steps``."""
+        """Tiled turns before step ``steps``."""
         return sum(r.tiled(steps) for r in self.ranks)
 
-    def cut(self, units: int) -> list[tuple[list[int], int]]:
-        """Where the first ``units`` tiled units end, in step order: each rank's units of each
+    def cut(self, turns: int) -> list[tuple[list[int], int]]:
+        """Where the first ``turns`` tiled turns end, in step order: each rank's turns of each
         worker's span, and of its gap, inside them."""
-        lo, hi = 0, self.steps  # the last step whose units before it fit
+        lo, hi = 0, self.steps  # the last step whose turns before it fit
         while lo < hi:
             mid = (lo + hi + 1) // 2
-            if self.before(mid) <= units:
+            if self.before(mid) <= turns:
                 lo = mid
             else:
                 hi = mid - 1
-        left = units - self.before(lo)
+        left = turns - self.before(lo)
         out = []
         for rank in self.ranks:
             done = rank.done(lo)
@@ -134,14 +135,14 @@ class Tiling:
             out.append((done, gap))
         return out
 
-    def segments(self, bounds: Sequence[int]) -> list[tuple[int, int, int]]:
-        """The sequence's units as ``(start, stop, phase)`` runs in order, for phases that
-        begin ``bounds`` tiled units in (the first at 0)."""
+    def phase_runs(self, bounds: Sequence[int]) -> list[tuple[int, int, int]]:
+        """The sequence's turns as ``(start, stop, phase)`` runs in order, for phases that
+        begin ``bounds`` tiled turns in (the first at 0)."""
         cuts = [self.cut(x) for x in bounds]
         out: list[tuple[int, int, int]] = []
         for r, rank in enumerate(self.ranks):
-            parts = [*rank.spans, rank.gap]
-            for w, (a, b) in enumerate(parts):
+            ranges = [*rank.spans, rank.gap]
+            for w, (a, b) in enumerate(ranges):
                 edges = [a]
                 for c in cuts:
                     done, gap = c[r]
@@ -158,46 +159,46 @@ class PhasedInterleave:
     (see the module docstring); the same methods, and `ranges`.
 
     Args:
-        segments: the sequence's units as ``(start, stop, phase)`` runs in order
-            (`Tiling.segments`).
-        counts: positions of each source in each phase (whole units).
-        unit: positions per unit.
+        phase_runs: the sequence's turns as ``(start, stop, phase)`` runs in order
+            (`Tiling.phase_runs`).
+        counts: positions of each source in each phase (whole turns).
+        turn: positions per turn (`Interleave`).
     """
 
     def __init__(
         self,
-        segments: Sequence[tuple[int, int, int]],
+        phase_runs: Sequence[tuple[int, int, int]],
         counts: Sequence[Sequence[int]],
         mixing: Mixing,
         *,
         seed: int,
         epoch: int,
         leg: int = 0,
-        unit: int = 1,
+        turn: int = 1,
     ) -> None:
-        self.unit = unit
+        self.turn = turn
         self.mixing = mixing
         self.phases = [list(c) for c in counts]
         self._phases = [
-            Interleave(c, mixing, seed=seed, epoch=epoch, leg=leg, unit=unit, phase=p)
+            Interleave(c, mixing, seed=seed, epoch=epoch, leg=leg, turn=turn, phase=p)
             for p, c in enumerate(counts)
         ]
         per_phase = np.asarray(counts, np.int64).reshape(len(counts), -1)
         self.counts = tuple(int(c) for c in per_phase.sum(axis=0))
         self.total = sum(self.counts)
         self._bases = np.cumsum(per_phase, axis=0) - per_phase  # rows before each phase
-        seg = np.asarray(segments, np.int64).reshape(-1, 3)
-        self._starts, self._stops, self._phase = seg[:, 0], seg[:, 1], seg[:, 2]
+        runs = np.asarray(phase_runs, np.int64).reshape(-1, 3)
+        self._starts, self._stops, self._phase = runs[:, 0], runs[:, 1], runs[:, 2]
         lengths = self._stops - self._starts
-        self._v = np.zeros(len(seg), np.int64)  # each run's first unit in its phase
+        self._v = np.zeros(len(runs), np.int64)  # each run's first turn in its phase
         self._runs = [np.flatnonzero(self._phase == p) for p in range(len(counts))]
         for mine in self._runs:
             self._v[mine] = np.cumsum(lengths[mine]) - lengths[mine]
 
-    def _pieces(self, start: int, stop: int) -> list[tuple[int, int, int, int]]:
-        """``(repeat, phase, first, last)`` of units ``[start, stop)`` (wrapping), each piece
-        inside one run: ``first``/``last`` count units of the phase."""
-        total = self.total // self.unit
+    def _stretches(self, start: int, stop: int) -> list[tuple[int, int, int, int]]:
+        """``(repeat, phase, first, last)`` of turns ``[start, stop)`` (wrapping), each stretch
+        inside one run: ``first``/``last`` count turns of the phase."""
+        total = self.total // self.turn
         out = []
         pos = start
         while pos < stop and total:
@@ -209,74 +210,74 @@ class PhasedInterleave:
             pos += take
         return out
 
-    def unit_labels(self, start: int, stop: int) -> np.ndarray:
-        """The source of each unit ``[start, stop)`` (wraps)."""
-        parts = [self._phases[p].unit_labels(a, b) for _, p, a, b in self._pieces(start, stop)]
-        return np.concatenate(parts) if parts else np.zeros(0, np.int16)
+    def turn_labels(self, start: int, stop: int) -> np.ndarray:
+        """The source of each turn ``[start, stop)`` (wraps)."""
+        labels = [self._phases[p].turn_labels(a, b) for _, p, a, b in self._stretches(start, stop)]
+        return np.concatenate(labels) if labels else np.zeros(0, np.int16)
 
     def labels(self, start: int, stop: int) -> np.ndarray:
         """The source of each position in ``[start, stop)`` (wraps)."""
-        first = start // self.unit
-        units = self.unit_labels(first, -(-stop // self.unit))
-        at = first * self.unit
-        return np.repeat(units, self.unit)[start - at : stop - at]
+        first = start // self.turn
+        turns = self.turn_labels(first, -(-stop // self.turn))
+        at = first * self.turn
+        return np.repeat(turns, self.turn)[start - at : stop - at]
 
     def prefix(self, t: int) -> np.ndarray:
         """Rows of each source among positions ``[0, t)`` (``t`` may pass the end: wraps)."""
-        u, inside = divmod(int(t), self.unit)
-        repeats, at = divmod(u, self.total // self.unit) if self.total else (0, 0)
+        u, inside = divmod(int(t), self.turn)
+        repeats, at = divmod(u, self.total // self.turn) if self.total else (0, 0)
         out = repeats * np.asarray(self.counts, np.int64)
-        # Each phase's units before ``at``: one lookup a phase, not a walk over every stream.
+        # Each phase's turns before ``at``: one lookup a phase, not a walk over every stream.
         for mine, interleave in zip(self._runs, self._phases, strict=True):
             s = int(np.searchsorted(self._starts[mine], at, side="right")) - 1
             if s >= 0:
-                seg = mine[s]
-                took = int(self._v[seg]) + min(at, int(self._stops[seg])) - int(self._starts[seg])
-                out += interleave.prefix(took * self.unit)
+                run = mine[s]
+                took = int(self._v[run]) + min(at, int(self._stops[run])) - int(self._starts[run])
+                out += interleave.prefix(took * self.turn)
         if inside:
-            out[int(self.unit_labels(u, u + 1)[0])] += inside
+            out[int(self.turn_labels(u, u + 1)[0])] += inside
         return out
 
     def prefixes(self, positions: Sequence[int] | np.ndarray) -> np.ndarray:
         """`prefix` of each of ``positions``, one row each (each phase's in one call)."""
         t = np.asarray(positions, np.int64).reshape(-1)
-        u, inside = np.divmod(t, self.unit)
+        u, inside = np.divmod(t, self.turn)
         if self.total:
-            repeats, at = np.divmod(u, self.total // self.unit)
+            repeats, at = np.divmod(u, self.total // self.turn)
         else:
             repeats, at = np.zeros_like(u), np.zeros_like(u)
         out = repeats[:, None] * np.asarray(self.counts, np.int64)
         for mine, interleave in zip(self._runs, self._phases, strict=True):
             s = np.searchsorted(self._starts[mine], at, side="right") - 1
             has = np.flatnonzero(s >= 0)
-            seg = mine[s[has]]
-            took = self._v[seg] + np.minimum(at[has], self._stops[seg]) - self._starts[seg]
-            out[has] += interleave.prefixes(took * self.unit)
+            run = mine[s[has]]
+            took = self._v[run] + np.minimum(at[has], self._stops[run]) - self._starts[run]
+            out[has] += interleave.prefixes(took * self.turn)
         for p in np.flatnonzero(inside).tolist():
-            out[p, int(self.unit_labels(int(u[p]), int(u[p]) + 1)[0])] += inside[p]
+            out[p, int(self.turn_labels(int(u[p]), int(u[p]) + 1)[0])] += inside[p]
         return out
 
-    def ranges_by_piece(
+    def ranges_by_stretch(
         self, start: int, stop: int
     ) -> list[tuple[int, int, np.ndarray, np.ndarray]]:
-        """For each piece of units ``[start, stop)``: its repeat and phase, and the first and
-        last rows of each source's sequence it holds."""
+        """For each stretch of turns ``[start, stop)`` (inside one phase run): its repeat and
+        phase, and the first and last rows of each source's sequence it holds."""
         out = []
         q = np.asarray(self.counts, np.int64)
-        for repeat, p, a, b in self._pieces(start, stop):
+        for repeat, p, a, b in self._stretches(start, stop):
             base = self._bases[p] + repeat * q
             interleave = self._phases[p]
-            lo = base + interleave.prefix(a * self.unit)
-            hi = base + interleave.prefix(b * self.unit)
+            lo = base + interleave.prefix(a * self.turn)
+            hi = base + interleave.prefix(b * self.turn)
             out.append((repeat, p, lo, hi))
         return out
 
     def ranges(self, start: int, stop: int) -> list[list[tuple[int, int]]]:
         """The ranges of each source's sequence that positions ``[start, stop)`` hold, in
-        order (whole units)."""
-        assert start % self.unit == 0 and stop % self.unit == 0, "ranges of whole units"
+        order (whole turns)."""
+        assert start % self.turn == 0 and stop % self.turn == 0, "ranges of whole turns"
         out: list[list[tuple[int, int]]] = [[] for _ in self.counts]
-        for _, _, lo, hi in self.ranges_by_piece(start // self.unit, stop // self.unit):
+        for _, _, lo, hi in self.ranges_by_stretch(start // self.turn, stop // self.turn):
             for i, (a, b) in enumerate(zip(lo.tolist(), hi.tolist(), strict=True)):
                 if b <= a:
                     continue
@@ -290,7 +291,7 @@ class PhasedInterleave:
 Labels = Interleave | PhasedInterleave  # which source each position of a leg's sequence holds
 
 
-def unit_layout(layout: Layout) -> Layout:
-    """``layout`` counted in units (a packed mixture's sequences; rows otherwise)."""
-    unit = max(1, layout.unit)
-    return dataclasses.replace(layout, batch_size=layout.batch_size // unit)
+def turn_layout(layout: Layout) -> Layout:
+    """``layout`` counted in turns (a packed mixture's sequences; rows otherwise)."""
+    turn = max(1, layout.seq_tokens)
+    return dataclasses.replace(layout, batch_size=layout.batch_size // turn)

@@ -103,11 +103,11 @@ def _relative(paths: list[str]) -> list[str]:
 
 
 def _plain(relative: str) -> bool:
-    """Whether ``relative`` has no segment that normalising changes (``.``, ``..``, empty); a
-    folder named ``.data`` is plain."""
+    """Whether ``relative`` has no path component that normalising changes (``.``, ``..``,
+    empty); a folder named ``.data`` is plain."""
     if "/." not in relative and "//" not in relative and not relative.startswith("."):
-        return True  # (the common case, no segment to look at)
-    return all(part not in {".", "..", ""} for part in relative.split("/"))
+        return True  # (the common case, no component to look at)
+    return all(name not in {".", "..", ""} for name in relative.split("/"))
 
 
 def _parquet_read(schema: pa.Schema) -> pa.Schema | None:

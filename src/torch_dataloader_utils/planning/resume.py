@@ -31,11 +31,13 @@ from .shuffle import BlockOrder, block_of
 __all__ = [
     "Iteration",
     "Leg",
+    "Pass",
     "block_rest",
     "block_start",
     "consumed",
     "epoch_sequence",
     "remaining",
+    "delivery_order",
     "round_robin",
     "stream_batches",
     "stream_spans",
@@ -63,7 +65,7 @@ class Leg:
 
 
 @dataclass(frozen=True, slots=True)
-class Iteration:
+class Pass:
     """One pass over an epoch, as the main process begins it.
 
     Attributes:
@@ -73,7 +75,7 @@ class Iteration:
         generation: counts passes in the main process; workers use it to tell whether their
             copy of this object describes the pass they are asked for.
         steps: ``(world_size, batch_size)`` whose batches a mixture's weights schedule counts
-            in steps (``(0, 0)``: this pass's): the run's first, kept in its state.
+            in steps (``(0, 0)``: this pass's): the first pass's, kept in its state.
     """
 
     epoch: int
@@ -86,6 +88,9 @@ class Iteration:
     def resumed(self) -> bool:
         """Whether the pass starts anywhere but the beginning of a fresh epoch."""
         return bool(self.legs or self.batches)
+
+
+Iteration = Pass  # the earlier name
 
 
 def stream_spans(
@@ -130,8 +135,10 @@ def consumed(counts: Sequence[int], batches: int) -> list[int]:
     return done
 
 
-def round_robin(counts: Sequence[int], done: Sequence[int]) -> Iterator[int]:
-    """The worker of each next batch: the fewest delivered first, then the lowest id."""
+def delivery_order(counts: Sequence[int], done: Sequence[int]) -> Iterator[int]:
+    """The worker of each next batch, as DataLoader delivers them: the worker with the fewest
+    delivered first, then the lowest id (``counts``: each worker's batches; ``done``: each
+    one's delivered)."""
     done = list(done)
     while True:
         ready = [(d, w) for w, (d, n) in enumerate(zip(done, counts, strict=True)) if d < n]
@@ -140,6 +147,9 @@ def round_robin(counts: Sequence[int], done: Sequence[int]) -> Iterator[int]:
         _, worker = min(ready)
         done[worker] += 1
         yield worker
+
+
+round_robin = delivery_order  # the earlier name
 
 
 def block_start(length: int, position: int, layout: Layout) -> tuple[int, int]:
@@ -167,7 +177,7 @@ def block_rest(
 
     ``span``: the stream's positions of ``items``, delivered in ``order``. ``also``: rows
     after the first ``read`` that were delivered too (offsets from ``read`` in the order the
-    stream delivers its rows: a token budget's part of a group).
+    stream delivers its rows: a token budget's rows of a group).
     """
     layout = order.layout
     length = span[1] - span[0]

@@ -3,9 +3,9 @@ delivers in and before an epoch (ADR 0023).
 
 ``weights_schedule=[(0, [3, 1]), (50_000, [1, 1])]``: from step 50,000 (a batch of every rank,
 counted from epoch 0's first batch) the weights are 1:1. Steps count batches of the world size
-the schedule was first read with (`Iteration.steps_world`): a change is then at a number of
-*tiled units* of its epoch (`phases.Tiling.before`), the same on any later topology. Each
-phase's units are split among the sources by its weights (`mixture.quotas`), so what a source
+the schedule was first read with (`Pass.steps`): a change is then at a number of
+*tiled turns* of its epoch (`phases.Tiling.before`), the same on any later topology. Each
+phase's turns are split among the sources by its weights (`mixture.quotas`), so what a source
 delivers in an epoch, and before it, depends on the schedule and the epoch alone: each source
 goes on where it stopped, phase after phase, epoch after epoch.
 """
@@ -86,7 +86,7 @@ class Schedule:
         return [[s, list(w)] for s, w in zip(self.steps, self.weights, strict=True)]
 
 
-Split = Callable[[int, int], list[int]]  # (phase, units) -> each source's units
+Split = Callable[[int, int], list[int]]  # (phase, turns) -> each source's turns
 
 
 @dataclass(frozen=True)
@@ -94,8 +94,8 @@ class EpochPhases:
     """An epoch's phases under a schedule.
 
     Attributes:
-        bounds: tiled units of the epoch where each phase after its first begins.
-        counts: positions of each source in each phase (whole units).
+        bounds: tiled turns of the epoch where each phase after its first begins.
+        counts: positions of each source in each phase (whole turns).
         offsets: positions of each source's sequence delivered before the epoch.
     """
 
@@ -118,16 +118,17 @@ class EpochPhases:
         steps: int,
         before: Callable[[int], int],
         split: Split,
-        unit: int,
+        turn: int,
     ) -> EpochPhases:
         """Epoch ``epoch``'s phases.
 
         Args:
-            total: units an epoch.
+            total: turns an epoch (`interleave.Interleave`: positions given to one source at
+                once).
             steps: steps an epoch (at the schedule's world size).
-            before: tiled units before a step of an epoch (at that world size).
-            split: each source's units of a phase's units.
-            unit: positions a unit.
+            before: tiled turns before a step of an epoch (at that world size).
+            split: each source's turns of a phase's turns.
+            turn: positions a turn.
         """
 
         def phases(e: int) -> tuple[list[int], list[list[int]]]:
@@ -161,15 +162,15 @@ class EpochPhases:
         bounds, counts = phases(epoch)
         return cls(
             tuple(bounds),
-            tuple(tuple(unit * c for c in cs) for cs in counts),
-            tuple(int(unit * o) for o in offsets),
+            tuple(tuple(turn * c for c in cs) for cs in counts),
+            tuple(int(turn * o) for o in offsets),
         )
 
 
 def phase_split(schedule: Schedule, rows: Sequence[int], quotas: Any) -> Split:
-    """Each source's units of ``units`` units of a phase: ``quotas`` by the phase's weights."""
+    """Each source's turns of ``turns`` turns of a phase: ``quotas`` by the phase's weights."""
 
-    def split(phase: int, units: int) -> list[int]:
-        return list(quotas(rows, schedule.weights[phase], units))
+    def split(phase: int, turns: int) -> list[int]:
+        return list(quotas(rows, schedule.weights[phase], turns))
 
     return split

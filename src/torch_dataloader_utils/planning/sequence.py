@@ -58,7 +58,7 @@ class DocumentRest:
         order: the order the earlier leg's stream delivered its rows in.
         block: the block's index in that stream.
         read: rows of the block the earlier leg delivered.
-        first, last: the window of the rest this run holds.
+        first, last: the rows ``[first, last)`` of the rest this run holds.
         ranges: the block's positions, ``[start, stop)`` ranges in order (two where the block
             wraps past the end of the sequence, under ``remainder="pad"``).
     """
@@ -99,12 +99,12 @@ class Run:
             return self.rest.last - self.rest.first
         return self.stop - self.start if self.select is None else len(self.select)
 
-    def part(self, first: int, last: int) -> Run:
+    def sub(self, first: int, last: int) -> Run:
         """Rows ``[first, last)`` of the run (counted inside it)."""
         if self.rest is not None:
             at = self.rest.first
-            window = dataclasses.replace(self.rest, first=at + first, last=at + last)
-            return Run(self.start, self.stop, rest=window)
+            rest = dataclasses.replace(self.rest, first=at + first, last=at + last)
+            return Run(self.start, self.stop, rest=rest)
         if self.select is None:
             return Run(self.start + first, self.start + last)
         chosen = self.select[first:last]
@@ -124,6 +124,10 @@ class Run:
         if self.select is None:
             return np.asarray(self.start + offsets)
         return np.asarray(self.select[offsets])
+
+    def part(self, first: int, last: int) -> Run:
+        """The earlier name of `sub`."""
+        return self.sub(first, last)
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -171,7 +175,7 @@ def cut(items: Sequence[Item], start: int, stop: int) -> list[Run]:
         for run in _runs(items[i]):
             lo, hi = max(first, inner), min(first + take, inner + run.num_rows)
             if lo < hi:
-                out.append(run.part(lo - inner, hi - inner))
+                out.append(run.sub(lo - inner, hi - inner))
             inner += run.num_rows
         pos += take
     return out

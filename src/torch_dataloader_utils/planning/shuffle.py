@@ -121,7 +121,7 @@ def block_permutation(
     """The permutation of block ``block`` of ``stream`` in ``epoch``: a function of those alone.
 
     ``leg`` counts elastic resumes inside the epoch (the streams after one are new streams).
-    ``source``: in a mixture, the source whose part of the stream the block is.
+    ``source``: in a mixture, the source whose rows of the stream the block holds.
     """
     key = [seed, epoch, stream, block] if not leg else [seed, epoch, stream, block, leg]
     if source is not None:

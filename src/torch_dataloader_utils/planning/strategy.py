@@ -53,7 +53,7 @@ __all__ = [
 @dataclass(frozen=True, eq=False)
 class EpochRows:
     """The rows a pass over an epoch reads: the chunk order and, after elastic resumes, what
-    earlier legs left. Each part is computed when first asked for.
+    earlier legs left. Each is computed when first asked for.
 
     Attributes:
         chunk_rows: rows of each chunk, in plan order.

@@ -33,7 +33,7 @@ from .layout import Layout
 from .mixture import MixEpoch, Mixture
 from .phases import Labels
 from .plan import Plan
-from .resume import Iteration, consumed
+from .resume import Pass, consumed
 from .sequence import Run, sequence_length
 from .shuffle import BlockOrder
 from .strategy import EpochRows, strategy_of
@@ -47,23 +47,33 @@ class SourceRows:
     """The rows a stream reads of one source.
 
     Attributes:
-        source: the mixture's source number, which keys these rows' block permutations
+        index: the source's number in the mixture, which keys these rows' block permutations
             (``None``: a dataset of one source).
-        epoch_rows: the source's epoch (its chunk order; its layout cuts the blocks).
+        order: the source's epoch in order (its chunk order; its layout cuts the blocks).
         runs: the runs of the source's epoch sequence the stream reads, in order.
         length: rows in ``runs``.
         start: rows of ``runs`` delivered before the pass began (a resume starts there).
     """
 
-    source: int | None
-    epoch_rows: EpochRows
+    index: int | None
+    order: EpochRows
     runs: list[Run]
     length: int
     start: int
 
     def pieces(self) -> list[Piece]:
         """The pieces of chunks these rows are in a fresh pass, in order."""
-        return self.epoch_rows.pieces(self.runs)
+        return self.order.pieces(self.runs)
+
+    @property
+    def source(self) -> int | None:
+        """The earlier name of `index`."""
+        return self.index
+
+    @property
+    def epoch_rows(self) -> EpochRows:
+        """The earlier name of `order`."""
+        return self.order
 
 
 @dataclass(frozen=True, eq=False)
@@ -72,7 +82,7 @@ class Stream:
 
     Attributes:
         topology: the rank and worker that read it.
-        iteration: the pass.
+        pass_: the pass.
         layout: the current leg's layout (batch size, shuffle).
         sources: the rows it reads of each source (one for a dataset of one source).
         length: rows in the stream.
@@ -86,7 +96,7 @@ class Stream:
     """
 
     topology: Topology
-    iteration: Iteration
+    pass_: Pass
     layout: Layout
     sources: tuple[SourceRows, ...]
     length: int
@@ -97,6 +107,11 @@ class Stream:
     budget: BudgetPass | None = None
 
     @property
+    def iteration(self) -> Pass:
+        """The earlier name of `pass_`."""
+        return self.pass_
+
+    @property
     def start(self) -> int:
         """The stream row the pass starts at."""
         done = self.done if self.budget is None else self.budget.groups_done
@@ -104,14 +119,14 @@ class Stream:
 
     def order_of(self, rows: SourceRows) -> BlockOrder:
         """The order the stream delivers ``rows`` (one of its `sources`) in."""
-        iteration = self.iteration
+        pass_ = self.pass_
         return BlockOrder(
-            rows.epoch_rows.layout,
+            rows.order.layout,
             rows.length,
-            iteration.epoch,
+            pass_.epoch,
             self.topology.stream,
-            leg=len(iteration.legs),
-            source=rows.source,
+            leg=len(pass_.legs),
+            source=rows.index,
         )
 
 
@@ -128,7 +143,7 @@ class Streams(Protocol):
 
     @property
     def scheduled(self) -> bool:
-        """Whether a weights schedule changes the mix (counted in steps: `Iteration.steps`)."""
+        """Whether a weights schedule changes the mix (counted in steps: `Pass.steps`)."""
 
     @property
     def lengths(self) -> Lengths | None:
@@ -151,17 +166,15 @@ class Streams(Protocol):
             InvalidArgumentError: the streams are not one source's rows.
         """
 
-    def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
+    def rank_streams(self, pass_: Pass, rank: Topology) -> tuple[list[int], list[int]]:
         """Batches of each stream of ``rank`` (one per worker of its ``num_workers``) in
-        ``iteration``, and how many each delivered before it began."""
+        ``pass_``, and how many each delivered before it began."""
 
-    def resolve(
-        self, iteration: Iteration, topology: Topology, *, done: int | None = None
-    ) -> Stream:
-        """The stream ``topology`` reads in ``iteration``.
+    def resolve(self, pass_: Pass, topology: Topology, *, done: int | None = None) -> Stream:
+        """The stream ``topology`` reads in ``pass_``.
 
         ``done``: batches the stream already delivered (a worker's own saved state); by
-        default, its share of the batches its rank delivered (``iteration.batches``, in
+        default, its share of the batches its rank delivered (``pass_.batches``, in
         DataLoader order).
         """
 
@@ -174,8 +187,8 @@ class Streams(Protocol):
         """
 
 
-def _done(counts: list[int], iteration: Iteration, worker: int, done: int | None) -> int:
-    return consumed(counts, iteration.batches)[worker] if done is None else done
+def _done(counts: list[int], pass_: Pass, worker: int, done: int | None) -> int:
+    return consumed(counts, pass_.batches)[worker] if done is None else done
 
 
 @dataclass(frozen=True, eq=False)
@@ -207,7 +220,7 @@ class OneSource:
 
     @property
     def skips_carried(self) -> bool:
-        return not self.layout.unit
+        return not self.layout.seq_tokens
 
     def with_layout(self, layout: Layout) -> OneSource:
         return self if layout == self.layout else dataclasses.replace(self, layout=layout)
@@ -215,31 +228,29 @@ class OneSource:
     def budgeted(self, lengths: Lengths, column: str, truncate: bool) -> Budgeted:
         return Budgeted(dataclasses.replace(self, lengths=lengths), column, truncate)
 
-    def rows(self, iteration: Iteration) -> EpochRows:
-        """The epoch's rows as ``iteration`` reads them."""
+    def rows(self, pass_: Pass) -> EpochRows:
+        """The epoch's rows as ``pass_`` reads them."""
         if self.lengths is not None:
-            rows = (self.chunk_rows, iteration.epoch, iteration.legs, self.layout)
+            rows = (self.chunk_rows, pass_.epoch, pass_.legs, self.layout)
             return BudgetRows(*rows, self.lengths)
-        return EpochRows(self.chunk_rows, iteration.epoch, iteration.legs, self.layout)
+        return EpochRows(self.chunk_rows, pass_.epoch, pass_.legs, self.layout)
 
-    def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
-        rows = strategy_of(self.layout.strategy).stream_rows(self.rows(iteration), rank)
+    def rank_streams(self, pass_: Pass, rank: Topology) -> tuple[list[int], list[int]]:
+        rows = strategy_of(self.layout.strategy).stream_rows(self.rows(pass_), rank)
         counts = [self.layout.batches(n) for n in rows]
-        return counts, consumed(counts, iteration.batches)
+        return counts, consumed(counts, pass_.batches)
 
-    def resolve(
-        self, iteration: Iteration, topology: Topology, *, done: int | None = None
-    ) -> Stream:
-        epoch = self.rows(iteration)
+    def resolve(self, pass_: Pass, topology: Topology, *, done: int | None = None) -> Stream:
+        epoch = self.rows(pass_)
         strategy = strategy_of(self.layout.strategy)
         counts = [self.layout.batches(n) for n in strategy.stream_rows(epoch, topology)]
-        done = _done(counts, iteration, topology.worker, done)
+        done = _done(counts, pass_, topology.worker, done)
         runs = strategy.runs(epoch, topology)
         length = sequence_length(runs)
         start = min(done * self.layout.batch_size, length)
         return Stream(
             topology=topology,
-            iteration=iteration,
+            pass_=pass_,
             layout=self.layout,
             sources=(SourceRows(None, epoch, runs, length, start),),
             length=length,
@@ -274,7 +285,7 @@ class Mixed:
 
     @property
     def skips_carried(self) -> bool:
-        return not self.layout.unit
+        return not self.layout.seq_tokens
 
     def with_layout(self, layout: Layout) -> Mixed:
         return self if layout == self.layout else dataclasses.replace(self, layout=layout)
@@ -282,30 +293,26 @@ class Mixed:
     def budgeted(self, lengths: Lengths, column: str, truncate: bool) -> Budgeted:
         raise InvalidArgumentError("token budgets batch one source's rows, not a mixture's")
 
-    def _spans(
-        self, iteration: Iteration, rank: Topology
-    ) -> tuple[MixEpoch, list[tuple[int, int]]]:
-        world_size, batch_size = iteration.steps
+    def _spans(self, pass_: Pass, rank: Topology) -> tuple[MixEpoch, list[tuple[int, int]]]:
+        world_size, batch_size = pass_.steps
         mix = self.mixture.epoch(
             self.layout,
-            iteration.epoch,
-            iteration.legs,
+            pass_.epoch,
+            pass_.legs,
             readers=(rank.world_size, rank.num_workers),
             steps=(world_size or rank.world_size, batch_size),
         )
         return mix, self.mixture.spans(mix, rank)
 
-    def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
-        _, spans = self._spans(iteration, rank)
+    def rank_streams(self, pass_: Pass, rank: Topology) -> tuple[list[int], list[int]]:
+        _, spans = self._spans(pass_, rank)
         counts = [self.layout.batches(b - a) for a, b in spans]
-        return counts, consumed(counts, iteration.batches)
+        return counts, consumed(counts, pass_.batches)
 
-    def resolve(
-        self, iteration: Iteration, topology: Topology, *, done: int | None = None
-    ) -> Stream:
-        mix, spans = self._spans(iteration, topology)
+    def resolve(self, pass_: Pass, topology: Topology, *, done: int | None = None) -> Stream:
+        mix, spans = self._spans(pass_, topology)
         counts = [self.layout.batches(b - a) for a, b in spans]
-        done = _done(counts, iteration, topology.worker, done)
+        done = _done(counts, pass_, topology.worker, done)
         lo, hi = spans[topology.worker]
         begin = lo + min(done * self.layout.batch_size, hi - lo)
         # A stream's rows of each source are a contiguous range of its epoch; a resumed pass
@@ -317,7 +324,7 @@ class Mixed:
         )
         return Stream(
             topology=topology,
-            iteration=iteration,
+            pass_=pass_,
             layout=self.layout,
             sources=sources,
             length=hi - lo,
@@ -328,9 +335,9 @@ class Mixed:
         )
 
     def rank_batches(self, rank: Topology, epoch: int = 0) -> int:
-        unit = max(1, self.layout.unit)  # (a packed mixture's spans are whole sequences)
-        layout = dataclasses.replace(self.layout, batch_size=self.layout.batch_size // unit)
-        return strategy_of("equal").rank_batches(self.epoch_rows // unit, rank, layout)
+        turn = max(1, self.layout.seq_tokens)  # (a packed mixture's spans are whole sequences)
+        layout = dataclasses.replace(self.layout, batch_size=self.layout.batch_size // turn)
+        return strategy_of("equal").rank_batches(self.epoch_rows // turn, rank, layout)
 
 
 @dataclass(frozen=True, eq=False)
@@ -383,46 +390,42 @@ class Budgeted:
     def budgeted(self, lengths: Lengths, column: str, truncate: bool) -> Budgeted:
         raise InvalidArgumentError("these streams are read in token-budget batches already")
 
-    def _table(
-        self, iteration: Iteration, rank: Topology, worker: int | None = None
-    ) -> list[np.ndarray]:
+    def _table(self, pass_: Pass, rank: Topology, worker: int | None = None) -> list[np.ndarray]:
         """Each worker's groups' batch counts (``worker``: only its own; the others empty)."""
-        key = (iteration.epoch, iteration.legs, rank.world_size, rank.num_workers, worker)
+        key = (pass_.epoch, pass_.legs, rank.world_size, rank.num_workers, worker)
         table = self._tables.get(key)
         if table is None:
             self._tables.clear()
-            table = self._tables[key] = self._count(iteration, rank, worker)
+            table = self._tables[key] = self._count(pass_, rank, worker)
         return table
 
-    def _count(self, iteration: Iteration, rank: Topology, worker: int | None) -> list[np.ndarray]:
-        epoch = self.streams.rows(iteration)
+    def _count(self, pass_: Pass, rank: Topology, worker: int | None) -> list[np.ndarray]:
+        epoch = self.streams.rows(pass_)
         return group_table(
             epoch.sequence,
             self.lengths.in_order(epoch.order),
             self.layout,
             world_size=rank.world_size,
             num_workers=rank.num_workers,
-            epoch=iteration.epoch,
-            leg=len(iteration.legs),
+            epoch=pass_.epoch,
+            leg=len(pass_.legs),
             max_tokens=self.lengths.max_tokens,
             workers=None if worker is None else [worker],
         )
 
-    def rank_streams(self, iteration: Iteration, rank: Topology) -> tuple[list[int], list[int]]:
-        counts = [int(t.sum()) for t in self._table(iteration, rank)]
-        return counts, consumed(counts, iteration.batches)
+    def rank_streams(self, pass_: Pass, rank: Topology) -> tuple[list[int], list[int]]:
+        counts = [int(t.sum()) for t in self._table(pass_, rank)]
+        return counts, consumed(counts, pass_.batches)
 
-    def resolve(
-        self, iteration: Iteration, topology: Topology, *, done: int | None = None
-    ) -> Stream:
-        if done is None and not iteration.batches:
+    def resolve(self, pass_: Pass, topology: Topology, *, done: int | None = None) -> Stream:
+        if done is None and not pass_.batches:
             done = 0  # a fresh pass: this worker's own counts are all it needs
         own = done is not None
-        table = self._table(iteration, topology, topology.worker if own else None)
+        table = self._table(pass_, topology, topology.worker if own else None)
         counts = [int(t.sum()) for t in table]
         mine = table[topology.worker]
         if done is None:
-            done = consumed(counts, iteration.batches)[topology.worker]
+            done = consumed(counts, pass_.batches)[topology.worker]
         groups, skip = split_done(mine, done)
         budget = BudgetPass(
             tuple(int(c) for c in mine[groups:]),
@@ -433,9 +436,9 @@ class Budgeted:
             self.truncate,
         )
         # The inner stream from the group it stopped in, counted in budget batches.
-        inner = self.streams.resolve(iteration, topology, done=groups)
+        inner = self.streams.resolve(pass_, topology, done=groups)
         return dataclasses.replace(inner, batches=counts[topology.worker], done=done, budget=budget)
 
     def rank_batches(self, rank: Topology, epoch: int = 0) -> int:
-        table = self._table(Iteration(epoch), rank)
+        table = self._table(Pass(epoch), rank)
         return int(sum(t.sum() for t in table))

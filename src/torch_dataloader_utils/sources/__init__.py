@@ -9,8 +9,9 @@ Everything here reads storage (the pure model it builds is in `planning`):
   decoded size of a row);
 - `counting`: the rows, tokens and lengths of each chunk, read;
 - `filters`: a row filter's validity and the columns it reads;
-- `kept`: plans kept in ``cache_dir`` between runs;
-- `broadcast`: steps on rank 0 sent to every rank, and work shared by the ranks (`Spread`).
-
-Tables are planned into the same `Planned` (`table_planning`, over `tables`' kinds).
+- `kept`: plans kept in ``cache_dir`` for a restart;
+- `broadcast`: steps on rank 0 sent to every rank, and work shared by the ranks (`Spread`);
+- `table_planning`: a table planned into the same `Planned`, the same way for every kind, from
+  its kind's answers (`tables`: what planning asks of a table; `table_kinds`: the kinds by
+  name; `table_deletes`: the arithmetic of deleted rows).
 """

@@ -40,7 +40,8 @@ U = TypeVar("U")
 
 # Seconds the other ranks wait for rank 0 to plan, from this environment variable.
 PLAN_TIMEOUT_ENV = "TDU_PLAN_TIMEOUT"
-# Six hours: a million files on object storage at 100 ms a request plan in about two. The wait
+# Six hours: three times what a million files on object storage take to plan
+# (docs/adr/0020-measurements-behind-constants.md#planning-time). The wait
 # only matters when rank 0 is stuck without dying (a dead rank 0 ends the job under torchrun,
 # and its store's connections when it hosts the store).
 _DEFAULT_TIMEOUT = 6 * 3600.0
@@ -161,7 +162,7 @@ class Spread:
         return _from_rank0(make, self._store, self._timeout)
 
     def share(self, items: Sequence[T], work: Callable[[Sequence[T]], list[U]]) -> Gathered:
-        """``work`` of each rank's share of ``items`` (a contiguous part, by rank), gathered on
+        """``work`` of each rank's share of ``items`` (a contiguous range, by rank), gathered on
         rank 0 (the others get nothing back). A rank that fails sends its error instead; rank
         0 raises it with `Gathered.values`, inside its next `from_rank0`, so every rank learns.
 

@@ -2,7 +2,7 @@
 and lengths counted by reading, the decoded size of a row measured.
 
 Everything here reads storage; `steps` says on which ranks (rank 0, or each a share of the
-chunks). The source was prepared before (`prepare`); the pure part of planning lives in
+chunks). The source was prepared before (`prepare`); the pure steps of planning live in
 `planning/`.
 """
 

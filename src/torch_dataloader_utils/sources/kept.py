@@ -1,7 +1,7 @@
-"""Plans kept between runs in ``cache_dir`` (rank 0's): a restart plans from them.
+"""Plans kept in ``cache_dir`` (rank 0's) for a restart to plan from.
 
 A source's planning options and this library's version key a file of its own
-(``<cache_dir>/tdu-plans-v1/<key>.pickle``). It holds the plan of the last run's listing;
+(``<cache_dir>/tdu-plans-v1/<key>.pickle``). It holds the plan of the last listing planned;
 beside it (``.facts``), for a format planned file by file (`Format.per_file`), each file's
 facts by its identity (size and version: ETag, generation or mtime), read only when the
 listing changed. A restart whose listing is unchanged takes the plan
@@ -24,7 +24,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from ..fs import SourceFile
+from ..fs import ListedFile
 
 __all__ = ["KEPT_FOLDER", "Kept", "KeptPlans", "facts_of", "kept_plans", "listing_digest"]
 
@@ -59,7 +59,7 @@ def kept_plans(directory: str, *, clear: bool = False) -> int:
     return len(names)
 
 
-def listing_digest(files: Sequence[SourceFile]) -> str:
+def listing_digest(files: Sequence[ListedFile]) -> str:
     """A digest of a listing: every file's path, size and version, in order."""
     digest = hashlib.sha256()
     for f in files:
@@ -69,7 +69,7 @@ def listing_digest(files: Sequence[SourceFile]) -> str:
 
 @dataclass
 class Kept:
-    """What a run left of a source's planning.
+    """What planning a source left for a restart.
 
     Attributes:
         listing: the listing's digest (`listing_digest`).
@@ -83,7 +83,7 @@ class Kept:
     facts: dict[str, tuple[int, str, Any]] = field(default_factory=dict)
 
 
-def facts_of(kept: dict[str, tuple[int, str, Any]], files: Sequence[SourceFile]) -> dict[str, Any]:
+def facts_of(kept: dict[str, tuple[int, str, Any]], files: Sequence[ListedFile]) -> dict[str, Any]:
     """The ``kept`` facts of those of ``files`` whose identity is unchanged."""
     out = {}
     for f in files:
@@ -116,13 +116,13 @@ class KeptPlans:
         return os.path.join(self.directory, KEPT_FOLDER, f"{self.key}.pickle")
 
     def load(self) -> Kept | None:
-        """The last run's plan, if any (and readable); its facts are read by `facts`."""
+        """The plan kept last, if any (and readable); its facts are read by `facts`."""
         kept = self._read(self.path)
         return kept if isinstance(kept, Kept) else None
 
     def facts(self, listing: str) -> dict[str, tuple[int, str, Any]]:
-        """The last run's facts of each file (none where unreadable, or of another listing
-        than the plan's: a run that stopped between the two writes)."""
+        """The facts of each file kept last (none where unreadable, or of another listing than
+        the plan's: a process that stopped between the two writes)."""
         got = self._read(self.path + ".facts")
         if isinstance(got, tuple) and len(got) == 2 and got[0] == listing:
             return dict(got[1])
@@ -151,7 +151,7 @@ class KeptPlans:
             with open(tmp, "wb") as file:
                 pickle.dump(value, file, protocol=pickle.HIGHEST_PROTOCOL)
             os.replace(tmp, path)
-        except OSError as exc:  # a full or read-only disk: the next run plans from scratch
+        except OSError as exc:  # a full or read-only disk: a restart plans from scratch
             logger.warning("cannot keep the plan in %s: %s", path, exc)
             with contextlib.suppress(OSError):
                 os.unlink(tmp)

@@ -20,7 +20,7 @@ from ..errors import (
 )
 from ..formats import Format, Listing, ReadOptions
 from ..formats.schemas import check_readable
-from ..fs import FileSystemSpec, Paths, SourceFile, hive_partitions, list_files
+from ..fs import FileSystemSpec, ListedFile, Paths, hive_partitions, list_files
 from .filters import filter_columns
 
 __all__ = ["Prepared", "check_tokens", "list_source", "prepare_source"]
@@ -63,7 +63,7 @@ class Prepared:
         return self.filters is not None or bool(counting["tokens"] or counting["lengths"])
 
 
-def list_source(path: Paths, fmt: Format, fs: FileSystemSpec) -> list[SourceFile]:
+def list_source(path: Paths, fmt: Format, fs: FileSystemSpec) -> list[ListedFile]:
     """``path``'s files of ``fmt`` (its companions left out), in canonical order.
 
     Raises:
@@ -77,7 +77,7 @@ def list_source(path: Paths, fmt: Format, fs: FileSystemSpec) -> list[SourceFile
 
 def prepare_source(
     path: Paths,
-    files: list[SourceFile],
+    files: list[ListedFile],
     fmt: Format,
     fs: FileSystemSpec,
     *,
@@ -160,7 +160,7 @@ def _filter_columns(
     *,
     filters: Any,
     available: pa.Schema,
-    files: Sequence[SourceFile],
+    files: Sequence[ListedFile],
     partition_schema: pa.Schema,
 ) -> tuple[str, ...]:
     """The columns ``filters`` reads, checked against the first file (and, where it lacks

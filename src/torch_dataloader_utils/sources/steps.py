@@ -1,6 +1,6 @@
-"""Planning a source of files in steps: over the ranks, and from what an earlier run kept.
+"""Planning a source of files in steps: over the ranks, and from what was kept for a restart.
 
-1. Rank 0 lists the files. If the plan kept from the last run (`kept.KeptPlans`) was made
+1. Rank 0 lists the files. If the plan kept before the restart (`kept.KeptPlans`) was made
    from the same listing, it is the plan: nothing else is read. Otherwise rank 0 reads one
    file's schema and works out the read options (`prepare.prepare_source`).
 2. Every rank reads the facts (footers) of its share of the files whose facts were not kept
@@ -9,7 +9,7 @@
 3. Rank 0 assembles the format's plan from the facts. What the options count by reading (a
    filter's rows, tokens, lengths) every rank counts a share of under a process group of
    several ranks, else rank 0 (`files.count_chunks`). Rank 0 finishes the plan
-   (`files.finish_source`), keeps it for the next run, and every rank receives it.
+   (`files.finish_source`), keeps it for a restart, and every rank receives it.
 
 Without a process group of several ranks each step runs here, in order. Each step is a method
 of `_Steps`, from values to values; `plan_files` says where each runs.
@@ -25,7 +25,7 @@ from typing import Any
 
 from ..cache import ReadCache
 from ..formats import Format, FormatPlan
-from ..fs import FileSystemSpec, Paths, SourceFile
+from ..fs import FileSystemSpec, ListedFile, Paths
 from .broadcast import Gathered, Spread
 from .files import Counts, Planned, count_chunks, finish_source
 from .kept import Kept, KeptPlans, facts_of, listing_digest
@@ -59,7 +59,7 @@ def plan_files(
     """``path``'s plan, on every rank (see the module docstring); ``options``: those of
     `prepare.prepare_source`. Call it on every rank of ``spread`` in the same order.
 
-    ``kept``: where the plans of this source and options are kept between runs. ``cache``: the
+    ``kept``: where the plans of this source and options are kept for a restart. ``cache``: the
     node-local cache planning reads through, so a second plan of the same files reads their
     footers, indexes and scans from it.
 
@@ -71,7 +71,7 @@ def plan_files(
     """
     steps = _Steps(path, fmt, fs, kept, cache)
     begun = spread.from_rank0(partial(steps.begin, options))
-    if isinstance(begun, Planned):  # (kept from the last run)
+    if isinstance(begun, Planned):  # (kept before the restart)
         return begun
     prepared = begun.prepared
     gathered = spread.share(begun.missing, partial(steps.read, prepared)) if fmt.per_file else None
@@ -87,8 +87,8 @@ def plan_files(
 @dataclass
 class _Steps:
     """The steps of planning one source. Rank 0 also holds what only it needs from one step to
-    the next (never sent to the other ranks): the facts kept from the last run that are still
-    good (``known``), and every file's facts, to keep for the next run (``facts``)."""
+    the next (never sent to the other ranks): the facts kept before the restart that are still
+    good (``known``), and every file's facts, to keep for a restart (``facts``)."""
 
     path: Paths
     fmt: Format
@@ -115,7 +115,7 @@ class _Steps:
         missing = tuple(i for i, f in enumerate(files) if f.path not in self.known)
         if self.known:
             logger.info(
-                "%s: %d files' facts kept from the last run, %d to read",
+                "%s: %d files' facts kept before the restart, %d to read",
                 self.path,
                 len(self.known),
                 len(missing),
@@ -154,7 +154,7 @@ class _Steps:
         counts: Gathered | None,
     ) -> Planned:
         """Step 3 (rank 0): the source's plan from the format's (``planned``, else assembled
-        now) and the ranks' ``counts`` (else counted now), kept for the next run."""
+        now) and the ranks' ``counts`` (else counted now), kept for a restart."""
         prepared = begun.prepared
         done = planned if planned is not None else self.assemble(prepared, gathered)
         here = self._through(prepared.listing.files)
@@ -167,7 +167,7 @@ class _Steps:
             self.kept.save(Kept(begun.listing, result, by_path))
         return result
 
-    def _through(self, files: Sequence[SourceFile]) -> FileSystemSpec:
+    def _through(self, files: Sequence[ListedFile]) -> FileSystemSpec:
         """The filesystem reading ``files`` through the node-local cache when there is one (the
         listing just told each identity: nothing to check)."""
         if self.cache is None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from ..errors import StateMismatchError
-from ..planning import Iteration, Layout, Leg, Plan
+from ..planning import Iteration, Layout, Leg, Pass, Plan
 from . import keys as k
 
 __all__ = [
@@ -22,6 +22,8 @@ __all__ = [
     "STATE_VERSION",
     "STREAM_STATE_KIND",
     "Iteration",
+    "Pass",
+    "decode_layout",
     "decode_state",
     "decode_stream_state",
     "encode_state",
@@ -57,10 +59,23 @@ def _plan_facts(plan: Plan) -> dict[str, Any]:
     return facts
 
 
-def _layout(data: Any, where: str) -> Layout:
-    fields = {f.name for f in dataclasses.fields(Layout)}
-    optional = {f.name for f in dataclasses.fields(Layout) if f.default is not dataclasses.MISSING}
-    return Layout(**k.checked(data, fields - optional, where, optional))
+def decode_layout(data: Any, where: str) -> Layout:
+    """The `Layout` a state holds (``where``: what it is, for the refusal), some fields under
+    their saved keys (`keys.LAYOUT_SAVED_AS`).
+
+    Raises:
+        StateMismatchError: a key is missing or unknown.
+    """
+    saved = {k.LAYOUT_SAVED_AS.get(f.name, f.name): f for f in dataclasses.fields(Layout)}
+    optional = {key for key, f in saved.items() if f.default is not dataclasses.MISSING}
+    values = k.checked(data, set(saved) - optional, where, optional)
+    return Layout(**{saved[key].name: value for key, value in values.items()})
+
+
+def _layout_state(layout: Layout) -> dict[str, Any]:
+    """``layout`` as a state holds it (`keys.LAYOUT_SAVED_AS`)."""
+    values = dataclasses.asdict(layout)
+    return {k.LAYOUT_SAVED_AS.get(name, name): value for name, value in values.items()}
 
 
 def _leg(data: Any) -> Leg:
@@ -68,7 +83,7 @@ def _leg(data: Any) -> Leg:
     return Leg(
         world_size=int(leg[k.WORLD_SIZE]),
         num_workers=int(leg[k.NUM_WORKERS]),
-        layout=_layout(leg[k.LAYOUT], "a leg's layout"),
+        layout=decode_layout(leg[k.LAYOUT], "a leg's layout"),
         batches=int(leg[k.BATCHES]),
         skips=tuple((int(a), int(b)) for a, b in leg.get(k.SKIPS, ())),
     )
@@ -76,14 +91,14 @@ def _leg(data: Any) -> Leg:
 
 def encode_state(
     plan: Plan,
-    iteration: Iteration,
+    pass_: Pass,
     *,
     world_size: int,
     num_workers: int,
     layout: Layout,
     complete: bool,
 ) -> dict[str, Any]:
-    """The state of ``iteration`` as plain Python values (for ``torch.save``, JSON, ...).
+    """The state of ``pass_`` as plain Python values (for ``torch.save``, JSON, ...).
 
     It is the same on every rank (ranks deliver equal batch counts), so any rank's copy resumes
     them all, and ranks that save to one path (as accelerate's ``save_state`` does) write the
@@ -92,25 +107,25 @@ def encode_state(
     state = {
         k.KIND: _KIND,
         k.VERSION: STATE_VERSION,
-        k.EPOCH: iteration.epoch,
-        k.BATCHES: iteration.batches,
+        k.EPOCH: pass_.epoch,
+        k.BATCHES: pass_.batches,
         k.COMPLETE: complete,
         k.TOPOLOGY: {k.WORLD_SIZE: world_size, k.NUM_WORKERS: num_workers},
-        k.LAYOUT: dataclasses.asdict(layout),
+        k.LAYOUT: _layout_state(layout),
         k.LEGS: [
             {
                 k.WORLD_SIZE: leg.world_size,
                 k.NUM_WORKERS: leg.num_workers,
-                k.LAYOUT: dataclasses.asdict(leg.layout),
+                k.LAYOUT: _layout_state(leg.layout),
                 k.BATCHES: leg.batches,
                 **({k.SKIPS: [list(r) for r in leg.skips]} if leg.skips else {}),
             }
-            for leg in iteration.legs
+            for leg in pass_.legs
         ],
         k.PLAN: _plan_facts(plan),
     }
-    if iteration.steps != (0, 0):
-        state[k.STEPS] = list(iteration.steps)
+    if pass_.steps != (0, 0):
+        state[k.STEPS] = list(pass_.steps)
     return state
 
 
@@ -190,7 +205,7 @@ def decode_state(
     num_workers: int,
     layout: Layout,
     allow_changed_data: bool = False,
-) -> Iteration:
+) -> Pass:
     """The pass that resumes ``state`` on this topology.
 
     The same world size, workers per rank and layout continue the same streams; anything
@@ -227,7 +242,7 @@ def _decode(
     num_workers: int,
     layout: Layout,
     allow_changed_data: bool,
-) -> Iteration:
+) -> Pass:
     if not isinstance(state, dict) or state.get(k.KIND) != _KIND:
         raise StateMismatchError(
             "not a torch_dataloader_utils loader state (expected the dict that "
@@ -250,7 +265,7 @@ def _decode(
     saved = Leg(
         world_size=int(topology[k.WORLD_SIZE]),
         num_workers=int(topology[k.NUM_WORKERS]),
-        layout=_layout(state[k.LAYOUT], "layout"),
+        layout=decode_layout(state[k.LAYOUT], "layout"),
         batches=int(state[k.BATCHES]),
     )
     epoch = int(state[k.EPOCH])
@@ -258,7 +273,7 @@ def _decode(
     # A complete epoch resumes at its end (its pass yields nothing): set_epoch(epoch) in a
     # training loop's first turn must not read it again, set_epoch(epoch + 1) goes on.
     if (saved.world_size, saved.num_workers, saved.layout) == (world_size, num_workers, layout):
-        return Iteration(epoch, legs, saved.batches, steps=steps)
+        return Pass(epoch, legs, saved.batches, steps=steps)
     # A topology that delivered nothing is no leg: it consumed no rows.
     legs = (*legs, saved) if saved.batches else legs
     for leg in (*legs, Leg(world_size, num_workers, layout, 0)) if legs else ():
@@ -268,11 +283,11 @@ def _decode(
                 f"options (saved: {saved.world_size} ranks x {saved.num_workers} workers, "
                 f"{saved.layout}; now: {world_size} x {num_workers}, {layout})"
             )
-    return Iteration(epoch, legs, 0, steps=steps)
+    return Pass(epoch, legs, 0, steps=steps)
 
 
 def _steps(state: dict[str, Any]) -> tuple[int, int]:
-    """The ``(world_size, batch_size)`` a weights schedule counts steps in (`Iteration`)."""
+    """The ``(world_size, batch_size)`` a weights schedule counts steps in (`Pass`)."""
     steps = state.get(k.STEPS, (0, 0))
     if (
         not isinstance(steps, list | tuple)
@@ -285,7 +300,7 @@ def _steps(state: dict[str, Any]) -> tuple[int, int]:
 
 def encode_stream_state(
     plan: Plan,
-    iteration: Iteration,
+    pass_: Pass,
     *,
     world_size: int,
     num_workers: int,
@@ -302,7 +317,7 @@ def encode_stream_state(
     """
     state = encode_state(
         plan,
-        iteration,
+        pass_,
         world_size=world_size,
         num_workers=num_workers,
         layout=layout,
@@ -320,7 +335,7 @@ def decode_stream_state(
     num_workers: int,
     worker: int,
     layout: Layout,
-) -> tuple[Iteration, int]:
+) -> tuple[Pass, int]:
     """The pass a worker's stream state resumes, and the batches its stream already delivered.
 
     Raises:
@@ -352,12 +367,12 @@ def decode_stream_state(
             "resumes its own stream"
         )
     as_loader_state = {**state, k.KIND: _KIND}
-    iteration = decode_state(
+    pass_ = decode_state(
         as_loader_state, plan, world_size=world_size, num_workers=num_workers, layout=layout
     )
-    if iteration.batches != int(state[k.BATCHES]):
+    if pass_.batches != int(state[k.BATCHES]):
         raise StateMismatchError(
             "this worker state was saved with other options (batch size, shuffle, seed, "
             "drop_last or remainder): a worker's state resumes only the same stream"
         )
-    return iteration, batches
+    return pass_, batches

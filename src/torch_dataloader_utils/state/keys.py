@@ -19,6 +19,7 @@ __all__ = [
     "EPOCH",
     "KIND",
     "LAYOUT",
+    "LAYOUT_SAVED_AS",
     "LEGS",
     "LEG_KEYS",
     "LOADER_KEYS",
@@ -47,6 +48,9 @@ BATCHES = "batches"  # batches this rank delivered in the current leg
 COMPLETE = "complete"  # the epoch was delivered whole
 TOPOLOGY = "topology"
 LAYOUT = "layout"
+# Layout fields a state holds under another key: renamed in Python after states were saved
+# with the earlier name, which states keep (so both old and new states resume).
+LAYOUT_SAVED_AS = {"seq_tokens": "unit"}
 LEGS = "legs"  # earlier legs of this epoch (elastic resumes)
 PLAN = "plan"  # facts of the plan it was saved for
 READ_FAILURES = "read_failures"  # reads skipped under on_error="skip" (the loader's)

@@ -24,9 +24,10 @@ from torch.utils.data import get_worker_info
 from ..cache import CacheStats
 from ..errors import InvalidArgumentError, TorchDataloaderUtilsWarning
 from ..errors.on_error import FailureLog
-from ..planning import Iteration, Layout, Leg, Plan, Ranks, Topology
+from ..planning import Layout, Leg, Pass, Plan, Ranks, Topology
 from ..planning.streams import Streams
 from .codec import (
+    decode_layout,
     decode_state,
     decode_stream_state,
     encode_state,
@@ -57,28 +58,28 @@ class Passes:
         self.ranks = ranks
         # Shared with this rank's DataLoader workers (persistent ones too).
         self.control = PassControl()
-        self.pending: Iteration | None = None  # a loaded state, for the next pass
+        self.pending: Pass | None = None  # a loaded state, for the next pass
         self.pending_complete = False  # ... whose epoch was complete
         self.progress: Progress | None = None  # the rank's pass a loader is reading
-        self._begun: Iteration | None = None  # the pass the main process began last
-        self._claimed = True  # ... and whether this process's own iteration took it
+        self._begun: Pass | None = None  # the pass the main process began last
+        self._claimed = True  # ... and whether this process's own __iter__ took it
         self._stream_resume: dict[str, Any] | None = None  # a worker's loaded stream state
         self.num_workers = 1  # the workers of the loader reading these passes (its len())
         # Batches not to deliver, by epoch: ranges of the rank's batch numbers (`skip`).
         self.skips: dict[int, list[tuple[int, int]]] = {}
-        self.steps = (0, 0)  # a loaded state's `Iteration.steps`
+        self.steps = (0, 0)  # a loaded state's `Pass.steps`
         # The legs of the epochs this process read after an elastic resume (`numbered`).
         self._legs: dict[int, tuple[Leg, ...]] = {}
 
-    def iteration(
+    def new_pass(
         self, epoch: int, legs: tuple[Leg, ...] = (), batches: int = 0, generation: int = 0
-    ) -> Iteration:
+    ) -> Pass:
         """A pass over ``epoch``, with the steps a weights schedule counts: a loaded state's,
-        else this run's own (world size and batch size)."""
+        else this loader's own (world size and batch size)."""
         steps = self.steps
         if steps == (0, 0) and self.streams.scheduled:
             steps = (self.ranks.resolve()[1], self.layout.batch_size)
-        return Iteration(epoch, legs, batches, generation, steps)
+        return Pass(epoch, legs, batches, generation, steps)
 
     @property
     def layout(self) -> Layout:
@@ -116,30 +117,30 @@ class Passes:
         and how many each already delivered (a resume). Workers receive the pass with the
         dataset and apply it to this pass only.
         """
-        iteration = self._begin(for_workers=True)
+        pass_ = self._begin(for_workers=True)
         rank, world_size = self.ranks.resolve()
         topology = Topology(rank, world_size, 0, max(1, num_workers))
-        counts, done = self.streams.rank_streams(iteration, topology)
-        progress = Progress(iteration, iteration.batches, sum(counts), Topology(rank, world_size))
+        counts, done = self.streams.rank_streams(pass_, topology)
+        progress = Progress(pass_, pass_.batches, sum(counts), Topology(rank, world_size))
         self.progress = progress
         return progress, counts, done
 
-    def _begin(self, *, for_workers: bool) -> Iteration:
+    def _begin(self, *, for_workers: bool) -> Pass:
         epoch, generation = self.control.begin(for_workers=for_workers)
         pending, self.pending = self.pending, None
         if pending is not None and pending.epoch == epoch:
-            iteration = dataclasses.replace(pending, generation=generation)
+            pass_ = dataclasses.replace(pending, generation=generation)
             if self.pending_complete:
                 self.control.delivered()  # a complete epoch: the pass after it reads the next
         else:
-            iteration = self.iteration(epoch, generation=generation)
-        self._begun, self._claimed = iteration, not for_workers
+            pass_ = self.new_pass(epoch, generation=generation)
+        self._begun, self._claimed = pass_, not for_workers
         self._legs.pop(epoch, None)
-        if iteration.legs:
-            self._legs[epoch] = iteration.legs
-        return iteration
+        if pass_.legs:
+            self._legs[epoch] = pass_.legs
+        return pass_
 
-    def this_pass(self, topology: Topology) -> tuple[Iteration, int | None]:
+    def this_pass(self, topology: Topology) -> tuple[Pass, int | None]:
         """The pass this process reads, and the batches its stream already delivered (None:
         as the pass's rank-level position says)."""
         if get_worker_info() is None:
@@ -149,7 +150,7 @@ class Passes:
             return self._begin(for_workers=False), None
         loaded, self._stream_resume = self._stream_resume, None
         if loaded is not None:  # a StatefulDataLoader gave this worker its saved state
-            iteration, done = decode_stream_state(
+            pass_, done = decode_stream_state(
                 loaded,
                 self.plan,
                 world_size=topology.world_size,
@@ -157,28 +158,28 @@ class Passes:
                 worker=topology.worker,
                 layout=self.layout,
             )
-            self.control.begin_worker(topology.worker, iteration.epoch)
-            return iteration, done
+            self.control.begin_worker(topology.worker, pass_.epoch)
+            return pass_, done
         epoch = self.control.begin_worker(topology.worker)
         generation = self.control.generation
         if epoch is not None:  # a pass no main process began (a plain DataLoader's)
-            return self.iteration(epoch, generation=generation), None
+            return self.new_pass(epoch, generation=generation), None
         mine = self._begun  # this copy of the pass the main process began, if it is this one
         if mine is not None and mine.generation == generation:
             return mine, None
-        return self.iteration(self.epoch, generation=generation), None
+        return self.new_pass(self.epoch, generation=generation), None
 
     # --- the batches of an epoch, numbered ------------------------------------------------------
 
-    def numbered(self, epoch: int) -> Iteration:
+    def numbered(self, epoch: int) -> Pass:
         """The pass over ``epoch`` whose batches `rows_at` and `skip` number, from the epoch's
         first on this rank: the pass loaded or begun last, if of ``epoch``, with the legs of
         its elastic resumes (an earlier leg's batches come first); else the last pass read of
         it here; else a fresh pass."""
-        for iteration in (self.pending, self._begun):
-            if iteration is not None and iteration.epoch == epoch:
-                return dataclasses.replace(iteration, batches=0, generation=0)
-        return self.iteration(epoch, self._legs.get(epoch, ()))
+        for pass_ in (self.pending, self._begun):
+            if pass_ is not None and pass_.epoch == epoch:
+                return dataclasses.replace(pass_, batches=0, generation=0)
+        return self.new_pass(epoch, self._legs.get(epoch, ()))
 
     def rank_batches(self, epoch: int, *, num_workers: int = 1) -> int:
         """Batches this rank yields in ``epoch`` (skipped ones counted), as `numbered` numbers
@@ -190,26 +191,26 @@ class Passes:
         """
         rank, world_size = self.ranks.resolve()
         topology = Topology(rank, world_size, 0, max(1, num_workers))
-        iteration = self.numbered(epoch)
-        if not iteration.legs:
+        pass_ = self.numbered(epoch)
+        if not pass_.legs:
             return self.streams.rank_batches(topology, epoch)
-        return before_leg(iteration) + sum(self.streams.rank_streams(iteration, topology)[0])
+        return before_leg(pass_) + sum(self.streams.rank_streams(pass_, topology)[0])
 
     def delivered_in(self, epoch: int) -> int:
         """Batches of ``epoch`` (numbered as `numbered` numbers them) delivered in the pass
         being read, or before the state loaded for it: 0 when neither is of ``epoch`` or it is
         complete (a pass after it reads the epoch anew)."""
         if self.pending is not None:
-            iteration, complete = self.pending, self.pending_complete
+            pass_, complete = self.pending, self.pending_complete
         elif self.progress is not None:
             progress = self.progress
-            iteration = dataclasses.replace(progress.iteration, batches=progress.batches)
+            pass_ = dataclasses.replace(progress.pass_, batches=progress.batches)
             complete = progress.complete
         else:
             return 0
-        if iteration.epoch != epoch or complete:
+        if pass_.epoch != epoch or complete:
             return 0
-        return before_leg(iteration) + iteration.batches
+        return before_leg(pass_) + pass_.batches
 
     # --- skipped batches ---------------------------------------------------------------------
 
@@ -232,7 +233,7 @@ class Passes:
             # (They would count out of len() and the state, yet have been delivered.)
             raise InvalidArgumentError(
                 f"skip batches [{first}, {stop}) of epoch {epoch}: batches 0 to "
-                f"{delivered - 1} of it were delivered already (this pass, or the run whose "
+                f"{delivered - 1} of it were delivered already (this pass, or the loader whose "
                 f"state was loaded, is at batch {delivered}); skip batches from {delivered} on"
             )
         ranges = sorted([*self.skips.get(epoch, []), (first, stop)])
@@ -255,10 +256,10 @@ class Passes:
     def skipping(self, batches: Iterator[_T], progress: Progress) -> Iterator[_T]:
         """``batches`` less those not to deliver, each of which counts as delivered (the state
         goes past it). Skips given while the pass is read apply to the batches still to come."""
-        epoch = progress.iteration.epoch
+        epoch = progress.pass_.epoch
         # Counted here, not from `progress`: a reader one batch ahead (a device copy,
         # accelerate's last-batch look-ahead) takes the next before this one is counted.
-        at = before_leg(progress.iteration) + progress.start
+        at = before_leg(progress.pass_) + progress.start
         for batch in batches:
             at += 1
             if self.skipped(epoch, at - 1):
@@ -279,11 +280,11 @@ class Passes:
 
     # --- the state ------------------------------------------------------------------------------
 
-    def state_at(self, iteration: Iteration, *, num_workers: int, complete: bool) -> dict[str, Any]:
-        """The loader state of ``iteration`` (see `TabularDataLoader.state_dict`)."""
+    def state_at(self, pass_: Pass, *, num_workers: int, complete: bool) -> dict[str, Any]:
+        """The loader state of ``pass_`` (see `TabularDataLoader.state_dict`)."""
         state = encode_state(
             self.plan,
-            iteration,
+            pass_,
             world_size=self.ranks.resolve()[1],
             num_workers=max(1, num_workers),
             layout=self.layout,
@@ -299,18 +300,16 @@ class Passes:
             return self.state_at(
                 self.pending, num_workers=num_workers, complete=self.pending_complete
             )
-        if progress is None or progress.iteration.epoch != self.epoch:
-            return self.state_at(
-                self.iteration(self.epoch), num_workers=num_workers, complete=False
-            )
-        now = dataclasses.replace(progress.iteration, batches=progress.batches, generation=0)
+        if progress is None or progress.pass_.epoch != self.epoch:
+            return self.state_at(self.new_pass(self.epoch), num_workers=num_workers, complete=False)
+        now = dataclasses.replace(progress.pass_, batches=progress.batches, generation=0)
         return self.state_at(now, num_workers=num_workers, complete=progress.complete)
 
     def load_state(
         self, state: dict[str, Any], *, num_workers: int, allow_changed_data: bool = False
-    ) -> Iteration:
+    ) -> Pass:
         """Make the next pass resume ``state``; returns that pass (see `decode_state`)."""
-        iteration = decode_state(
+        pass_ = decode_state(
             state,
             self.plan,
             world_size=self.ranks.resolve()[1],
@@ -319,29 +318,27 @@ class Passes:
             allow_changed_data=allow_changed_data,
         )
         self.skips = _skips(state)
-        self.steps = iteration.steps
-        iteration = self._carry_skips(state, iteration, num_workers=num_workers)
-        self.pending = iteration
+        self.steps = pass_.steps
+        pass_ = self._carry_skips(state, pass_, num_workers=num_workers)
+        self.pending = pass_
         self.pending_complete = is_complete(state)
         self.progress = None
         # A complete epoch: the next pass reads the next epoch (as a StatefulDataLoader's
         # finished state does, which Lightning relies on), unless set_epoch(its epoch) asks
         # for the (empty) rest of it.
-        self.control.set_epoch(iteration.epoch, advance=self.pending_complete)
-        return iteration
+        self.control.set_epoch(pass_.epoch, advance=self.pending_complete)
+        return pass_
 
-    def _carry_skips(
-        self, state: dict[str, Any], iteration: Iteration, *, num_workers: int
-    ) -> Iteration:
-        """``iteration`` with the saved epoch's skips not yet reached carried as rows when it
+    def _carry_skips(self, state: dict[str, Any], pass_: Pass, *, num_workers: int) -> Pass:
+        """``pass_`` with the saved epoch's skips not yet reached carried as rows when it
         resumes on another topology: they are numbered for the saved one, so they go with its
         leg (`planning.resume.remaining` leaves their rows out)."""
-        epoch = iteration.epoch
+        epoch = pass_.epoch
         topology = state[TOPOLOGY]
         saved = Leg(
             topology[WORLD_SIZE],
             topology[NUM_WORKERS],
-            Layout(**state[LAYOUT]),
+            decode_layout(state[LAYOUT], "layout"),
             int(state[BATCHES]),
         )
         now = (self.ranks.resolve()[1], max(1, num_workers), self.layout)
@@ -350,29 +347,29 @@ class Passes:
         at = before + saved.batches
         future = [(max(a, at) - before, b - before) for a, b in self.skips.get(epoch, ()) if b > at]
         if not future or (saved.world_size, saved.num_workers, saved.layout) == now:
-            return iteration
+            return pass_
         if not self.streams.skips_carried:
             raise InvalidArgumentError(
                 f"the state skips batches of epoch {epoch} it had not reached, numbered for the "
                 "topology it was saved on: packed sequences and token budgets resume them only "
                 "on that topology"
             )
-        legs = iteration.legs
+        legs = pass_.legs
         if saved.batches:  # (the saved topology is the last leg)
             legs = (*legs[:-1], dataclasses.replace(legs[-1], skips=tuple(future)))
         else:
             legs = (*legs, dataclasses.replace(saved, skips=tuple(future)))
         self.skips[epoch] = []  # (rows now, left out of what the new topology reads)
-        return self.iteration(epoch, legs)
+        return self.new_pass(epoch, legs)
 
     def stream_state(self, progress: Progress | None, topology: Topology) -> dict[str, Any]:
         """The state of a DataLoader worker's stream (``progress``: its pass, if begun)."""
         started = progress is not None
         if progress is None:  # asked before this worker began a pass: the next one, unread
-            progress = Progress(self.iteration(self.epoch), 0, 0, topology)
+            progress = Progress(self.new_pass(self.epoch), 0, 0, topology)
         return encode_stream_state(
             self.plan,
-            progress.iteration,
+            progress.pass_,
             world_size=topology.world_size,
             num_workers=topology.num_workers,
             worker=topology.worker,

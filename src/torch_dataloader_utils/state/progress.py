@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ..planning import Iteration, Topology
+from ..planning import Pass, Topology
 
 __all__ = ["Progress", "before_leg"]
 
@@ -14,7 +14,7 @@ class Progress:
     """The pass being read in this process: where it started, its batches, what was delivered.
 
     Attributes:
-        iteration: the pass.
+        pass_: the pass.
         start: batches delivered before this pass began reading (a resume), counted from
             the start of its leg (the epoch's, unless an elastic resume began another).
         total: batches of the pass, from the start of its leg.
@@ -22,7 +22,7 @@ class Progress:
         delivered: batches delivered in this pass.
     """
 
-    iteration: Iteration
+    pass_: Pass
     start: int
     total: int
     topology: Topology
@@ -39,7 +39,7 @@ class Progress:
         return self.batches >= self.total
 
 
-def before_leg(iteration: Iteration) -> int:
-    """Batches each rank delivered of ``iteration``'s epoch before its current leg (the legs
+def before_leg(pass_: Pass) -> int:
+    """Batches each rank delivered of ``pass_``'s epoch before its current leg (the legs
     of its elastic resumes)."""
-    return sum(leg.batches for leg in iteration.legs)
+    return sum(leg.batches for leg in pass_.legs)

@@ -61,11 +61,11 @@ def _replay(future: Future[_Read]) -> Iterator[pa.RecordBatch]:
 
 
 class Ahead:
-    """A stream's parts, their small pieces read ahead in threads; the consumer takes each
+    """A stream's runs, their small pieces read ahead in threads; the consumer takes each
     piece's rows in order.
 
-    Parts are taken from the stream as the consumer needs them and to see up to
-    `AHEAD_PIECES` pieces past the one it reads (no further: a part may hold all the pieces of
+    Runs are taken from the stream as the consumer needs them and to see up to
+    `AHEAD_PIECES` pieces past the one it reads (no further: a run may hold all the pieces of
     a stream). The small pieces among those are read ahead while the pieces read ahead and not
     yet taken hold at most `AHEAD_BYTES` (by the estimate). The consumer takes a piece read
     ahead as that read went (its batches, then its error, raised at the piece); a piece not
@@ -86,7 +86,7 @@ class Ahead:
 
     def __init__(
         self,
-        parts: Iterable[tuple[list[Piece], np.ndarray | None]],
+        runs: Iterable[tuple[list[Piece], np.ndarray | None]],
         fmt: Format,
         *,
         read: Callable[[Piece, Format, Piece | None], Iterator[pa.RecordBatch]],
@@ -94,14 +94,14 @@ class Ahead:
         estimate: Callable[[Piece], float],
         threads: int,
     ) -> None:
-        self._source = iter(parts)
+        self._incoming = iter(runs)
         self._threads = threads
         self._fmt = fmt
         self._read_with = read
         self._path = path
         self._estimate = estimate
-        self._parts: deque[tuple[list[Piece], np.ndarray | None]] = deque()  # for the consumer
-        self._unseen: deque[list[Piece]] = deque()  # parts with pieces that have no slot yet
+        self._runs: deque[tuple[list[Piece], np.ndarray | None]] = deque()  # for the consumer
+        self._unseen: deque[list[Piece]] = deque()  # runs with pieces that have no slot yet
         self._next = 0  # the first piece of ``_unseen[0]`` that has no slot
         self._slots: deque[_Slot] = deque()  # the pieces within reach not yet taken, in order
         self._seen = 0  # how many of those (from the first) were considered for reading ahead
@@ -117,13 +117,13 @@ class Ahead:
             functools.partial(ThreadPoolExecutor, threads, thread_name_prefix="tdu-read")
         )
 
-    def next_part(self) -> tuple[list[Piece], np.ndarray | None] | None:
-        """The next part (its pieces, each to be taken with `rows`, and which of their rows it
+    def next_run(self) -> tuple[list[Piece], np.ndarray | None] | None:
+        """The next run (its pieces, each to be taken with `rows`, and which of their rows it
         takes), or None at the stream's end."""
-        if not self._parts and not self._pull():
+        if not self._runs and not self._pull():
             return None
         self._schedule()
-        return self._parts.popleft()
+        return self._runs.popleft()
 
     def rows(self, piece: Piece) -> Iterator[pa.RecordBatch]:
         """The rows of ``piece``, the stream's next piece: as read ahead, or read now."""
@@ -148,12 +148,12 @@ class Ahead:
         return self._threads > 0 and slot.size <= AHEAD_PIECE_BYTES
 
     def _pull(self) -> bool:
-        """Take the stream's next part; False at its end."""
-        part = next(self._source, None)
-        if part is None:
+        """Take the stream's next run; False at its end."""
+        run = next(self._incoming, None)
+        if run is None:
             return False
-        self._parts.append(part)
-        self._unseen.append(part[0])
+        self._runs.append(run)
+        self._unseen.append(run[0])
         return True
 
     def _reach(self) -> bool:
@@ -247,7 +247,7 @@ class Ahead:
             if slot.future is not None:
                 slot.future.cancel()
         self._slots.clear()
-        self._parts.clear()
+        self._runs.clear()
         self._unseen.clear()
         pool = self._pool.pop()
         if pool is not None:

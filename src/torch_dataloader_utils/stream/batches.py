@@ -18,18 +18,18 @@ def _length(segment: Segment) -> int:
     return batch.num_rows if rows is None else len(rows)
 
 
-def _part(segment: Segment, start: int, stop: int) -> Segment:
+def _slice(segment: Segment, start: int, stop: int) -> Segment:
     batch, rows = segment
     if rows is None:
         return batch.slice(start, stop - start), None
     return batch, rows[start:stop]
 
 
-def _join(parts: list[Segment]) -> Segment:
+def _join(segments: list[Segment]) -> Segment:
     """One segment from several (a batch that spans blocks): materialised, rare."""
-    if len(parts) == 1:
-        return parts[0]
-    taken = [take(batch, rows) for batch, rows in parts]
+    if len(segments) == 1:
+        return segments[0]
+    taken = [take(batch, rows) for batch, rows in segments]
     if isinstance(taken[0], Fragments):  # a packed stream's tokens
         return Fragments.concat(taken), None
     return pa.concat_batches(taken), None
@@ -49,7 +49,7 @@ def cut_batches(
         offset = 0
         rows = _length(segment)
         if pending_rows:
-            head = _part(segment, 0, min(rows, batch_size - pending_rows))
+            head = _slice(segment, 0, min(rows, batch_size - pending_rows))
             pending.append(head)
             pending_rows += _length(head)
             offset = _length(head)
@@ -58,10 +58,10 @@ def cut_batches(
             yield _join(pending)
             pending, pending_rows = [], 0
         while rows - offset >= batch_size:
-            yield _part(segment, offset, offset + batch_size)
+            yield _slice(segment, offset, offset + batch_size)
             offset += batch_size
         if offset < rows:
-            pending.append(_part(segment, offset, rows))
+            pending.append(_slice(segment, offset, rows))
             pending_rows = rows - offset
     if pending_rows and not drop_short:
         yield _join(pending)

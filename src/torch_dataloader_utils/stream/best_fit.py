@@ -1,10 +1,11 @@
-"""Best fit: where a batch's document pieces go among its sequences (docs/adr/0022, "Best fit").
+"""Best fit: where a batch's fragments go among its sequences (docs/adr/0022, "Best fit").
 
 A best-fit batch is the next ``budget`` tokens of the stream's token order, as a concat batch is
 the next ``batch_size * seq_len``: the planner, the streams and resume are those of concat, and
-only the arrangement inside a batch differs. `place` decides it from the pieces' lengths alone
-(best-fit decreasing), so it is a pure function of the batch; `stream.packing.pack_best_fit`
-copies the tokens to where it says.
+only the arrangement inside a batch differs. A batch's fragment is a document's tokens in the
+batch, split where it must into fragments of one sequence each. `place` decides it from the
+batch's fragments' lengths alone (best-fit decreasing), so it is a pure function of the batch;
+`stream.packing.pack_best_fit` copies the tokens to where it says.
 """
 
 from __future__ import annotations
@@ -28,14 +29,15 @@ def sequences_for(tokens: int, batch_size: int, budget: int) -> int:
 
 @dataclass(frozen=True)
 class Placement:
-    """Where the pieces go, in output order (by sequence, then from its start).
+    """Where the batch's fragments go, each as one or more placed fragments (its tokens in one
+    sequence), in output order (by sequence, then from its start).
 
     Attributes:
-        sequence: the sequence each placed part goes to.
+        sequence: the sequence each placed fragment goes to.
         start: where it starts in the flattened sequences (``sequence * seq_len + at``).
-        item: the piece it is a part of (an index into ``lengths``).
-        offset: where the part starts in its piece.
-        length: the part's tokens.
+        item: the batch's fragment it is of (an index into ``lengths``).
+        offset: where it starts in that fragment.
+        length: its tokens.
         filled: tokens each sequence holds (the rest is padding, at its end).
     """
 
@@ -48,7 +50,7 @@ class Placement:
 
 
 def place(lengths: Sequence[int], seq_len: int, rows: int) -> Placement:
-    """Best-fit decreasing of pieces of ``lengths`` tokens into ``rows`` sequences of
+    """Best-fit decreasing of fragments of ``lengths`` tokens into ``rows`` sequences of
     ``seq_len``: longest first (ties in batch order), each into the sequence with the least room
     that holds it whole (ties: the first). One that fits nowhere whole (or is longer than
     ``seq_len``) fills the sequence with the most room and goes on with its rest the same way.

@@ -1,4 +1,4 @@
-"""A packed stream's rows as pieces of documents (`Fragments`): its rows are tokens, but a
+"""A packed stream's rows as fragments of documents (`Fragments`): its rows are tokens, but a
 worker never lays them out one by one.
 
 A packed dataset's order is one of tokens (docs/adr/0022-packed-sequences.md). The pipeline
@@ -23,7 +23,8 @@ __all__ = ["TOKENS_PER_COPY", "Fragments", "goes_on"]
 
 @dataclass(frozen=True, eq=False, slots=True)
 class Fragments:
-    """Pieces of documents, in order; their tokens are the rows (``num_rows``).
+    """Fragments of documents (a document's tokens within one block, batch or sequence), in
+    order; their tokens are the rows (``num_rows``).
 
     Attributes:
         values: the token values the fragments are ranges of.
@@ -89,18 +90,18 @@ class Fragments:
         return cls.of(values, end - lengths, end, documents, starts, sources)
 
     @classmethod
-    def concat(cls, parts: Sequence[Fragments]) -> Fragments:
-        """``parts`` one after the other, over one new buffer; a document's pieces that meet
-        (one part ending where the next goes on) become one fragment."""
-        if len(parts) == 1:
-            return parts[0]
-        values = np.concatenate([p.tokens() for p in parts])
-        lengths = np.concatenate([p.end - p.begin for p in parts])
-        document = np.concatenate([p.document for p in parts])
-        position = np.concatenate([p.position for p in parts])
+    def concat(cls, fragments: Sequence[Fragments]) -> Fragments:
+        """``fragments`` one after the other, over one new buffer; a document's fragments that
+        meet (one ending where the next goes on) become one."""
+        if len(fragments) == 1:
+            return fragments[0]
+        values = np.concatenate([f.tokens() for f in fragments])
+        lengths = np.concatenate([f.end - f.begin for f in fragments])
+        document = np.concatenate([f.document for f in fragments])
+        position = np.concatenate([f.position for f in fragments])
         source = None
-        if parts[0].source is not None:
-            source = np.concatenate([p.source for p in parts if p.source is not None])
+        if fragments[0].source is not None:
+            source = np.concatenate([f.source for f in fragments if f.source is not None])
         end = np.cumsum(lengths)
         begin = end - lengths
         joined = goes_on(document, position, lengths, source)
@@ -175,10 +176,10 @@ class Fragments:
         count = len(self.begin)
         if count * TOKENS_PER_COPY < n:  # long fragments: one copy each
             values = self.values
-            pieces = [
+            ranges = [
                 values[b:e] for b, e in zip(self.begin.tolist(), self.end.tolist(), strict=True)
             ]
-            np.concatenate(pieces, out=out)
+            np.concatenate(ranges, out=out)
         elif n:  # many short ones: one gather
             lengths = self.end - self.begin
             index = np.repeat(self.begin - (self.stops - lengths), lengths)
@@ -199,7 +200,7 @@ def goes_on(
     its positions continued); the first never does."""
     out = np.zeros(len(document), bool)
     np.equal(document[1:], document[:-1], out=out[1:])
-    if not out.any():  # (the usual batch: whole documents, or pieces of different ones)
+    if not out.any():  # (the usual batch: whole documents, or fragments of different ones)
         return out
     out[1:] &= position[1:] == position[:-1] + lengths[:-1]
     if source is not None:

@@ -1,11 +1,11 @@
 """A mixture's batches: rows taken in order from each source's blocks and placed at the
 positions the interleave gives that source (`planning.mixture`, `planning.streams.Mixed`).
 
-Each source's part of a stream is read and shuffled in its own blocks, as one source's stream
+Each source's rows of a stream are read and shuffled in its own blocks, as one source's stream
 is (`stream.pipeline`); this module only puts the batches together, position by position.
 
 A batch whose rows lie in the sources' current shuffled blocks is gathered straight from them:
-the blocks are joined once into one record batch (`_Window`) and each batch is that batch and
+the blocks are joined once into one record batch (`_Joined`) and each batch is that batch and
 the indices of its rows, gathered once on conversion like one source's batch. A batch that
 spans two blocks of a source (once a block), or rows not shuffled, are taken and joined first.
 """
@@ -56,21 +56,21 @@ class _Rows:
 
     def take(self, n: int) -> pa.RecordBatch | Fragments:
         """The next ``n`` rows, copied."""
-        parts: list[Any] = []
+        taken: list[Any] = []
         while n:
             self._load(n)
             got = min(n, self.left)
             assert self.block is not None
             if self.order is None:
-                parts.append(self.block.slice(self.at, got))
+                taken.append(self.block.slice(self.at, got))
             else:
-                parts.append(take(self.block, self.order[self.at : self.at + got]))
+                taken.append(take(self.block, self.order[self.at : self.at + got]))
             self.at += got
             n -= got
             self._release()
-        if isinstance(parts[0], Fragments):  # a packed source's tokens
-            return Fragments.concat(parts)
-        return parts[0] if len(parts) == 1 else pa.concat_batches(parts)
+        if isinstance(taken[0], Fragments):  # a packed source's tokens
+            return Fragments.concat(taken)
+        return taken[0] if len(taken) == 1 else pa.concat_batches(taken)
 
     def shuffled(self, n: int) -> bool:
         """Whether the current block is a shuffled record batch (the next one is loaded when
@@ -87,7 +87,7 @@ class _Rows:
         return rows
 
     def _release(self) -> None:
-        # A used-up block is let go at once: it may be a slice holding a whole old window.
+        # A used-up block is let go at once: it may be a slice holding a whole old join.
         if not self.left:
             self.block = self.order = None
 
@@ -118,12 +118,12 @@ class _Rows:
             self.block, self.at = block, 0
 
     def rebase(self, block: pa.RecordBatch) -> None:
-        """Read the current block's rows from ``block``, a copy of it (the window's)."""
+        """Read the current block's rows from ``block``, a copy of it (the joined batch's)."""
         assert self.block is not None and block.num_rows == self.block.num_rows
         self.block = block
 
 
-class _Window:
+class _Joined:
     """The current blocks of the sources joined into one record batch, joined again when a
     source's block changes: each batch then gathers its rows from it once, on conversion (as
     one source's batch does), instead of taking each source's rows, joining them, then
@@ -133,19 +133,19 @@ class _Window:
     sized in bytes, about one memory copy of each row per source, far cheaper than the gather
     and join per batch it saves
     (docs/adr/0020-measurements-behind-constants.md#mixing). The sources then read their blocks
-    from the window, so past a join it holds no more memory than the blocks did."""
+    from the joined batch, so past a join it holds no more memory than the blocks did."""
 
     def __init__(self, rows: Sequence[_Rows | None]) -> None:
         self._rows = rows
         self.batch: pa.RecordBatch | None = None
         self._starts: dict[int, int] = {}  # each source's block's first row (by its _Rows id)
-        self._blocks: dict[int, Any] = {}  # ... and that block, as the window holds it
+        self._blocks: dict[int, Any] = {}  # ... and that block, as the joined batch holds it
         self.usable = True  # False: blocks not shuffled, or too large to join
 
     def batches(self, labels: np.ndarray, batch_size: int) -> tuple[int, np.ndarray]:
         """How many of the batches of positions ``labels`` (the first ones, whole) the
-        sources' current blocks hold, and the window rows of their positions, in order (none:
-        take the first batch instead, `_Rows.take`)."""
+        sources' current blocks hold, and the joined batch's rows of their positions, in order
+        (none: take the first batch instead, `_Rows.take`)."""
         k, n = len(self._rows), len(labels)
         counts = np.bincount(
             np.arange(n) // batch_size * k + labels, minlength=-(-n // batch_size) * k
@@ -215,19 +215,19 @@ def interleaved(
         _Rows(b, schema, where[i], i, source_column) if b is not None else None
         for i, b in enumerate(blocks)
     ]
-    if interleave.unit > 1:
+    if interleave.turn > 1:
         yield from _sequences(rows, interleave, positions, batch_size)
         return
-    window = _Window(rows)
+    joined = _Joined(rows)
     # The batches of a span of positions are worked out together: no Python per batch.
     span = max(1, _SPAN // batch_size) * batch_size
     pos, end = positions
     while pos < end:
-        if window.usable:
-            fits, indices = window.batches(interleave.labels(pos, min(end, pos + span)), batch_size)
+        if joined.usable:
+            fits, indices = joined.batches(interleave.labels(pos, min(end, pos + span)), batch_size)
             for start in range(0, len(indices), batch_size):
-                assert window.batch is not None
-                yield window.batch, indices[start : start + batch_size]
+                assert joined.batch is not None
+                yield joined.batch, indices[start : start + batch_size]
             pos += len(indices)
             if fits:
                 continue
@@ -252,19 +252,19 @@ def _sequences(
     batch_size: int,
 ) -> Iterator[Segment]:
     """`interleaved` for a packed mixture: its positions are tokens given to the sources a
-    sequence (``interleave.unit`` tokens) at a time, each run of one source's sequences taken
+    sequence (``interleave.turn`` tokens) at a time, each source's consecutive sequences taken
     whole from its tokens in order."""
-    unit = interleave.unit
+    turn = interleave.turn
     pos, end = positions
-    assert pos % unit == 0 and batch_size % unit == 0, "batches of whole sequences"
+    assert pos % turn == 0 and batch_size % turn == 0, "batches of whole sequences"
     while pos < end:
         n = min(batch_size, end - pos)
-        labels = interleave.unit_labels(pos // unit, -(-(pos + n) // unit))
+        labels = interleave.turn_labels(pos // turn, -(-(pos + n) // turn))
         bounds = [0, *(np.flatnonzero(np.diff(labels)) + 1).tolist(), len(labels)]
-        parts = []
-        for a, b in itertools.pairwise(bounds):  # each run of one source's sequences
+        taken = []
+        for a, b in itertools.pairwise(bounds):  # each source's consecutive sequences
             source = rows[int(labels[a])]
             assert source is not None, "a source with positions has rows"
-            parts.append(source.take(min(b * unit, n) - a * unit))
-        yield Fragments.concat(parts), None
+            taken.append(source.take(min(b * turn, n) - a * turn))
+        yield Fragments.concat(taken), None
         pos += n

@@ -36,8 +36,8 @@ class Packed:
         position_ids: int32: each token's place in its fragment (``positions="fragment"``), or
             in its document (``"document"``: continued across sequences); padding counts from 0
             in each sequence, as a fragment of its own.
-        document_ids: int32: each token's document (best fit: document piece), numbered from 0
-            in the batch (-1: padding).
+        document_ids: int32: each token's document (best fit: its fragment of the batch, a
+            document's tokens in the batch), numbered from 0 in the batch (-1: padding).
         cu_seqlens: int32 ``[k + 1]``: where each document fragment starts in the flattened
             batch, a fragment also starting at every sequence start; then the total.
         max_seqlen: the longest fragment.
@@ -102,7 +102,7 @@ class _Concat:
         starts = fragments.stops - lengths
         # A token's position: its place in the batch less this (its fragment's shift).
         self.shift = (starts - fragments.position).astype(np.int32)
-        # A document's pieces that meet are one fragment (a cut between blocks): rare, so the
+        # A document's fragments that meet are one (a cut between blocks): rare, so the
         # usual batch takes a path of fewer steps
         # (docs/adr/0020-measurements-behind-constants.md#packing).
         joined = goes_on(fragments.document, fragments.position, lengths, fragments.source)
@@ -167,14 +167,14 @@ def pack_best_fit(
     static_shape: bool = False,
 ) -> Packed:
     """The tokens of ``fragments`` (a batch of at most ``budget`` tokens) as ``batch_size``
-    sequences of ``seq_len`` arranged by best fit (`best_fit.place`): each document piece whole
-    in one sequence where one has room, padding at each sequence's end (its own fragment in
-    ``cu_seqlens``). A short batch (a stream's last) takes the sequences it fills, at most
-    `best_fit.sequences_for` (with ``static_shape``, ``batch_size`` all the same, the rest
-    padding). ``document_ids`` number the pieces in batch order; ``positions`` as
-    `batching.Packing` says."""
+    sequences of ``seq_len`` arranged by best fit (`best_fit.place`): each of the batch's
+    fragments (a document's tokens in the batch) whole in one sequence where one has room,
+    padding at each sequence's end (its own fragment in ``cu_seqlens``). A short batch (a
+    stream's last) takes the sequences it fills, at most `best_fit.sequences_for` (with
+    ``static_shape``, ``batch_size`` all the same, the rest padding). ``document_ids`` number
+    the batch's fragments in batch order; ``positions`` as `batching.Packing` says."""
     n = fragments.num_rows
-    values, begin, lengths, position, source = _pieces(fragments)
+    values, begin, lengths, position, source = _batch_fragments(fragments)
     rows = batch_size if n >= budget else sequences_for(n, batch_size, budget)
     where = place(lengths.tolist(), seq_len, rows)
     if n < budget:  # (the used sequences are the first ones)
@@ -186,12 +186,12 @@ def pack_best_fit(
     filled[:used] = where.filled[:used]
     size = rows * seq_len
     src = begin[where.item] + where.offset
-    # A part's first position: 0 (each fragment counts from 0), or where it is in its document.
+    # A placed fragment's first position: 0 (each counts from 0), or where it is in its document.
     starts = position[where.item] + where.offset if positions == "document" else None
     ids = np.empty(size, _wide(values.dtype))
     position_ids = np.empty(size, np.int32)
     document_ids = np.empty(size, np.int32)
-    if len(src) * TOKENS_PER_COPY <= n:  # long parts: a copy each, then each padding
+    if len(src) * TOKENS_PER_COPY <= n:  # long fragments: a copy each, then each padding
         count = np.arange(seq_len, dtype=np.int32)
         firsts = [0] * len(src) if starts is None else starts.tolist()
         for at, b, length, p, i in zip(
@@ -204,30 +204,31 @@ def pack_best_fit(
         ):
             ids[at : at + length] = values[b : b + length]
             position_ids[at : at + length] = count[:length]
-            if p:  # (most parts are whole documents; an add costs a microsecond)
+            if p:  # (most are whole documents; an add costs a microsecond)
                 position_ids[at : at + length] += p
             document_ids[at : at + length] = i
         for j, used in enumerate(filled.tolist()):
             pad = slice(j * seq_len + used, (j + 1) * seq_len)
             ids[pad], position_ids[pad], document_ids[pad] = pad_value, count[: seq_len - used], -1
-    else:  # many short parts: gathers, and every sequence's head of real tokens at once
+    else:  # many short fragments: gathers, and every sequence's head of real tokens at once
         ids[:], document_ids[:] = pad_value, -1
         real = (np.arange(seq_len) < filled[:, None]).reshape(-1)
         stops = np.cumsum(where.length)
-        parts = Fragments(values, src, src + where.length, where.item, where.offset, stops)
-        ids[real] = parts.tokens(np.empty(n, values.dtype))
+        placed = Fragments(values, src, src + where.length, where.item, where.offset, stops)
+        ids[real] = placed.tokens(np.empty(n, values.dtype))
         document_ids[real] = np.repeat(where.item, where.length)
-    # Fragments start at each part, each sequence and each sequence's padding.
+    # Fragments start at each placed one, each sequence and each sequence's padding.
     sequences = np.arange(rows, dtype=np.int64) * seq_len
     cu_seqlens = _distinct(where.start, sequences, sequences + filled, [size])
     if len(src) * TOKENS_PER_COPY > n:  # (the loop above wrote the positions)
         _fragment_positions(cu_seqlens, position_ids)
-        if starts is not None:  # a document's: its part's first position added
+        if starts is not None:  # a document's: its placed fragment's first position added
             position_ids[real] += np.repeat(starts, where.length)
     sources = None
-    if source is not None:  # a packed mixture's: each token's source, from its piece's
+    if source is not None:  # a packed mixture's: each token's source, its batch fragment's
         sources = np.full(size, -1, np.int32)
-        # The real slots are each sequence's head, filled by the parts in the order they start.
+        # The real tokens are each sequence's head, filled by the placed fragments in the order
+        # they start.
         real = (np.arange(seq_len) < filled[:, None]).reshape(-1)
         order = np.argsort(where.start, kind="stable")
         sources[real] = np.repeat(source[where.item][order], where.length[order])
@@ -256,12 +257,12 @@ def _packed(  # noqa: PLR0917 (the batch's arrays, in `Packed`'s order)
     )
 
 
-def _pieces(
+def _batch_fragments(
     fragments: Fragments,
 ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """The batch's document pieces: values, begin, length, position and source (a mixture's)
-    of each, a document's fragments that go on one from the other joined (over the batch's
-    tokens then)."""
+    """The batch's fragments (a document's tokens in the batch): values, begin, length,
+    position and source (a mixture's) of each, a document's fragments that go on one from the
+    other joined (over the batch's tokens then)."""
     lengths = fragments.end - fragments.begin
     joined = goes_on(fragments.document, fragments.position, lengths, fragments.source)
     if not joined.any():

@@ -1,4 +1,4 @@
-"""One stream from its runs to batches: each source's part read → blocks (shuffled) → read
+"""One stream from its runs to batches: each source's rows read → blocks (shuffled) → read
 ahead, then batches cut (one source) or interleaved position by position (a mixture)."""
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ def stream_segments(
     """
     layout = stream.layout
     # A lone source's block may stay several read batches (no copy); a mixture's sources'
-    # blocks are joined into one window to gather from (`stream.mix`), so each is one batch.
+    # blocks are joined into one record batch to gather from (`stream.mix`), so each is one.
     alone = stream.interleave is None and layout.batch_size >= BLOCK_PARTS_MIN_BATCH
     parts = BLOCK_PARTS if alone else 1
     aheads: list[Prefetcher[Segment] | None] = [
@@ -94,26 +94,26 @@ def _read_ahead(
     (``None``: the pass reads none of them)."""
     if stream.interleave is not None and (not rows.length or rows.start >= rows.length):
         return None
-    layout = rows.epoch_rows.layout
+    layout = rows.order.layout
     # A resumed stream re-reads the block it stopped in and skips the rows it delivered.
     _, first = block_start(rows.length, rows.start, layout)
     # (map binds this source's epoch now.)
-    pieces = map(rows.epoch_rows.run_pieces, cut(rows.runs, first, rows.length))
-    iteration = stream.iteration
+    pieces = map(rows.order.run_pieces, cut(rows.runs, first, rows.length))
+    pass_ = stream.pass_
     blocks = shuffled_blocks(
         reader.read(pieces),
         rows.length,
         layout,
-        epoch=iteration.epoch,
+        epoch=pass_.epoch,
         stream=stream.topology.stream,
-        leg=len(iteration.legs),
+        leg=len(pass_.legs),
         start=rows.start,
-        source=rows.source,
+        source=rows.index,
         parts=parts,
     )
     # The thread reads and assembles whole blocks while this one gathers, converts and packs
     # the previous block. Memory: the block being gathered and the next one being assembled.
-    name = "tdu-prefetch" if rows.source is None else f"tdu-mix-{rows.source}"
+    name = "tdu-prefetch" if rows.index is None else f"tdu-mix-{rows.index}"
     depth = 1 if stream.layout.shuffle else 4
     return Prefetcher(blocks, depth=depth, name=name, thread=_thread_pays(reader))
 

@@ -49,8 +49,8 @@ class Reads(Protocol):
     """What the pipeline reads a stream's rows of one source with (`Reader`, or a packed
     dataset's `stream.tokens.TokenReader`)."""
 
-    def read(self, parts: Iterable[tuple[list[Piece], Any]]) -> Iterator[pa.RecordBatch]:
-        """The rows of ``parts`` in order (each part: pieces, and which of their rows)."""
+    def read(self, runs: Iterable[tuple[list[Piece], Any]]) -> Iterator[pa.RecordBatch]:
+        """The rows of ``runs`` in order (each run: its pieces, and which of their rows)."""
 
     def recent_files(self) -> list[str]:
         """The URLs of the last files read."""
@@ -62,18 +62,18 @@ class Reads(Protocol):
 
 
 class _InTurn:
-    """`Ahead`'s part for pieces read in their turn, nothing ahead (local files)."""
+    """`Ahead`'s stand-in for pieces read in their turn, nothing ahead (local files)."""
 
     def __init__(
         self,
-        parts: Iterable[tuple[list[Piece], np.ndarray | None]],
+        runs: Iterable[tuple[list[Piece], np.ndarray | None]],
         read: Callable[[Piece], Iterator[pa.RecordBatch]],
     ) -> None:
-        self._parts = iter(parts)
+        self._runs = iter(runs)
         self.rows = read
 
-    def next_part(self) -> tuple[list[Piece], np.ndarray | None] | None:
-        return next(self._parts, None)
+    def next_run(self) -> tuple[list[Piece], np.ndarray | None] | None:
+        return next(self._runs, None)
 
     def close(self) -> None:
         return None
@@ -141,10 +141,10 @@ class Reader:
         return chunk
 
     def read(
-        self, parts: Iterable[tuple[list[Piece], np.ndarray | None]]
+        self, runs: Iterable[tuple[list[Piece], np.ndarray | None]]
     ) -> Iterator[pa.RecordBatch]:
-        """The rows of ``parts`` in order: each part is pieces, and which of their rows to take
-        (``None``: all).
+        """The rows of ``runs`` in order: each run is its pieces, and which of their rows to
+        take (``None``: all).
 
         Under ``on_error="skip"`` as many rows come out as the pieces hold: rows that cannot be
         read are replaced by copies of rows read before them (see `skipping`).
@@ -158,10 +158,10 @@ class Reader:
         # Local pieces are read in their turn, without an Ahead: a local file has nothing to fetch
         # ahead (docs/adr/0020-measurements-behind-constants.md#small-local-files).
         ahead: Ahead | _InTurn = (
-            _InTurn(parts, lambda piece: self._piece(piece, self.fmt))
+            _InTurn(runs, lambda piece: self._piece(piece, self.fmt))
             if self.fs.is_local
             else Ahead(
-                parts,
+                runs,
                 self.fmt,
                 read=self._piece,
                 path=lambda piece: self._chunk(piece.chunk).path,
@@ -170,8 +170,8 @@ class Reader:
             )
         )
         try:
-            while (part := ahead.next_part()) is not None:
-                pieces, select = part
+            while (run := ahead.next_run()) is not None:
+                pieces, select = run
                 batches = (b for piece in pieces for b in self._guarded(piece, ahead.rows(piece)))
                 if select is None:
                     yield from batches
@@ -230,7 +230,7 @@ class Reader:
 
     def _settle(self) -> None:
         """Raise when skipped rows could not be replaced: no row of the stream was readable
-        before them (nor, within the part, after them)."""
+        before them (nor, within the run, after them)."""
         if self._skip.get("owed"):
             error = self._skip["error"]
             raise type(error)(
@@ -250,7 +250,7 @@ class Reader:
 
     def estimate(self, piece: Piece) -> float:
         """Bytes a read of ``piece`` holds, estimated: its rows decoded (a filtered read: its
-        chunk's), or its chunk's bytes to read if more (a format fetches whole units)."""
+        chunk's), or its chunk's bytes to read if more (a format fetches whole native units)."""
         chunk = self._chunk(piece.chunk)
         rows = chunk.num_rows if self.options.filter is not None else piece.stop - piece.start
         return max(rows * self.row_bytes, float(chunk.num_bytes))

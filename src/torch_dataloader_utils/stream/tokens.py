@@ -43,11 +43,11 @@ class TokenReader:
         self.first_document = np.cumsum(self.chunk_rows) - self.chunk_rows
 
     def read(
-        self, parts: Iterable[tuple[list[Piece], np.ndarray | DocumentRest | None]]
+        self, runs: Iterable[tuple[list[Piece], np.ndarray | DocumentRest | None]]
     ) -> Iterator[Fragments]:
-        """The tokens of ``parts``: each part is pieces in tokens, and which of their tokens to
-        take (``None``: all; a `DocumentRest`: worked out from the documents read)."""
-        for pieces, select in parts:
+        """The tokens of ``runs``: each run is its pieces in tokens, and which of their tokens
+        to take (``None``: all; a `DocumentRest`: worked out from the documents read)."""
+        for pieces, select in runs:
             if select is None:  # (each piece as read: the block joins them, one copy)
                 yield from map(self._piece, pieces)
                 continue

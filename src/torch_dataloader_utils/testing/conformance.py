@@ -17,7 +17,7 @@ import pyarrow as pa
 import pyarrow.dataset as ds
 
 from ..formats import Format, FormatPlan, Listing, ReadOptions
-from ..fs import FileSystemSpec, Paths, SourceFile, list_files
+from ..fs import FileSystemSpec, ListedFile, Paths, list_files
 from ..planning import Chunk
 from .forks import check_fork
 
@@ -104,7 +104,7 @@ def read_rows(
     return table
 
 
-def check_schema(fmt: Format, file: SourceFile, *, fs: FileSystemSpec, id_column: str) -> pa.Schema:
+def check_schema(fmt: Format, file: ListedFile, *, fs: FileSystemSpec, id_column: str) -> pa.Schema:
     """``schema`` of ``file`` is a ``pyarrow.Schema`` holding ``id_column``; returns it."""
     schema = fmt.schema(file, fs)
     _expect(isinstance(schema, pa.Schema), f"schema({file.path}) returned {type(schema)}")
@@ -114,7 +114,7 @@ def check_schema(fmt: Format, file: SourceFile, *, fs: FileSystemSpec, id_column
 
 def check_plan(
     fmt: Format,
-    files: Sequence[SourceFile],
+    files: Sequence[ListedFile],
     *,
     fs: FileSystemSpec,
     options: ReadOptions,
@@ -194,7 +194,7 @@ def check_row_ranges(
 
 def check_reads(
     fmt: Format,
-    files: Sequence[SourceFile],
+    files: Sequence[ListedFile],
     *,
     fs: FileSystemSpec,
     options: ReadOptions,
@@ -337,7 +337,7 @@ def check_format(
 
 
 def check_no_columns(
-    fmt: Format, files: Sequence[SourceFile], *, fs: FileSystemSpec, num_rows: int
+    fmt: Format, files: Sequence[ListedFile], *, fs: FileSystemSpec, num_rows: int
 ) -> None:
     """``columns=()`` (how the loader counts rows, and projects hive partition keys only):
     the plan counts ``num_rows`` rows under an empty schema, and each chunk's read yields its

@@ -1,7 +1,7 @@
 """Moving batches from DataLoader workers to the main process cheaply.
 
 Each tensor that crosses from a worker costs most of its time creating and passing a new
-shared-memory segment, not copying bytes (docs/adr/0003-bundled-packed-transport.md). So a worker
+shared-memory region, not copying bytes (docs/adr/0003-bundled-packed-transport.md). So a worker
 of a `TabularDataLoader` sends *bundles*: several consecutive
 batches in one message, and for torch output all their numeric data packed into ONE shared
 buffer, allocated directly in shared memory. The main process slices the buffer into per-batch

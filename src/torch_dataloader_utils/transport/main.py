@@ -10,7 +10,7 @@ from typing import Any
 
 from ..errors import DataError
 from ..errors.on_error import ReadFailure, log_failure
-from ..planning import round_robin
+from ..planning import delivery_order
 from .ipc import ArrowBundle
 from .wire import Bundle, PackedBundle
 
@@ -54,11 +54,11 @@ def in_order(
     """The batches of the workers' ``messages`` in DataLoader's order: one per worker in turn.
 
     ``counts``: batches of each worker's stream; ``done``: how many each delivered before this
-    pass (`planning.round_robin` continues from there). A worker that ends early or a batch
+    pass (`planning.delivery_order` continues from there). A worker that ends early or a batch
     too many is an error: the rank would otherwise deliver other batches than planned.
     """
     queues: list[deque[Any]] = [deque() for _ in counts]
-    for worker in round_robin(counts, done):
+    for worker in delivery_order(counts, done):
         while not queues[worker]:
             message = next(messages, _END)
             if message is _END:

@@ -53,7 +53,7 @@ class _Strings:
         return strings
 
 
-def _string_parts(array: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
+def _string_arrays(array: pa.Array) -> tuple[np.ndarray, np.ndarray] | None:
     """Rebased int32 offsets and the bytes of a null-free string/binary array, else None."""
     if array.null_count or not (pa.types.is_string(array.type) or pa.types.is_binary(array.type)):
         return None
@@ -116,7 +116,7 @@ def _dtype_of(field: Field) -> np.dtype[Any]:
     if isinstance(data, IN_PLACE):
         return data.dtype
     if isinstance(data, Gather):
-        return np.dtype(data.source.dtype)
+        return np.dtype(data.array.dtype)
     if isinstance(data, pa.Array):
         dtype: np.dtype[Any] = np.dtype(data.type.to_pandas_dtype())
         return dtype

@@ -32,7 +32,7 @@ from .values import (
     _Entry,
     _nbytes,
     _Pickled,
-    _string_parts,
+    _string_arrays,
     _Strings,
     _torch_dtype,
 )
@@ -122,7 +122,7 @@ class PackedBundle(BufferBundle):
     Arrow offsets and bytes of their string/binary columns (to ``end``). It comes from the
     worker's pool (`BufferPool`) and goes back to it when the main process has copied the
     tensors out into memory of its own and made the strings' Python lists (`unpack`, or
-    `pin_memory`): reusing buffers avoids creating a shared-memory segment and faulting in its
+    `pin_memory`): reusing buffers avoids creating a shared-memory region and faulting in its
     fresh pages for every message, which cost more than the copy
     (docs/adr/0003-bundled-packed-transport.md).
 
@@ -131,12 +131,12 @@ class PackedBundle(BufferBundle):
     bundle no shared memory had room for (`memory`) has a private buffer, pickled as bytes.
     """
 
-    __slots__ = ("layouts", "tensors_end")
+    __slots__ = ("entries", "tensors_end")
 
     def __init__(
         self,
         buffer: torch.Tensor,
-        layouts: list[list[_Entry]],
+        entries: list[list[_Entry]],
         tensors_end: int,
         end: int,
         worker: int = -1,
@@ -149,11 +149,11 @@ class PackedBundle(BufferBundle):
         super().__init__(
             buffer, end, worker, serial=serial, dropped=dropped, carrier=carrier, pooled=pooled
         )
-        self.layouts = layouts
+        self.entries = entries  # each batch's: where each of its fields lies
         self.tensors_end = tensors_end
 
     def __reduce__(self) -> tuple[Any, ...]:
-        state = (self.layouts, self.tensors_end, self.end, self.worker, self.failures)
+        state = (self.entries, self.tensors_end, self.end, self.worker, self.failures)
         return (_unpickled, (*self.carried(), state))
 
     def pin_memory(self) -> PackedBundle:
@@ -161,7 +161,7 @@ class PackedBundle(BufferBundle):
         pinned = self.buffer[: self.end].pin_memory()
         if self.pooled:
             _release(self.buffer)
-        bundle = PackedBundle(pinned, self.layouts, self.tensors_end, self.end, self.worker)
+        bundle = PackedBundle(pinned, self.entries, self.tensors_end, self.end, self.worker)
         bundle.failures = self.failures
         return bundle
 
@@ -189,9 +189,9 @@ class PackedBundle(BufferBundle):
         # The bytes viewed once per dtype: each value is then one slice (values start at a
         # multiple of _ALIGN), not a slice and two views.
         typed: dict[np.dtype[Any], torch.Tensor] = {}
-        for layout in self.layouts:
+        for fields in self.entries:
             batch: dict[str, Any] = {}
-            for key, dtype, shape, where in layout:
+            for key, dtype, shape, where in fields:
                 if dtype is None or shape is None:
                     batch[key] = (
                         where.to_pylist(raw) if isinstance(where, _Strings) else where.load()
@@ -217,7 +217,7 @@ class PackedBundle(BufferBundle):
 
     def _has_tensors(self) -> bool:
         # Empty tensors take no bytes but must not view the shared buffer either.
-        return any(dtype is not None for layout in self.layouts for _, dtype, _, _ in layout)
+        return any(dtype is not None for fields in self.entries for _, dtype, _, _ in fields)
 
 
 def _unpickled(
@@ -228,8 +228,8 @@ def _unpickled(
     state: tuple[Any, ...],
 ) -> PackedBundle:
     buffer, pooled = incoming(memory, owner, serial, dropped)
-    layouts, tensors_end, end, worker, failures = state
-    bundle = PackedBundle(buffer, layouts, tensors_end, end, worker, carrier=buffer, pooled=pooled)
+    entries, tensors_end, end, worker, failures = state
+    bundle = PackedBundle(buffer, entries, tensors_end, end, worker, carrier=buffer, pooled=pooled)
     bundle.failures = failures
     return bundle
 
@@ -246,28 +246,28 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
     that the main process copies only the tensors out (`PackedBundle.unpack`). Gathers
     (shuffled rows) are done straight into the buffer: one copy per value.
     """
-    layouts: list[list[_Entry]] = []
-    sources: list[tuple[int, np.dtype[Any], tuple[int, ...], Field]] = []
+    entries: list[list[_Entry]] = []
+    tensors: list[tuple[int, np.dtype[Any], tuple[int, ...], Field]] = []
     strings: list[tuple[_Strings, np.ndarray, np.ndarray]] = []
     offset = _HEADER
     for fields in batches:
-        layout: list[_Entry] = []
+        placed: list[_Entry] = []
         for field in fields:
             if field.shape is None:
-                parts = _string_parts(field.data) if isinstance(field.data, pa.Array) else None
-                if parts is None:
-                    layout.append((field.key, None, None, _Pickled.of(field.key, field.data)))
+                arrays = _string_arrays(field.data) if isinstance(field.data, pa.Array) else None
+                if arrays is None:
+                    placed.append((field.key, None, None, _Pickled.of(field.key, field.data)))
                     continue
-                offsets, values = parts
+                offsets, values = arrays
                 place = _Strings(_arrow_type(field), len(offsets) - 1, 0, 0, len(values))
                 strings.append((place, offsets, values))  # placed after all tensors, below
-                layout.append((field.key, None, None, place))
+                placed.append((field.key, None, None, place))
                 continue
             dtype = _dtype_of(field)
-            layout.append((field.key, dtype, field.shape, offset))
-            sources.append((offset, dtype, field.shape, field))
+            placed.append((field.key, dtype, field.shape, offset))
+            tensors.append((offset, dtype, field.shape, field))
             offset += _round_up(_nbytes(field.shape, dtype), _ALIGN)
-        layouts.append(layout)
+        entries.append(placed)
     tensors_end = offset
     copies: list[tuple[int, np.ndarray]] = []
     for place, offsets, values in strings:
@@ -282,20 +282,20 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
     target = buffer.numpy()
     for where, array in copies:
         target[where : where + array.nbytes] = array.view(np.uint8)
-    for where, dtype, shape, field in sources:
+    for where, dtype, shape, field in tensors:
         nbytes = _nbytes(shape, dtype)
         if not nbytes:
             continue
         out = target[where : where + nbytes].view(dtype).reshape(shape)
         if isinstance(field.data, Gather):
-            np.take(field.data.source, field.data.rows, axis=0, out=out)
+            np.take(field.data.array, field.data.rows, axis=0, out=out)
         elif isinstance(field.data, IN_PLACE):
             field.data.into(out)  # (lists laid out or padded, packed sequences: in the buffer)
         else:
             out[...] = as_numpy(field)
     return PackedBundle(
         buffer,
-        layouts,
+        entries,
         tensors_end,
         offset,
         serial=taken.serial if pooled else None,

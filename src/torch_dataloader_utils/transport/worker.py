@@ -165,7 +165,7 @@ def worker_messages(
         yield from outputs if collate is None else (collate(o) for o in outputs)
         return
     if collate is None and convert.output_format == "torch":
-        # All numeric data of a bundle in one shared buffer: one segment per message, of at
+        # All numeric data of a bundle in one shared buffer: one region per message, of at
         # most `bundle_rows` rows and about `_bundle_bytes` (wide rows: fewer rows).
         fields = (convert.fields(b, rows) for b, rows in batches)
         for group in _groups(fields, packed_nbytes, per_bundle):

@@ -29,7 +29,7 @@ from ..errors.keywords import check_flags
 from ..formats.base import Format, FormatPlan, Listing, ReadOptions
 from ..formats.handles import HandleCache
 from ..formats.opening import each_file
-from ..fs import FileSystemSpec, SourceFile
+from ..fs import FileSystemSpec, ListedFile
 from ..fs.ranges import ReadsAhead
 from ..fs.threads import AHEAD_THREADS
 from ..planning import Chunk
@@ -167,7 +167,7 @@ class WebDatasetFormat(Format):
     def _schema(columns: Sequence[Column]) -> pa.Schema:
         return pa.schema([pa.field(c.name, arrow_type(c.storage)) for c in columns])
 
-    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+    def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         shard = self._load(file.path, file.size, fs)
         return self._schema(self._columns(ReadOptions(), [shard]))
 

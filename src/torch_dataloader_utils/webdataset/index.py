@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 from ..errors import CorruptFileError, InvalidArgumentError
+from ..errors.keywords import renamed
 from .arrays import IndexArrays, arrays_of, check_arrays, parse_arrays, samples_of
 from .samples import Component, Sample, group_samples, split_name
 from .tar import BLOCK, scan_tar
@@ -131,7 +132,8 @@ def build_index(
     *,
     where: str,
     lowercase: bool = True,
-    window: int = 8 << 20,
+    read_bytes: int | None = None,
+    window: int | None = None,
 ) -> ShardIndex:
     """Index a shard by a header-only scan (`scan_tar` + `group_samples`).
 
@@ -140,7 +142,8 @@ def build_index(
         size: the shard's size in bytes.
         where: names the shard in errors (a URL).
         lowercase: lower-case extensions.
-        window: bytes read at a time.
+        read_bytes: bytes read at a time (default 8 MiB).
+        window: the earlier name of ``read_bytes`` (deprecated).
 
     Returns:
         The index.
@@ -148,7 +151,8 @@ def build_index(
     Raises:
         CorruptFileError: the tar is corrupt or breaks a grouping rule (names shard and offset).
     """
-    members = scan_tar(read, size, where=where, window=window)
+    read_bytes = renamed("build_index", ("read_bytes", read_bytes), ("window", window), 8 << 20)
+    members = scan_tar(read, size, where=where, read_bytes=read_bytes)
     return ShardIndex(tuple(group_samples(members, where=where, lowercase=lowercase)))
 
 

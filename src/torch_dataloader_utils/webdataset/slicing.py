@@ -36,7 +36,7 @@ __all__ = [
 ]
 
 # Default chunk size (bytes of the selected components) without split_bytes/split_rows: about a
-# Parquet row group, so a shard of gigabytes still shuffles and balances in many pieces, while
+# Parquet row group, so a shard of gigabytes still shuffles and balances in many chunks, while
 # a chunk stays far larger than one range request.
 CHUNK_BYTES = 32 << 20
 # One range request reads at most about this many bytes of consecutive samples (one

@@ -3,7 +3,7 @@
 Walking the 512-byte headers directly is several times faster than `tarfile`
 (docs/adr/0019-format-measurements.md) and lets a scan skip data it does not need. The parser
 reads through a ``read(offset, n) -> bytes`` callable, so the same code scans a local file or an
-object in remote storage, in windows of a few MB.
+object in remote storage, a few MB at a time.
 
 What it understands, matching `tarfile` (checked member by member in the tests): ustar names with
 a ``prefix``, GNU long names and link names (``L``/``K``), PAX extended headers (``x``, and
@@ -100,11 +100,11 @@ def scan_tar(
     size: int,
     *,
     where: str,
-    window: int = 8 << 20,
+    read_bytes: int = 8 << 20,
 ) -> Iterator[TarMember]:
     """The members of a tar archive of ``size`` bytes, in archive order.
 
-    Reads through ``read(offset, n)`` in windows of ``window`` bytes; data larger than a window
+    Reads through ``read(offset, n)``, ``read_bytes`` bytes at a time; data larger than that
     is skipped without being read, so an index-only scan of large members reads little more
     than the headers.
 
@@ -112,7 +112,7 @@ def scan_tar(
         read: returns exactly ``n`` bytes at ``offset`` of the archive.
         size: the archive's size in bytes.
         where: names the archive in errors (a URL).
-        window: bytes read at a time.
+        read_bytes: bytes read at a time.
 
     Yields:
         Each member, including directories, links and other non-regular ones.
@@ -123,7 +123,7 @@ def scan_tar(
             parse, non-zero bytes after the end-of-archive marker, or a file that ends without
             that marker (cut at a member boundary).
     """
-    return _Scanner(read, 0, size, where, max(window, BLOCK), marked=size > 0).members()
+    return _Scanner(read, 0, size, where, max(read_bytes, BLOCK), marked=size > 0).members()
 
 
 class _Scanner:
@@ -135,7 +135,7 @@ class _Scanner:
         start: int,
         stop: int,
         where: str,
-        window: int,
+        read_bytes: int,
         *,
         marked: bool = False,
     ) -> None:
@@ -144,7 +144,7 @@ class _Scanner:
         self.stop = stop
         self.where = where
         self.marked = marked  # the bytes end with the end-of-archive marker (a whole file)
-        self.window = window
+        self.read_bytes = read_bytes
         self.buf: bytes | memoryview = b""
         self.buf_start = start
 
@@ -155,7 +155,7 @@ class _Scanner:
         """Bytes ``[offset, offset + n)``, which the caller has checked lie before ``stop``."""
         rel = offset - self.buf_start
         if rel < 0 or rel + n > len(self.buf):
-            length = min(max(n, self.window), self.stop - offset)
+            length = min(max(n, self.read_bytes), self.stop - offset)
             data = self.read(offset, length)
             if len(data) != length:
                 raise self.error(
@@ -344,7 +344,7 @@ class _Scanner:
         lost silently (a lone zero block mid-archive, or archives concatenated)."""
         at = pos
         while at < self.stop:
-            n = min(self.window, self.stop - at)
+            n = min(self.read_bytes, self.stop - at)
             chunk = self.get(at, n)
             if bytes(chunk).count(0) != n:
                 raise self.error(

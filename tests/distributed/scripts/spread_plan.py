@@ -1,4 +1,4 @@
-"""Planning spread over the ranks, and plans kept in ``cache_dir`` between runs.
+"""Planning spread over the ranks, and plans kept in ``cache_dir`` for a restart.
 
 Spec: ``out``, ``cases``: a list of ``{name, data, format, cache_dir, change}`` read in order
 (``change``: before this case, rank 0 rewrites that file of ``data`` with the same rows, a new

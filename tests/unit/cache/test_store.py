@@ -1,5 +1,5 @@
 """The cache's disk store: entries checked on read, written atomically, kept within the limit by
-evicting what this run does not use, shared by processes without two downloads of one range;
+evicting what this loader does not use, shared by processes without two downloads of one range;
 a killed writer or a full disk never leaves an entry that is served."""
 
 from __future__ import annotations

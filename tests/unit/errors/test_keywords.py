@@ -18,7 +18,18 @@ from torch_dataloader_utils.errors.keywords import (
     check_positive,
     keywords_of,
     refuse_rebatching,
+    renamed,
 )
+
+
+def test_a_renamed_option_takes_either_name_and_warns_at_the_caller() -> None:
+    assert renamed("f", ("new", None), ("old", None), 7) == 7
+    assert renamed("f", ("new", 3), ("old", None), 7) == 3
+    with pytest.warns(DeprecationWarning, match="f: old= is deprecated.*use new=") as seen:
+        assert renamed("f", ("new", None), ("old", 5), 7) == 5
+    assert seen[0].filename == __file__  # (shown by default: outside the library)
+    with pytest.raises(InvalidArgumentError, match="old= is the earlier name of new="):
+        renamed("f", ("new", 3), ("old", 5), 7)
 
 
 def test_the_keywords_of_a_function_and_whether_it_takes_any() -> None:

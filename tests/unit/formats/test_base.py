@@ -7,9 +7,9 @@ import pytest
 
 from torch_dataloader_utils.errors import InvalidArgumentError
 from torch_dataloader_utils.formats import Listing
-from torch_dataloader_utils.fs import SourceFile
+from torch_dataloader_utils.fs import ListedFile
 
-FILES = [SourceFile(f"/data/k={i}/part-{i}.parquet", 10 + i, "/data", f"v{i}") for i in range(4)]
+FILES = [ListedFile(f"/data/k={i}/part-{i}.parquet", 10 + i, "/data", f"v{i}") for i in range(4)]
 PARTITIONS = [(("k", i),) for i in range(4)]
 
 

@@ -24,7 +24,7 @@ from torch_dataloader_utils.errors import (
 from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats import orc as orc_module
 from torch_dataloader_utils.formats.orc import OrcFormat, parse_stripes
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile, list_files
 
 CODECS = ["uncompressed", "zlib", "snappy", "lz4", "zstd"]
 
@@ -36,7 +36,7 @@ def stripe_rows(path: Path) -> list[int]:
 
 def plan_of(
     paths: list[Path], options: ReadOptions | None = None, fs: FileSystemSpec | None = None
-) -> tuple[FormatPlan, list[SourceFile], FileSystemSpec]:
+) -> tuple[FormatPlan, list[ListedFile], FileSystemSpec]:
     fs = fs or FileSystemSpec("file")
     files = list_files([str(p) for p in paths], fs)
     return OrcFormat().plan(Listing.of(files), fs, options or ReadOptions()), files, fs
@@ -268,7 +268,7 @@ def test_bad_files_are_corrupt_file_errors_naming_the_file(
     fs = FileSystemSpec("file")
     with pytest.raises(CorruptFileError, match=f"{bad}.*{message}|{message}.*{bad}"):
         plan_of([good, bad])
-    file = SourceFile(str(bad), bad.stat().st_size, str(tmp_path))
+    file = ListedFile(str(bad), bad.stat().st_size, str(tmp_path))
     with pytest.raises(CorruptFileError, match=str(bad)):
         OrcFormat().schema(file, fs)
 

@@ -30,8 +30,8 @@ FS = FileSystemSpec("file")
 
 # Per format: its options, and the suffix of its files.
 FORMATS: dict[str, tuple[dict[str, Any], str]] = {
-    "csv": ({"block_bytes": 512}, "csv"),
-    "json": ({"block_bytes": 512}, "jsonl"),
+    "csv": ({"chunk_bytes": 512}, "csv"),
+    "json": ({"chunk_bytes": 512}, "jsonl"),
     "webdataset": ({"index_cache_dir": "", "missing_component": "skip"}, "tar"),
     "parquet": ({}, "parquet"),
     "orc": ({}, "orc"),
@@ -114,12 +114,12 @@ def test_a_format_that_never_planned_reads_the_planned_rows(tmp_path: Path, name
 
 def test_text_read_options_carry_the_inferred_types(tmp_path: Path) -> None:
     source = write_source(tmp_path / "csv", "csv")
-    dataset = tdu.StructuredDataset(str(source), format="csv", format_options={"block_bytes": 512})
+    dataset = tdu.StructuredDataset(str(source), format="csv", format_options={"chunk_bytes": 512})
     options = dataset.read_options
     assert isinstance(options, TextReadOptions)
-    assert set(options.layouts) == {f.path for f in list_files(str(source), FS)}
-    layout = options.layouts[str(source / "p1.csv")]
-    assert layout.schema.field("x").type == pa.string() and layout.empty_is_null == ("x",)
+    assert set(options.specs) == {f.path for f in list_files(str(source), FS)}
+    spec = options.specs[str(source / "p1.csv")]
+    assert spec.schema.field("x").type == pa.string() and spec.empty_is_null == ("x",)
     # Without them a new instance cannot know the types planning fixed, and says so.
     chunk = dataset.plan.chunks[-1]
     with pytest.raises(InvalidArgumentError, match="plan's read options"):
@@ -161,7 +161,7 @@ def test_filters_are_counted_with_the_plans_read_options(tmp_path: Path) -> None
         str(write_source(tmp_path / "csv", "csv")),
         format="csv",
         filters=pc.field("id") >= 60,
-        format_options={"block_bytes": 512},
+        format_options={"chunk_bytes": 512},
     )
     assert csv.plan.filtered_rows is not None and sum(csv.plan.filtered_rows) == 60
 

@@ -12,7 +12,7 @@ import pytest
 
 from torch_dataloader_utils.formats.base import Listing, ReadOptions
 from torch_dataloader_utils.formats.chunking import group_units, unit_chunks
-from torch_dataloader_utils.fs import SourceFile
+from torch_dataloader_utils.fs import ListedFile
 from torch_dataloader_utils.planning import Chunks
 
 
@@ -21,7 +21,7 @@ def test_the_columns_are_those_of_the_chunk_objects(seed: int) -> None:
     rng = random.Random(seed)
     files, partitions, units = [], [], []
     for i in range(rng.randint(1, 12)):
-        files.append(SourceFile(f"/data/k={i % 3}/part-{i}.parquet", 100, "/data", "v"))
+        files.append(ListedFile(f"/data/k={i % 3}/part-{i}.parquet", 100, "/data", "v"))
         partitions.append(rng.choice([(), (("k", i % 3),), (("k", None),)]))
         ids = sorted(rng.sample(range(8), rng.randint(0, 4)))  # some files empty or pruned
         units.append([(g, rng.randint(0, 500), rng.randint(1, 9999)) for g in ids])

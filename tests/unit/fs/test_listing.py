@@ -18,7 +18,7 @@ from torch_dataloader_utils.errors import (
     StorageNotFoundError,
     TorchDataloaderUtilsError,
 )
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile, list_files
 
 LOCAL = FileSystemSpec("file")
 
@@ -31,7 +31,7 @@ def touch(root: Path, *relative: str, size: int = 3) -> None:
         path.write_bytes(b"x" * size)
 
 
-def paths(files: list[SourceFile], root: Path | str) -> list[str]:
+def paths(files: list[ListedFile], root: Path | str) -> list[str]:
     """The files' paths relative to ``root``, in the order listed."""
     return [os.path.relpath(f.path, root) for f in files]
 
@@ -110,7 +110,7 @@ def test_explicitly_named_hidden_files_are_read(tmp_path: Path) -> None:
         assert files[0].base == str((tmp_path / rel).parent)
 
 
-def _as_fsspec_lists(root: Path) -> list[SourceFile]:
+def _as_fsspec_lists(root: Path) -> list[ListedFile]:
     """What listing a local directory gave through fsspec's ``find`` (before the local walk)."""
     from torch_dataloader_utils.fs.identity import version_of
     from torch_dataloader_utils.fs.listing import _is_hidden, _relative
@@ -118,7 +118,7 @@ def _as_fsspec_lists(root: Path) -> list[SourceFile]:
     base = str(root)
     found = fsspec.filesystem("file").find(base, detail=True)
     return [
-        SourceFile(p, int(i.get("size") or 0), base, version_of(i))
+        ListedFile(p, int(i.get("size") or 0), base, version_of(i))
         for p, i in sorted(found.items())
         if i.get("type") == "file" and not _is_hidden(_relative(p, base))
     ]

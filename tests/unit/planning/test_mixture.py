@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from torch_dataloader_utils.errors import InvalidArgumentError
-from torch_dataloader_utils.planning import Iteration, Layout, Leg, Topology, consumed
+from torch_dataloader_utils.planning import Layout, Leg, Pass, Topology, consumed
 from torch_dataloader_utils.planning import interleave as il
 from torch_dataloader_utils.planning import mixture as mx
 from torch_dataloader_utils.planning.interleave import Interleave
@@ -138,14 +138,14 @@ def test_merged_counts_of_large_sources_are_exact(counts: list[int]) -> None:
 
 
 @pytest.mark.parametrize("mixing", il.MIXINGS)
-@pytest.mark.parametrize("unit", [1, 3])
+@pytest.mark.parametrize("turn", [1, 3])
 def test_prefixes_are_each_positions_prefix(
-    monkeypatch: pytest.MonkeyPatch, mixing: il.Mixing, unit: int
+    monkeypatch: pytest.MonkeyPatch, mixing: il.Mixing, turn: int
 ) -> None:
     monkeypatch.setattr(il, "WINDOW", 16)  # many windows, some positions sharing one
-    rng = random.Random(unit)
+    rng = random.Random(turn)
     for counts in [*(random_counts(rng) for _ in range(12)), [0, 0]]:
-        inter = Interleave([unit * c for c in counts], mixing, seed=2, epoch=1, leg=1, unit=unit)
+        inter = Interleave([turn * c for c in counts], mixing, seed=2, epoch=1, leg=1, turn=turn)
         positions = [rng.randrange(3 * inter.total + 1) for _ in range(30)]
         positions += list(range(0, 2 * inter.total + 2, 5))
         got = inter.prefixes(positions).tolist()
@@ -263,7 +263,7 @@ def test_streams_read_each_sources_quota_once_and_ranks_are_equal(
             mix = mixture.epoch(lay, epoch, ())
             spans = mixture.spans(mix, Topology(rank, ranks, 0, workers))
             counts, _ = Mixed(mixture, lay).rank_streams(
-                Iteration(epoch), Topology(rank, ranks, 0, workers)
+                Pass(epoch), Topology(rank, ranks, 0, workers)
             )
             assert counts == [lay.batches(b - a) for a, b in spans]
             batches.append(sum(counts))
@@ -309,11 +309,11 @@ def test_a_resumed_pass_starts_each_source_where_its_delivered_positions_stopped
     lay = layout(4, shuffle=True)
     workers = rng.randint(1, 3)
     rank = Topology(0, 1, 0, workers)
-    counts, _ = Mixed(mixture, lay).rank_streams(Iteration(1), rank)
+    counts, _ = Mixed(mixture, lay).rank_streams(Pass(1), rank)
     delivered = rng.randint(0, sum(counts))
     done = consumed(counts, delivered)
     for w in range(workers):
-        resumed = Iteration(1, (), delivered)
+        resumed = Pass(1, (), delivered)
         stream = Mixed(mixture, lay).resolve(resumed, Topology(0, 1, w, workers))
         assert stream.done == done[w]
         assert stream.start == min(done[w] * 4, stream.length)
@@ -388,9 +388,9 @@ def test_elastic_legs_read_the_rest_of_each_source_once(seed: int) -> None:
         ranks, workers = rng.randint(1, 3), rng.randint(1, 3)
         per_rank = [
             sum(
-                Mixed(mixture, lay).rank_streams(
-                    Iteration(epoch, legs), Topology(r, ranks, 0, workers)
-                )[0]
+                Mixed(mixture, lay).rank_streams(Pass(epoch, legs), Topology(r, ranks, 0, workers))[
+                    0
+                ]
             )
             for r in range(ranks)
         ]
@@ -419,24 +419,24 @@ def test_an_empty_interleave_has_no_positions() -> None:
 def test_a_packed_mixtures_streams_start_at_whole_sequences(
     remainder: str, drop_last: bool
 ) -> None:
-    """A packed mixture gives each sequence (``unit`` positions) to one source: a rank or
+    """A packed mixture gives each sequence (``seq_tokens`` positions) to one source: a rank or
     worker starting inside a sequence would read half of another source's sequence (it failed
     with 4 ranks over 162 sequences). Spans are cut in sequences; ranks stay equal."""
-    unit, sequences = 8, 162
-    base = layout(3 * unit, shuffle=True, drop_last=drop_last, remainder=remainder)
-    lay = dataclasses.replace(base, unit=unit)
-    mixture = Mixture((np.asarray([100, 60]), np.asarray([40])), (106 * unit, 56 * unit), "random")
-    assert sum(mixture.quotas) == sequences * unit
+    seq_tokens, sequences = 8, 162
+    base = layout(3 * seq_tokens, shuffle=True, drop_last=drop_last, remainder=remainder)
+    lay = dataclasses.replace(base, seq_tokens=seq_tokens)
+    mixture = Mixture(
+        (np.asarray([100, 60]), np.asarray([40])), (106 * seq_tokens, 56 * seq_tokens), "random"
+    )
+    assert sum(mixture.quotas) == sequences * seq_tokens
     for ranks, workers in itertools.product([1, 2, 3, 4, 5, 7], [1, 2, 3]):
         mix = mixture.epoch(lay, 0, ())
         every: list[tuple[int, int]] = []
         batches = []
         for rank in range(ranks):
             spans = mixture.spans(mix, Topology(rank, ranks, 0, workers))
-            assert all(a % unit == 0 and b % unit == 0 for a, b in spans)
-            counts, _ = Mixed(mixture, lay).rank_streams(
-                Iteration(0), Topology(rank, ranks, 0, workers)
-            )
+            assert all(a % seq_tokens == 0 and b % seq_tokens == 0 for a, b in spans)
+            counts, _ = Mixed(mixture, lay).rank_streams(Pass(0), Topology(rank, ranks, 0, workers))
             assert sum(counts) == Mixed(mixture, lay).rank_batches(Topology(rank, ranks))
             batches.append(sum(counts))
             every += spans
@@ -444,4 +444,6 @@ def test_a_packed_mixtures_streams_start_at_whole_sequences(
             assert len(set(batches)) == 1
         covered = sum(b - a for a, b in every)
         if remainder == "drop" and not drop_last:
-            assert covered == sequences // ranks * ranks * unit  # fewer than a sequence a rank
+            assert (
+                covered == sequences // ranks * ranks * seq_tokens
+            )  # fewer than a sequence a rank

@@ -24,7 +24,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from torch_dataloader_utils.formats import Listing, ReadOptions, get_format
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile
 from torch_dataloader_utils.planning import Plan
 from torch_dataloader_utils.sources.files import Planned
 from torch_dataloader_utils.sources.kept import Kept, KeptPlans
@@ -120,7 +120,7 @@ def _text(schema: pa.Schema) -> str:
 
 def _write(
     root: Path, name: str, schema: pa.Schema, table: pa.Table | None
-) -> list[SourceFile] | None:
+) -> list[ListedFile] | None:
     """Two files in format ``name`` of ``table`` (no rows where None or where the format refuses
     its nulls), or None where the format cannot store the type."""
     paths = [root / f"{name}-{i}.{name}" for i in range(2)]
@@ -129,7 +129,7 @@ def _write(
             _write_one(path, name, schema, table)
     except pa.ArrowNotImplementedError:
         return None
-    return [SourceFile(str(p), p.stat().st_size, "") for p in paths]
+    return [ListedFile(str(p), p.stat().st_size, "") for p in paths]
 
 
 def _write_one(path: Path, name: str, schema: pa.Schema, table: pa.Table | None) -> None:
@@ -155,7 +155,7 @@ def _plan(fmt: Any, planned: Any) -> Plan:
     )
 
 
-def _paths(fmt: Any, files: list[SourceFile], cache: Path) -> dict[str, Plan]:
+def _paths(fmt: Any, files: list[ListedFile], cache: Path) -> dict[str, Plan]:
     """The plan of ``files`` along every path planning takes."""
     fs, options = FileSystemSpec("file"), ReadOptions()
     listing = Listing.of(files)

@@ -34,9 +34,9 @@ from torch_dataloader_utils.planning import (
     block_permutation,
     block_start,
     consumed,
+    delivery_order,
     epoch_sequence,
     remaining,
-    round_robin,
     sequence_length,
     stream_batches,
     stream_runs,
@@ -92,16 +92,23 @@ def test_consumed_follows_dataloader_order(counts):
 
 
 @pytest.mark.parametrize("counts", COUNT_VECTORS)
-def test_round_robin_continues_dataloader_order(counts):
+def test_delivery_order_continues_dataloader_order(counts):
     order = dataloader_order(counts)
-    assert list(round_robin(counts, [0] * len(counts))) == order
+    assert list(delivery_order(counts, [0] * len(counts))) == order
     for k in range(sum(counts) + 2):
-        assert list(round_robin(counts, consumed(counts, k))) == order[k:], (counts, k)
+        assert list(delivery_order(counts, consumed(counts, k))) == order[k:], (counts, k)
 
 
-def test_round_robin_is_lazy():
-    it = round_robin([10**9, 10**9], [0, 0])
+def test_delivery_order_is_lazy():
+    it = delivery_order([10**9, 10**9], [0, 0])
     assert list(itertools.islice(it, 5)) == [0, 1, 0, 1, 0]
+
+
+def test_the_earlier_names_still_work():
+    from torch_dataloader_utils import planning, state
+
+    assert planning.round_robin is delivery_order
+    assert planning.Iteration is planning.Pass is state.Iteration is state.Pass
 
 
 # --- Layout and blocks ------------------------------------------------------------------------

@@ -11,27 +11,43 @@ import numpy as np
 import pytest
 
 from torch_dataloader_utils.errors import InvalidArgumentError
-from torch_dataloader_utils.planning import Iteration, Layout, Leg, Topology, consumed
+from torch_dataloader_utils.planning import Layout, Leg, Pass, Topology, consumed
 from torch_dataloader_utils.planning.mixture import Mixture, quotas
 from torch_dataloader_utils.planning.phases import PhasedInterleave
-from torch_dataloader_utils.planning.resume import round_robin
+from torch_dataloader_utils.planning.resume import delivery_order
 from torch_dataloader_utils.planning.schedule import Schedule
 from torch_dataloader_utils.planning.streams import Mixed
 
 
 def mixed(
-    rows, schedule, epoch_rows, *, batch_size, mixing="stratified", unit=0, shuffle=True, **layout
+    rows,
+    schedule,
+    epoch_rows,
+    *,
+    batch_size,
+    mixing="stratified",
+    seq_tokens=0,
+    shuffle=True,
+    **layout,
 ) -> Mixed:
-    """A mixture's streams (``unit``: a packed one's, of sequences of ``unit`` positions)."""
+    """A mixture's streams (``seq_tokens``: a packed one's, of sequences of that many
+    positions)."""
     chunk_rows = tuple(np.full(r // 5, 5) for r in rows)
     s = Schedule.of(schedule, len(rows))
-    u = max(1, unit)
+    u = max(1, seq_tokens)
     first = tuple(u * q for q in quotas([r // u for r in rows], s.weights[0], epoch_rows // u))
     options = {"drop_last": False, "remainder": "drop", **layout}
     return Mixed(
         Mixture(chunk_rows, first, mixing, s),
         Layout(
-            batch_size * u, shuffle, 3, options["drop_last"], options["remainder"], 40, 8, unit=unit
+            batch_size * u,
+            shuffle,
+            3,
+            options["drop_last"],
+            options["remainder"],
+            40,
+            8,
+            seq_tokens=seq_tokens,
         ),
     )
 
@@ -39,23 +55,23 @@ def mixed(
 def delivered(streams: Mixed, epoch: int, world_size: int, workers: int, steps=(0, 0)):
     """Each rank's batches in delivered order, as (source labels, source positions), and each
     source's positions (absolute in its passes) the epoch reads."""
-    iteration = Iteration(epoch, steps=steps)
+    pass_ = Pass(epoch, steps=steps)
     batches: dict[tuple[int, int], np.ndarray] = {}
     positions: list[Counter[int]] = [Counter() for _ in streams.mixture.chunk_rows]
     for rank in range(world_size):
-        counts, _ = streams.rank_streams(iteration, Topology(rank, world_size, 0, workers))
+        counts, _ = streams.rank_streams(pass_, Topology(rank, world_size, 0, workers))
         own = []
         for worker in range(workers):
-            stream = streams.resolve(iteration, Topology(rank, world_size, worker, workers), done=0)
+            stream = streams.resolve(pass_, Topology(rank, world_size, worker, workers), done=0)
             for i, source in enumerate(stream.sources):
-                first, _, total = source.epoch_rows._passes
+                first, _, total = source.order._passes
                 for run in source.runs:
                     positions[i].update(first * total + x for x in range(run.start, run.stop))
             labels = stream.interleave.labels(stream.first, stream.first + stream.length)
             size = streams.layout.batch_size
             own.append([labels[k * size : (k + 1) * size] for k in range(stream.batches)])
         taken = [0] * workers
-        for b, worker in enumerate(round_robin(counts, [0] * workers)):
+        for b, worker in enumerate(delivery_order(counts, [0] * workers)):
             batches[rank, b] = own[worker][taken[worker]]
             taken[worker] += 1
     return batches, positions
@@ -149,7 +165,7 @@ def test_an_elastic_resume_inside_a_change_reads_every_row_once(seed: int) -> No
     (w0, n0), (w1, n1) = [(rng.randint(1, 4), rng.randint(1, 3)) for _ in range(2)]
     steps = streams.rank_batches(Topology(0, w0), 0)
     done = rng.randint(1, max(1, steps - 1))
-    fresh = Iteration(0, steps=(w0, batch_size))
+    fresh = Pass(0, steps=(w0, batch_size))
     read: list[Counter[int]] = [Counter(), Counter()]
     for rank in range(w0):
         counts, _ = streams.rank_streams(fresh, Topology(rank, w0, 0, n0))
@@ -161,7 +177,7 @@ def test_an_elastic_resume_inside_a_change_reads_every_row_once(seed: int) -> No
                 positions = [x for run in source.runs for x in range(run.start, run.stop)]
                 read[i].update(positions[: int(got[i])])
     legs = (Leg(w0, n0, streams.layout, done),)
-    after = Iteration(0, legs, steps=(w0, batch_size))
+    after = Pass(0, legs, steps=(w0, batch_size))
     mix = streams.mixture.epoch(streams.layout, 0, legs, readers=(w1, n1), steps=(w0, batch_size))
     for rank in range(w1):
         for worker in range(n1):
@@ -178,16 +194,21 @@ def test_an_elastic_resume_inside_a_change_reads_every_row_once(seed: int) -> No
 
 @pytest.mark.parametrize("world_size,workers", [(1, 1), (2, 2), (3, 1)])
 def test_a_packed_mixtures_phases_are_whole_sequences(world_size: int, workers: int) -> None:
-    unit = 4
+    seq_tokens = 4
     streams = mixed(
-        (400, 240), [(0, [1, 1]), (3, [1, 3])], 320, batch_size=2, unit=unit, remainder="uneven"
+        (400, 240),
+        [(0, [1, 1]), (3, [1, 3])],
+        320,
+        batch_size=2,
+        seq_tokens=seq_tokens,
+        remainder="uneven",
     )
     steps = streams.rank_batches(Topology(0, world_size), 0)
     read: list[Counter[int]] = [Counter(), Counter()]
     for epoch in range(3):
         batches, positions = delivered(streams, epoch, world_size, workers)
         for (_, b), labels in batches.items():
-            runs = labels.reshape(-1, unit)
+            runs = labels.reshape(-1, seq_tokens)
             assert np.all(runs == runs[:, :1])  # each sequence one source's
             if epoch * steps + b >= 3:  # 1:3 by sequences, within a sequence or two
                 assert abs(np.sum(runs[:, 0] == 1) - 0.75 * len(runs)) <= 2
@@ -197,11 +218,16 @@ def test_a_packed_mixtures_phases_are_whole_sequences(world_size: int, workers: 
         assert sorted(got) == list(range(len(got))) and max(got.values()) == 1
 
 
-@pytest.mark.parametrize("unit", [0, 4])
+@pytest.mark.parametrize("seq_tokens", [0, 4])
 @pytest.mark.parametrize("mixing", ["random", "stratified"])
-def test_a_phased_interleaves_prefixes_are_each_positions_prefix(unit: int, mixing) -> None:
+def test_a_phased_interleaves_prefixes_are_each_positions_prefix(seq_tokens: int, mixing) -> None:
     streams = mixed(
-        (400, 240), [(0, [1, 1]), (3, [1, 3])], 320, batch_size=2, unit=unit, mixing=mixing
+        (400, 240),
+        [(0, [1, 1]), (3, [1, 3])],
+        320,
+        batch_size=2,
+        seq_tokens=seq_tokens,
+        mixing=mixing,
     )
     mix = streams.mixture.epoch(streams.layout, 0, (), readers=(2, 3), steps=(2, 0))
     inter = mix.current

@@ -110,21 +110,23 @@ def test_run_without_select():
     run = Run(3, 9)
     assert run.num_rows == 6
     assert run.positions(np.array([0, 2, 5])).tolist() == [3, 5, 8]
-    part = run.part(1, 4)
-    assert (part.start, part.stop, part.select) == (4, 7, None)
-    assert run.part(2, 2).num_rows == 0
+    sub = run.sub(1, 4)
+    assert (sub.start, sub.stop, sub.select) == (4, 7, None)
+    assert run.sub(2, 2).num_rows == 0
+    earlier = run.part(1, 4)  # the earlier name of sub
+    assert (earlier.start, earlier.stop, earlier.select) == (4, 7, None)
 
 
 def test_run_with_select():
     run = sel(2, 5, 6, 11)
     assert run.num_rows == 4
     assert run.positions(np.array([0, 3])).tolist() == [2, 11]
-    part = run.part(1, 3)
-    assert (part.start, part.stop, part.select.tolist()) == (5, 7, [5, 6])
-    assert run.part(4, 4).num_rows == 0
+    sub = run.sub(1, 3)
+    assert (sub.start, sub.stop, sub.select.tolist()) == (5, 7, [5, 6])
+    assert run.sub(4, 4).num_rows == 0
     for first, last in itertools.product(range(5), repeat=2):
         if first < last:
-            assert expand([run.part(first, last)]) == [2, 5, 6, 11][first:last]
+            assert expand([run.sub(first, last)]) == [2, 5, 6, 11][first:last]
 
 
 @items_cases

@@ -132,8 +132,10 @@ def test_block_of_finds_the_block_block_bounds_lists(
 # --- BlockOrder: a stream's blocks and their permutations, as one value -----------------------
 
 
-def layout(*, shuffle: bool = True, block_rows: int = 8, first: int = 2, unit: int = 0) -> Layout:
-    return Layout(4, shuffle, 11, False, "drop", block_rows, first, unit=unit)
+def layout(
+    *, shuffle: bool = True, block_rows: int = 8, first: int = 2, seq_tokens: int = 0
+) -> Layout:
+    return Layout(4, shuffle, 11, False, "drop", block_rows, first, seq_tokens=seq_tokens)
 
 
 @pytest.mark.parametrize(("leg", "source"), [(0, None), (2, None), (0, 1), (3, 4)])
@@ -215,7 +217,7 @@ def test_delivered_without_shuffling_is_the_offsets() -> None:
 
 def test_delivered_refuses_a_packed_stream() -> None:
     """A packed stream's blocks move by documents, whose lengths only the data tells."""
-    order = BlockOrder(layout(unit=16), 30, epoch=0, stream=1)
+    order = BlockOrder(layout(seq_tokens=16), 30, epoch=0, stream=1)
     with pytest.raises(TypeError, match="documents"):
         order.delivered(np.arange(3))
 
@@ -224,7 +226,7 @@ def test_a_document_rest_draws_its_blocks_order_through_its_block_order() -> Non
     """What an earlier leg left of a packed block: drawn with the key of its block, leg and
     source, as `document_permutation` draws it."""
     for source in (None, 2):
-        order = BlockOrder(layout(unit=16), 90, epoch=4, stream=3, leg=1, source=source)
+        order = BlockOrder(layout(seq_tokens=16), 90, epoch=4, stream=3, leg=1, source=source)
         rest = DocumentRest(order, 5, 10, 0, 20, ((0, 40),))
         assert rest.permutation(13).tolist() == order.documents(5, 13).tolist()
         key = {"seed": 11, "epoch": 4, "stream": 3, "block": 5, "leg": 1}

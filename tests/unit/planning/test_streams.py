@@ -17,11 +17,11 @@ from hypothesis import strategies as st
 
 from torch_dataloader_utils.errors import InvalidArgumentError
 from torch_dataloader_utils.planning import (
-    Iteration,
     Layout,
     Leg,
+    Pass,
     Topology,
-    round_robin,
+    delivery_order,
     strategy_of,
 )
 from torch_dataloader_utils.planning.budget import Lengths
@@ -68,12 +68,12 @@ def test_every_row_once_and_counts_agree_with_what_each_worker_reads(
     seen: Counter[tuple[int, int]] = Counter()
     for rank in range(world_size):
         counts, done = OneSource(chunk_rows, layout).rank_streams(
-            Iteration(epoch), Topology(rank, world_size, 0, num_workers)
+            Pass(epoch), Topology(rank, world_size, 0, num_workers)
         )
         assert done == [0] * num_workers
         for worker in range(num_workers):
             topology = Topology(rank, world_size, worker, num_workers)
-            stream = OneSource(chunk_rows, layout).resolve(Iteration(epoch), topology)
+            stream = OneSource(chunk_rows, layout).resolve(Pass(epoch), topology)
             assert stream.batches == counts[worker]
             assert stream.done == 0 and stream.start == 0
             (rows,) = stream.sources
@@ -97,24 +97,24 @@ def test_a_resumed_pass_starts_each_stream_after_the_batches_dataloader_order_ga
     layout = layout_of(strategy, batch_size=4, drop_last=False, shuffle=True)
     rank = Topology(0, 1, 0, 3)
     streams = OneSource(chunk_rows, layout)
-    counts, _ = streams.rank_streams(Iteration(2), rank)
+    counts, _ = streams.rank_streams(Pass(2), rank)
     delivered = min(delivered, sum(counts))
-    order = list(round_robin(counts, [0, 0, 0]))[:delivered]  # the workers of the first batches
-    counts_again, done = streams.rank_streams(Iteration(2, batches=delivered), rank)
+    order = list(delivery_order(counts, [0, 0, 0]))[:delivered]  # the workers of the first batches
+    counts_again, done = streams.rank_streams(Pass(2, batches=delivered), rank)
     assert counts_again == counts
     assert done == [order.count(w) for w in range(3)]
     for worker in range(3):
-        resumed = Iteration(2, batches=delivered)
+        resumed = Pass(2, batches=delivered)
         stream = streams.resolve(resumed, Topology(0, 1, worker, 3))
         assert stream.done == done[worker]
         assert stream.start == min(done[worker] * 4, stream.length)
-        fresh = streams.resolve(Iteration(2), Topology(0, 1, worker, 3))
+        fresh = streams.resolve(Pass(2), Topology(0, 1, worker, 3))
         assert stream.sources[0].pieces() == fresh.sources[0].pieces()  # same rows
 
 
 def test_a_worker_state_overrides_the_rank_position() -> None:
     layout = layout_of("equal", batch_size=4, drop_last=False, shuffle=False)
-    stream = OneSource([40], layout).resolve(Iteration(0, batches=6), Topology(0, 1, 1, 2), done=1)
+    stream = OneSource([40], layout).resolve(Pass(0, batches=6), Topology(0, 1, 1, 2), done=1)
     assert stream.done == 1 and stream.start == 4
 
 
@@ -155,7 +155,7 @@ def test_each_kind_says_what_callers_ask_of_it() -> None:
     assert [s.scheduled for s in kinds()] == [False, False, True, False]
     assert [s.lengths is None for s in kinds()] == [True, True, True, False]
     assert [s.skips_carried for s in kinds()] == [True, True, True, False]
-    packed = dataclasses.replace(one.layout, unit=2)
+    packed = dataclasses.replace(one.layout, seq_tokens=2)
     assert not one.with_layout(packed).skips_carried
     assert not mixed.with_layout(packed).skips_carried
     assert isinstance(budget, Budgeted)
@@ -169,7 +169,7 @@ def test_with_layout_is_the_same_streams_under_another_layout() -> None:
         moved = streams.with_layout(other)
         assert type(moved) is type(streams) and moved.layout == other
         assert (moved.scheduled, moved.lengths) == (streams.scheduled, streams.lengths)
-        counts, _ = moved.rank_streams(Iteration(1), Topology(0, 1, 0, 2))
+        counts, _ = moved.rank_streams(Pass(1), Topology(0, 1, 0, 2))
         assert sum(counts) == moved.rank_batches(Topology(0, 1, 0, 2), 1)
 
 
@@ -185,8 +185,8 @@ def test_only_one_sources_streams_are_budgeted() -> None:
 def test_a_streams_block_order_is_keyed_by_its_pass_topology_and_source() -> None:
     _, mixed, _, _ = kinds()
     leg = Leg(1, 2, mixed.layout, 1)
-    stream = mixed.resolve(Iteration(3, legs=(leg,)), Topology(1, 2, 1, 2))
+    stream = mixed.resolve(Pass(3, legs=(leg,)), Topology(1, 2, 1, 2))
     for rows in stream.sources:
         order = stream.order_of(rows)
-        assert (order.epoch, order.stream, order.leg, order.source) == (3, 3, 1, rows.source)
-        assert (order.layout, order.length) == (rows.epoch_rows.layout, rows.length)
+        assert (order.epoch, order.stream, order.leg, order.source) == (3, 3, 1, rows.index)
+        assert (order.layout, order.length) == (rows.order.layout, rows.length)

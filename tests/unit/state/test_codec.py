@@ -22,7 +22,7 @@ from torch_dataloader_utils.planning import (
 )
 from torch_dataloader_utils.state import (
     STATE_VERSION,
-    Iteration,
+    Pass,
     decode_state,
     encode_state,
     read_failures,
@@ -56,11 +56,11 @@ PLAN = make_plan(("a.parquet", 40), ("a.parquet", 25), ("b.parquet", 35))
 
 
 def encode(
-    iteration: Iteration, *, plan=PLAN, world_size=2, num_workers=3, layout=LAYOUT, complete=False
+    pass_: Pass, *, plan=PLAN, world_size=2, num_workers=3, layout=LAYOUT, complete=False
 ) -> dict:
     return encode_state(
         plan,
-        iteration,
+        pass_,
         world_size=world_size,
         num_workers=num_workers,
         layout=layout,
@@ -86,7 +86,7 @@ def test_state_is_plain_small_and_versioned():
         Leg(w, n, dataclasses.replace(LAYOUT, batch_size=b), k)
         for w, n, b, k in ((4, 2, 8, 3), (3, 1, 5, 11), (1, 4, 2, 2))
     )
-    state = encode(Iteration(5, legs, 9, generation=3))
+    state = encode(Pass(5, legs, 9, generation=3))
     text = json.dumps(state)  # plain Python values only
     assert len(text) < 2000
     assert json.loads(text) == state
@@ -103,15 +103,26 @@ def test_state_is_plain_small_and_versioned():
 
 def test_state_holds_no_row_lists_whatever_the_data_size():
     big = make_plan(*((f"part-{i:05d}.parquet", 10**6) for i in range(2000)))
-    state = encode(Iteration(0, (Leg(64, 8, LAYOUT, 10**5),), 10**4), plan=big)
+    state = encode(Pass(0, (Leg(64, 8, LAYOUT, 10**5),), 10**4), plan=big)
     assert len(json.dumps(state)) < 2000
 
 
-def test_iteration_resumed():
-    assert not Iteration(0).resumed
-    assert not Iteration(4, generation=2).resumed
-    assert Iteration(0, batches=1).resumed
-    assert Iteration(0, legs=(Leg(1, 1, LAYOUT, 0),)).resumed
+def test_a_layouts_seq_tokens_is_saved_under_its_earlier_key():
+    """``Layout.seq_tokens`` was ``unit`` when states were first saved: a state keeps that key
+    (states saved before resume, and states saved now are read by earlier versions)."""
+    packed = dataclasses.replace(LAYOUT, seq_tokens=16)
+    state = through_json(encode(Pass(2, (Leg(1, 1, packed, 3),), 1), layout=packed))
+    assert state["layout"]["unit"] == 16 and "seq_tokens" not in state["layout"]
+    assert state["legs"][0]["layout"]["unit"] == 16
+    got = decode(state, layout=packed)
+    assert got.legs[0].layout == packed and packed.unit == 16  # (the earlier name, read-only)
+
+
+def test_pass_resumed():
+    assert not Pass(0).resumed
+    assert not Pass(4, generation=2).resumed
+    assert Pass(0, batches=1).resumed
+    assert Pass(0, legs=(Leg(1, 1, LAYOUT, 0),)).resumed
 
 
 # --- exact resume: the same topology continues the same streams --------------------------------
@@ -120,16 +131,16 @@ def test_iteration_resumed():
 @pytest.mark.parametrize("batches", [0, 1, 17])
 def test_same_topology_continues_the_same_streams(batches):
     legs = (Leg(4, 1, dataclasses.replace(LAYOUT, batch_size=2), 6),)
-    for iteration in (Iteration(3, (), batches), Iteration(3, legs, batches)):
-        state = through_json(encode(iteration))
+    for pass_ in (Pass(3, (), batches), Pass(3, legs, batches)):
+        state = through_json(encode(pass_))
         got = decode(state)
-        assert (got.epoch, got.legs, got.batches) == (3, iteration.legs, batches)
+        assert (got.epoch, got.legs, got.batches) == (3, pass_.legs, batches)
 
 
 def test_complete_state_resumes_at_the_end_of_its_epoch():
     """Not as the next epoch: a loop calling set_epoch(saved epoch) would drop it, re-reading."""
     # 100 rows on 2 ranks x 3 workers, batches of 4: 50 rows = 13 batches per rank.
-    state = through_json(encode(Iteration(3, (), 13), complete=True))
+    state = through_json(encode(Pass(3, (), 13), complete=True))
     same = decode(state, world_size=2, num_workers=3)
     assert (same.epoch, same.legs, same.batches) == (3, (), 13)
     other = decode(state, world_size=5, num_workers=1)
@@ -156,7 +167,7 @@ def test_complete_state_resumes_at_the_end_of_its_epoch():
 def test_other_topology_adds_the_saved_one_as_a_leg(world_size, num_workers, layout):
     first = Leg(4, 2, dataclasses.replace(LAYOUT, batch_size=3), 5)
     for legs in ((), (first,)):
-        state = through_json(encode(Iteration(2, legs, 7)))
+        state = through_json(encode(Pass(2, legs, 7)))
         got = decode(state, world_size=world_size, num_workers=num_workers, layout=layout)
         assert got.epoch == 2
         assert got.batches == 0
@@ -167,22 +178,22 @@ def test_other_topology_adds_the_saved_one_as_a_leg(world_size, num_workers, lay
 
 
 def test_legs_grow_by_one_per_elastic_resume():
-    iteration = Iteration(1)
+    pass_ = Pass(1)
     topologies = [(2, 3, LAYOUT), (4, 1, LAYOUT), (1, 2, dataclasses.replace(LAYOUT, seed=1))]
     for step, (ws, nw, layout) in enumerate(topologies[1:], start=1):
         saved_ws, saved_nw, saved_layout = topologies[step - 1]
-        iteration = dataclasses.replace(iteration, batches=2)
+        pass_ = dataclasses.replace(pass_, batches=2)
         state = through_json(
-            encode(iteration, world_size=saved_ws, num_workers=saved_nw, layout=saved_layout)
+            encode(pass_, world_size=saved_ws, num_workers=saved_nw, layout=saved_layout)
         )
-        iteration = decode(state, world_size=ws, num_workers=nw, layout=layout)
-        assert len(iteration.legs) == step
-        assert iteration.legs[-1] == Leg(saved_ws, saved_nw, saved_layout, 2)
-    assert len(json.dumps(encode(iteration, world_size=1, num_workers=2))) < 2000
+        pass_ = decode(state, world_size=ws, num_workers=nw, layout=layout)
+        assert len(pass_.legs) == step
+        assert pass_.legs[-1] == Leg(saved_ws, saved_nw, saved_layout, 2)
+    assert len(json.dumps(encode(pass_, world_size=1, num_workers=2))) < 2000
 
 
 def test_other_topology_before_any_batch_starts_the_epoch_afresh():
-    state = through_json(encode(Iteration(6, (), 0)))
+    state = through_json(encode(Pass(6, (), 0)))
     got = decode(state, world_size=8, num_workers=1)
     assert (got.epoch, got.legs, got.batches) == (6, (), 0)
 
@@ -193,7 +204,7 @@ ROUND_ROBIN = dataclasses.replace(LAYOUT, strategy="round_robin", remainder="une
 
 
 def test_round_robin_resumes_exactly():
-    state = through_json(encode(Iteration(1, (), 5), layout=ROUND_ROBIN))
+    state = through_json(encode(Pass(1, (), 5), layout=ROUND_ROBIN))
     got = decode(state, layout=ROUND_ROBIN)
     assert (got.epoch, got.legs, got.batches) == (1, (), 5)
 
@@ -207,18 +218,18 @@ def test_round_robin_resumes_exactly():
     ],
 )
 def test_round_robin_refuses_elastic_resume(saved, now, world_size):
-    state = through_json(encode(Iteration(1, (), 5), layout=saved))
+    state = through_json(encode(Pass(1, (), 5), layout=saved))
     with pytest.raises(StateMismatchError, match='split_strategy="round_robin"') as info:
         decode(state, world_size=world_size, layout=now)
     assert "same topology" in str(info.value)
     # An epoch not begun needs no elastic resume.
-    fresh = through_json(encode(Iteration(1, (), 0), layout=saved))
-    assert decode(fresh, world_size=world_size, layout=now) == Iteration(1)
+    fresh = through_json(encode(Pass(1, (), 0), layout=saved))
+    assert decode(fresh, world_size=world_size, layout=now) == Pass(1)
 
 
 def test_round_robin_leg_refuses_elastic_resume():
     legs = (Leg(3, 1, ROUND_ROBIN, 2),)
-    state = through_json(encode(Iteration(1, legs, 5)))
+    state = through_json(encode(Pass(1, legs, 5)))
     with pytest.raises(StateMismatchError, match="round_robin"):
         decode(state, world_size=5)
 
@@ -238,7 +249,7 @@ def test_not_a_state_is_refused(state):
 
 @pytest.mark.parametrize("version", [STATE_VERSION + 1, 0, None, "1"])
 def test_other_version_is_refused(version):
-    state = encode(Iteration(0, (), 1))
+    state = encode(Pass(0, (), 1))
     state["version"] = version
     if version is None:
         del state["version"]
@@ -282,7 +293,7 @@ def test_other_version_is_refused(version):
     ids=["rows", "rows-chunks-files", "chunks", "files", "filter", "same-counts"],
 )
 def test_other_data_is_refused_naming_what_changed(now, changes):
-    state = through_json(encode(Iteration(2, (), 4)))
+    state = through_json(encode(Pass(2, (), 4)))
     assert now.fingerprint != PLAN.fingerprint
     with pytest.raises(StateMismatchError) as info:
         decode(state, plan=now)
@@ -301,11 +312,11 @@ def test_other_data_is_refused_naming_what_changed(now, changes):
 def test_same_data_planned_again_is_accepted():
     again = make_plan(("a.parquet", 40), ("a.parquet", 25), ("b.parquet", 35))
     assert again.fingerprint == PLAN.fingerprint
-    assert decode(through_json(encode(Iteration(0, (), 3))), plan=again).batches == 3
+    assert decode(through_json(encode(Pass(0, (), 3))), plan=again).batches == 3
 
 
 def test_allow_changed_data_does_not_skip_the_version_check():
-    state = encode(Iteration(0, (), 1))
+    state = encode(Pass(0, (), 1))
     state["version"] = STATE_VERSION + 1
     with pytest.raises(StateMismatchError, match="version"):
         decode(state, allow_changed_data=True)
@@ -320,7 +331,7 @@ def _versioned(plan: Plan, version: str, size: int = 100) -> Plan:
 
 def test_files_rewritten_since_the_state_are_refused_naming_the_rewrite():
     saved = _versioned(PLAN, "mtime=1.0")
-    state = through_json(encode(Iteration(2, (), 4), plan=saved))
+    state = through_json(encode(Pass(2, (), 4), plan=saved))
     for now in (_versioned(PLAN, "mtime=2.0"), _versioned(PLAN, "mtime=1.0", size=101)):
         assert now.fingerprint == saved.fingerprint and now.files_digest != saved.files_digest
         with pytest.raises(StateMismatchError, match="files were rewritten since"):
@@ -331,7 +342,7 @@ def test_files_rewritten_since_the_state_are_refused_naming_the_rewrite():
 
 def test_a_state_saved_with_the_earlier_fingerprint_resumes():
     # States saved before the columnar plan carry the fingerprint computed chunk by chunk.
-    state = through_json(encode(Iteration(2, (), 4)))
+    state = through_json(encode(Pass(2, (), 4)))
     state["plan"]["fingerprint"] = PLAN.legacy_fingerprint()
     assert PLAN.legacy_fingerprint() != PLAN.fingerprint
     assert decode(state).batches == 4
@@ -341,7 +352,7 @@ def test_a_state_saved_with_the_earlier_fingerprint_resumes():
 
 
 def test_a_state_saved_before_files_were_pinned_resumes():
-    state = through_json(encode(Iteration(2, (), 4)))
+    state = through_json(encode(Pass(2, (), 4)))
     del state["plan"]["file_versions"]
     assert decode(state, plan=_versioned(PLAN, "mtime=2.0")).batches == 4
 
@@ -370,7 +381,7 @@ def test_a_state_saved_before_files_were_pinned_resumes():
     ],
 )
 def test_a_malformed_state_is_refused_saying_which_key(change, said):
-    state = through_json(encode(Iteration(2, (), 4)))
+    state = through_json(encode(Pass(2, (), 4)))
     if "read_failures" in said:
         change(state)
         with pytest.raises(StateMismatchError, match=re.escape(said)):
@@ -384,7 +395,7 @@ def test_a_malformed_state_is_refused_saying_which_key(change, said):
 
 
 def test_the_read_failure_count_travels_in_the_state():
-    state = through_json(with_read_failures(encode(Iteration(2, (), 4)), 3, 150))
+    state = through_json(with_read_failures(encode(Pass(2, (), 4)), 3, 150))
     assert read_failures(state) == (3, 150)
     assert decode(state).batches == 4
-    assert read_failures(through_json(encode(Iteration(2, (), 4)))) == (0, 0)
+    assert read_failures(through_json(encode(Pass(2, (), 4)))) == (0, 0)

@@ -13,7 +13,7 @@ import pytest
 
 from torch_dataloader_utils.errors import StateMismatchError
 from torch_dataloader_utils.planning import Chunk, Layout, Plan
-from torch_dataloader_utils.state import Iteration, decode_state, encode_state
+from torch_dataloader_utils.state import Pass, decode_state, encode_state
 
 CHUNKS = [
     Chunk("/data/a/part-0.parquet", 0, 2, 30, 100, (10, 20)),
@@ -70,7 +70,7 @@ def _nested() -> pa.Schema:
 
 def _resumes(plan: Plan, fingerprint: str) -> bool:
     state = encode_state(
-        plan, Iteration(0, (), 3), world_size=1, num_workers=0, layout=LAYOUT, complete=False
+        plan, Pass(0, (), 3), world_size=1, num_workers=0, layout=LAYOUT, complete=False
     )
     state = json.loads(json.dumps(state))
     state["plan"]["fingerprint"] = fingerprint

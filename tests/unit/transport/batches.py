@@ -65,8 +65,8 @@ def string_batch() -> tuple[Converter, pa.RecordBatch]:
 
 
 def packed_entries(bundle: PackedBundle, key: str) -> list[Any]:
-    """What the bundle's layouts hold for ``key``, batch by batch (the packing path taken)."""
-    return [where for layout in bundle.layouts for k, _, _, where in layout if k == key]
+    """What the bundle's entries hold for ``key``, batch by batch (the packing path taken)."""
+    return [where for fields in bundle.entries for k, _, _, where in fields if k == key]
 
 
 def reference(rb: pa.RecordBatch, name: str, rows: np.ndarray | None) -> list[Any]:

@@ -185,8 +185,8 @@ def test_several_batches_with_different_string_columns_in_one_bundle() -> None:
     # Every region of the buffer (tensors, string offsets, string bytes) is inside it and
     # apart from every other.
     spans = []
-    for layout in bundle.layouts:
-        for _, dtype, shape, where in layout:
+    for fields in bundle.entries:
+        for _, dtype, shape, where in fields:
             if isinstance(where, _Strings):
                 spans.append(span(where.offsets_at, 4 * (where.rows + 1)))
                 spans.append(span(where.values_at, where.nbytes))
@@ -235,7 +235,7 @@ def test_packed_bundle_pin_memory_is_an_equivalent_bundle() -> None:
         pinned = bundle.pin_memory()
         assert isinstance(pinned, PackedBundle)
         assert pinned.buffer.is_pinned()
-        assert pinned.layouts == bundle.layouts
+        assert pinned.entries == bundle.entries
     unpacked = pinned.unpack()
     assert len(unpacked) == len(parts)
     for got, (c, rb, rows) in zip(unpacked, parts, strict=True):

@@ -60,6 +60,18 @@ SMALL_INDEX = (
 )
 
 
+def test_window_is_the_earlier_name_of_read_bytes() -> None:
+    data = make_tar(SMALL)
+
+    def build(**kw: int) -> ShardIndex:
+        return build_index(lambda o, n: data[o : o + n], len(data), where="mem://s.tar", **kw)
+
+    with pytest.warns(DeprecationWarning, match="window= is deprecated.*use read_bytes="):
+        assert build(window=512) == build(read_bytes=512) == index_of(data)
+    with pytest.raises(InvalidArgumentError, match="give read_bytes= alone"):
+        build(window=512, read_bytes=512)
+
+
 def test_format_index_is_byte_identical_to_dalis_tool() -> None:
     data = make_tar(SMALL)
     assert format_index(index_of(data)) == SMALL_INDEX

@@ -88,8 +88,8 @@ def reader(data: bytes, log: list[tuple[int, int]] | None = None) -> Callable[[i
     return read
 
 
-def scan(data: bytes, window: int = 8 << 20) -> list[TarMember]:
-    return list(scan_tar(reader(data), len(data), where=WHERE, window=window))
+def scan(data: bytes, read_bytes: int = 8 << 20) -> list[TarMember]:
+    return list(scan_tar(reader(data), len(data), where=WHERE, read_bytes=read_bytes))
 
 
 LONG_DIR = "d" * 90 + "/" + "e" * 60  # > 100 chars: ustar splits it into prefix + name
@@ -196,7 +196,7 @@ def test_a_member_over_8_gib_is_skipped_without_reading_it(tmp_path: Path) -> No
             log.append((offset, n))
             return os.pread(fd, n, offset)
 
-        members = list(scan_tar(read, size, where=str(path), window=1 << 16))
+        members = list(scan_tar(read, size, where=str(path), read_bytes=1 << 16))
     finally:
         os.close(fd)
     with tarfile.open(path) as tf:
@@ -206,16 +206,16 @@ def test_a_member_over_8_gib_is_skipped_without_reading_it(tmp_path: Path) -> No
     assert sum(n for _, n in log) < 1 << 20  # the headers, not the 9 GiB
 
 
-@pytest.mark.parametrize("window", [512, 1000, 4096, 1 << 20])
-def test_every_window_size_gives_the_same_members(window: int) -> None:
+@pytest.mark.parametrize("read_bytes", [512, 1000, 4096, 1 << 20])
+def test_any_bytes_read_at_a_time_give_the_same_members(read_bytes: int) -> None:
     data = make_tar(SPECS + LONG_SPECS, format=tarfile.PAX_FORMAT)
-    assert scan(data, window=window) == tarfile_members(data)
+    assert scan(data, read_bytes=read_bytes) == tarfile_members(data)
 
 
 def test_large_data_is_skipped_without_being_read() -> None:
     data = make_tar([("a.bin", "file", 1 << 20), ("a.txt", "file", 3)])
     log: list[tuple[int, int]] = []
-    members = list(scan_tar(reader(data, log), len(data), where=WHERE, window=8192))
+    members = list(scan_tar(reader(data, log), len(data), where=WHERE, read_bytes=8192))
     assert [m.name for m in members] == ["a.bin", "a.txt"]
     assert sum(n for _, n in log) < 64 << 10
 
@@ -236,7 +236,7 @@ def test_seeded_random_archives_match_tarfile() -> None:
             data = make_tar(specs, format=fmt, seed=trial)
         except ValueError:  # ustar cannot hold some long names: tarfile refuses
             continue
-        assert scan(data, window=rng.choice([512, 2048, 1 << 20])) == tarfile_members(data)
+        assert scan(data, read_bytes=rng.choice([512, 2048, 1 << 20])) == tarfile_members(data)
         compared += 1
     assert compared >= 25
 

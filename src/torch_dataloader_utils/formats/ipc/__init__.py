@@ -1,5 +1,5 @@
 """Arrow IPC files and streams: `IpcFormat` (`format`), planned from message headers only
-(`layout`)."""
+(`messages`)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Row counts live in each record batch's message header, not in the file footer, and pyarrow
 decodes (and decompresses) a whole batch to tell its rows. Planning therefore reads only the
 message headers: the footer's block list (file format) or a walk over the messages (stream
-format), both parsed from their flatbuffers by `layout`.
+format), both parsed from their flatbuffers by `messages`.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pyarrow as pa
 from pyarrow import ipc
 
 from ...errors import CorruptFileError
-from ...fs import FileSystemSpec, SourceFile
+from ...fs import FileSystemSpec, ListedFile
 from ...planning import Chunk
 from ..base import Format, FormatPlan, Listing, ReadOptions
 from ..chunking import file_chunks
@@ -24,7 +24,7 @@ from ..magic import refuse_other_format
 from ..names import unique_names, unique_schema, warn_renamed
 from ..opening import each_file, open_input, parsing, read_range, slice_batches
 from ..schemas import FileSchema, check_schemas
-from .layout import KIND, MAGIC, RECORD_BATCH, Layout, read_layout
+from .messages import KIND, MAGIC, RECORD_BATCH, Headers, read_headers
 
 __all__ = ["IpcFormat"]
 
@@ -34,10 +34,10 @@ _OPEN_FILES = 1
 _KINDS = 4096
 
 
-def _included(layout_schema: pa.Schema, columns: tuple[str, ...] | None) -> list[int] | None:
+def _included(schema: pa.Schema, columns: tuple[str, ...] | None) -> list[int] | None:
     if columns is None:
         return None
-    names = unique_names(layout_schema.names)  # columns are named by the unique names
+    names = unique_names(schema.names)  # columns are named by the unique names
     return sorted(names.index(c) for c in columns)
 
 
@@ -50,9 +50,9 @@ def _batch_names(schema: pa.Schema, included: list[int] | None) -> list[str] | N
     return [names[i] for i in (included if included is not None else range(len(names)))]
 
 
-def _layout(file: SourceFile, fs: FileSystemSpec) -> Layout:
+def _headers(file: ListedFile, fs: FileSystemSpec) -> Headers:
     try:
-        return fs.request(lambda: read_layout(file.path, file.size, fs), what=fs.url(file.path))
+        return fs.request(lambda: read_headers(file.path, file.size, fs), what=fs.url(file.path))
     except CorruptFileError as exc:  # say so when it is another format
         refuse_other_format(file, fs, "Arrow IPC", exc)
         raise
@@ -81,37 +81,37 @@ class IpcFormat(Format):
             tuple[str, tuple[str, ...] | None],
             tuple[ipc.RecordBatchFileReader, pa.NativeFile, list[str] | None],
         ] = HandleCache(_OPEN_FILES, lambda opened: opened[1].close())
-        self._layouts: HandleCache[str, Layout] = HandleCache(_OPEN_FILES)
+        self._headers: HandleCache[str, Headers] = HandleCache(_OPEN_FILES)
         self._kinds: HandleCache[str, bool] = HandleCache(_KINDS)
 
     def __reduce__(self) -> tuple[type[IpcFormat], tuple[()]]:
         return (type(self), ())  # open files stay behind: each process opens its own
 
-    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
-        return unique_schema(_layout(file, fs).schema)
+    def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
+        return unique_schema(_headers(file, fs).schema)
 
     per_file = True  # (`Format.plan`: each file's facts, assembled)
 
     def facts(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list[Any]:
-        return each_file(lambda f: _layout(f, fs), listing.files)
+        return each_file(lambda f: _headers(f, fs), listing.files)
 
     def assemble(
         self, listing: Listing, facts: Sequence[Any], fs: FileSystemSpec, options: ReadOptions
     ) -> FormatPlan:
         files = listing.files
-        layouts = facts
-        for f, x in zip(files, layouts, strict=True):
+        headers = facts
+        for f, x in zip(files, headers, strict=True):
             warn_renamed(fs.url(f.path), x.schema.names, stacklevel=4)
         schema = check_schemas(
             files,
-            [FileSchema(unique_schema(x.schema), any(b.rows for b in x.batches)) for x in layouts],
+            [FileSchema(unique_schema(x.schema), any(b.rows for b in x.batches)) for x in headers],
             fs,
             options,
         )
-        units = [[(i, b.rows, b.size) for i, b in enumerate(x.batches)] for x in layouts]
+        units = [[(i, b.rows, b.size) for i, b in enumerate(x.batches)] for x in headers]
         chunks = file_chunks(listing, units, options)
-        rows = sum(b.rows for x in layouts for b in x.batches)
-        size = sum(b.size for x in layouts for b in x.batches)
+        rows = sum(b.rows for x in headers for b in x.batches)
+        size = sum(b.size for x in headers for b in x.batches)
         # Uncompressed bodies are the decoded buffers; compressed ones make this a low estimate.
         row_bytes = max(size / rows if rows else 1.0, 1.0)
         return FormatPlan(chunks=chunks, schema=schema, row_bytes=row_bytes)
@@ -125,17 +125,17 @@ class IpcFormat(Format):
 
     def _size(self, path: str, fs: FileSystemSpec) -> int:
         def size() -> int:
-            with open_input(path, fs) as source:
-                return int(source.size())
+            with open_input(path, fs) as opened:
+                return int(opened.size())
 
         return fs.request(size, what=fs.url(path))
 
-    def _stream(self, path: str, fs: FileSystemSpec) -> Layout:
-        def walk() -> Layout:
+    def _stream(self, path: str, fs: FileSystemSpec) -> Headers:
+        def walk() -> Headers:
             size = self._size(path, fs)
-            return fs.request(lambda: read_layout(path, size, fs), what=fs.url(path))
+            return fs.request(lambda: read_headers(path, size, fs), what=fs.url(path))
 
-        return self._layouts.get(path, walk)
+        return self._headers.get(path, walk)
 
     def _file(
         self, path: str, columns: tuple[str, ...] | None, fs: FileSystemSpec
@@ -144,19 +144,19 @@ class IpcFormat(Format):
         columns (None: the file's own)."""
 
         def open_file() -> tuple[ipc.RecordBatchFileReader, pa.NativeFile, list[str] | None]:
-            source = open_input(path, fs)
+            opened = open_input(path, fs)
             try:
                 with parsing(fs.url(path), KIND):
-                    reader = ipc.open_file(source)
+                    reader = ipc.open_file(opened)
                     schema = reader.schema
                     included = _included(schema, columns)
                     if included is not None:  # only the projected columns' buffers are read
                         reader = ipc.open_file(
-                            source, options=ipc.IpcReadOptions(included_fields=included)
+                            opened, options=ipc.IpcReadOptions(included_fields=included)
                         )
-                    return reader, source, _batch_names(schema, included)
+                    return reader, opened, _batch_names(schema, included)
             except BaseException:  # corrupt, or the storage failed mid-parse
-                source.close()
+                opened.close()
                 raise
 
         return self._open.get((path, columns), open_file)
@@ -175,23 +175,23 @@ class IpcFormat(Format):
     ) -> Iterator[pa.RecordBatch]:
         """Batches ``indices`` (consecutive) of a stream: its schema message, the dictionary
         messages before them, and their own messages, read as one stream."""
-        layout = self._stream(path, fs)
+        headers = self._stream(path, fs)
         url = fs.url(path)
-        if indices[-1] >= len(layout.batches):
+        if indices[-1] >= len(headers.batches):
             raise CorruptFileError(
-                f"{url}: has {len(layout.batches)} record batches, the plan reads batch "
+                f"{url}: has {len(headers.batches)} record batches, the plan reads batch "
                 f"{indices[-1]}; the file changed since it was planned"
             )
-        first, last = layout.batches[indices[0]], layout.batches[indices[-1]]
+        first, last = headers.batches[indices[0]], headers.batches[indices[-1]]
         ranges = [  # the schema and the dictionaries in force at the first batch
             (m.offset, m.size)
-            for m in layout.messages
+            for m in headers.messages
             if m.offset < first.offset and m.kind != RECORD_BATCH
         ]
         ranges.append((first.offset, last.offset + last.size - first.offset))
         data = b"".join(read_range(path, offset, size, fs) for offset, size in ranges)
-        included = _included(layout.schema, columns)
-        names = _batch_names(layout.schema, included)
+        included = _included(headers.schema, columns)
+        names = _batch_names(headers.schema, included)
         where = f"{url} record batches {indices[0]}:{indices[-1] + 1}"
         with parsing(where, KIND):
             reader = ipc.open_stream(
@@ -229,4 +229,4 @@ class IpcFormat(Format):
 
     def close(self) -> None:
         self._open.clear()
-        self._layouts.clear()
+        self._headers.clear()

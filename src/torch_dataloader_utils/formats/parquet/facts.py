@@ -12,7 +12,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from ...errors import CorruptFileError, SchemaMismatchError
-from ...fs import FileSystemSpec, SourceFile
+from ...fs import FileSystemSpec, ListedFile
 from ..base import ReadOptions
 from ..magic import refuse_other_format
 from ..names import unique_schema
@@ -51,7 +51,7 @@ def _partition_expression(partition: tuple[tuple[str, object], ...]) -> pc.Expre
 
 
 def read_facts(
-    f: SourceFile,
+    f: ListedFile,
     partition: tuple[tuple[str, object], ...],
     fs: FileSystemSpec,
     options: ReadOptions,

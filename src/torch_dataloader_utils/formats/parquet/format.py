@@ -12,7 +12,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ...errors import CorruptFileError
-from ...fs import FileSystemSpec, SourceFile, translate_os_error
+from ...fs import FileSystemSpec, ListedFile, translate_os_error
 from ...fs.ranges import RangeFetcher, RangeFile, ReadsAhead
 from ...planning import Chunk
 from ..base import Format, FormatPlan, Listing, ReadOptions
@@ -92,7 +92,7 @@ class ParquetFormat(Format):
         # Open files stay behind: each process opens its own.
         return (functools.partial(type(self), verify_checksums=self.verify_checksums), ())
 
-    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+    def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         url = fs.url(file.path)
         if file.size == 0:
             raise CorruptFileError(f"{url}: the file is empty (0 bytes), not a Parquet file")

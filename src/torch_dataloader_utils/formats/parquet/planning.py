@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 
-from ...fs import FileSystemSpec, SourceFile
+from ...fs import FileSystemSpec, ListedFile
 from ...fs.progress import Progress
 from ...fs.threads import PLAN_THREADS
 from ...planning import Chunk
@@ -83,7 +83,7 @@ def read_all(listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list
     tasks = [pairs[i : i + per_task] for i in range(0, len(pairs), per_task)]
     progress = Progress("Parquet footers read", len(pairs))
 
-    def read(task: list[tuple[SourceFile, Partition]]) -> list[FileFacts]:
+    def read(task: list[tuple[ListedFile, Partition]]) -> list[FileFacts]:
         found = [read_facts(f, p, fs, options) for f, p in task]
         progress.add(len(found))
         return found
@@ -114,8 +114,8 @@ def read_all(listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list
 
 
 def _distinct_schemas(
-    files: Sequence[SourceFile], facts: Sequence[FileFacts]
-) -> tuple[list[SourceFile], list[FileSchema]]:
+    files: Sequence[ListedFile], facts: Sequence[FileFacts]
+) -> tuple[list[ListedFile], list[FileSchema]]:
     """The files to check the schemas of: the first with each schema (files that share a footer
     schema share the object, `facts._arrow_schema`), once with rows and once without.
 
@@ -124,7 +124,7 @@ def _distinct_schemas(
     kept (so is the first file, which its messages name).
     """
     seen: set[tuple[int, bool]] = set()
-    kept_files: list[SourceFile] = []
+    kept_files: list[ListedFile] = []
     kept: list[FileSchema] = []
     for f, fact in zip(files, facts, strict=True):
         key = (id(fact.schema), bool(fact.row_groups))

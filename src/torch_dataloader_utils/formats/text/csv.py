@@ -19,13 +19,13 @@ from ...errors import (
     StorageError,
     UnsupportedFileError,
 )
-from ...fs import FileSystemSpec, SourceFile
+from ...fs import FileSystemSpec, ListedFile
 from ...planning import Chunk
 from ..base import ReadOptions
 from ..names import unique_names
 from ..opening import arrow_owned, parsing, read_range
 from ..records import RecordScan, compression_of, read_head
-from .format import SCAN_PIECE, TextFormat, TextLayout
+from .format import SCAN_BYTES, TextFormat, TextParsing, text_chunk_bytes
 
 __all__ = ["CsvFormat"]
 
@@ -68,7 +68,7 @@ class CsvFormat(TextFormat):
             as string). With a header, every field must be a header column; other header
             columns are not read.
         null_values: strings read as null (pyarrow's list by default).
-        block_bytes: bytes per chunk without ``split_bytes``/``split_rows``.
+        chunk_bytes: bytes per chunk without ``split_bytes``/``split_rows`` (default 16 MiB).
         infer_bytes: bytes the types are inferred from.
         newlines_in_values: ``False`` asserts that no quoted value holds a newline: records
             are cut at every newline, with no quote-parity scan (planning scans ~2x faster);
@@ -79,9 +79,12 @@ class CsvFormat(TextFormat):
         encoding: the files' text encoding; pyarrow transcodes it to UTF-8 while parsing.
             It must keep ASCII bytes as they are (UTF-8, Latin-1, cp1252, Shift-JIS do;
             UTF-16 does not).
+        block_bytes: the earlier name of ``chunk_bytes``, accepted for a release with a
+            `DeprecationWarning`.
 
     Raises:
-        InvalidArgumentError: an option is out of range.
+        InvalidArgumentError: an option is out of range, or both ``chunk_bytes`` and
+            ``block_bytes`` are given.
     """
 
     name = "csv"
@@ -97,10 +100,11 @@ class CsvFormat(TextFormat):
         column_names: Sequence[str] | None = None,
         schema: pa.Schema | None = None,
         null_values: Sequence[str] | None = None,
-        block_bytes: int = 16 << 20,
+        chunk_bytes: int | None = None,
         infer_bytes: int = 1 << 20,
         newlines_in_values: bool | None = None,
         encoding: str = "utf8",
+        block_bytes: int | None = None,
     ) -> None:
         self.encoding = _ascii_compatible(encoding)
         self.delimiter = delimiter
@@ -118,7 +122,7 @@ class CsvFormat(TextFormat):
         self.newlines_in_values = newlines_in_values
         super().__init__(
             schema=schema,
-            block_bytes=block_bytes,
+            chunk_bytes=text_chunk_bytes("CsvFormat", chunk_bytes, block_bytes),
             infer_bytes=infer_bytes,
             quote=quote if newlines_in_values is not False else None,
         )
@@ -159,7 +163,7 @@ class CsvFormat(TextFormat):
             kwargs["null_values"] = self.null_values
         return pacsv.ConvertOptions(**kwargs)
 
-    def _header(self, data: bytes, file: SourceFile, fs: FileSystemSpec) -> tuple[str, ...]:
+    def _header(self, data: bytes, file: ListedFile, fs: FileSystemSpec) -> tuple[str, ...]:
         with parsing(f"{fs.url(file.path)} header", kind="a CSV header"):
             table = pacsv.read_csv(
                 pa.BufferReader(arrow_owned(data + b"\n")),
@@ -178,12 +182,12 @@ class CsvFormat(TextFormat):
                 "'cp1252', 'shift_jis'): pyarrow transcodes it to UTF-8"
             ) from None
 
-    def _infer(self, file: SourceFile, fs: FileSystemSpec) -> TextLayout:
+    def _infer(self, file: ListedFile, fs: FileSystemSpec) -> TextParsing:
         url = fs.url(file.path)
         given = self.given_schema
         if given is not None and not self.header:
             names = unique_names(self.column_names or tuple(given.names))
-            return TextLayout(names, given, inferred=False)
+            return TextParsing(names, given, inferred=False)
         # The first block pyarrow infers from is the first `infer_bytes`; twice that lets a
         # record cut there end. Read here, not streamed: pyarrow's reader would read ahead of
         # the block on its IO threads (up to 32 blocks), past what inference needs.
@@ -221,20 +225,20 @@ class CsvFormat(TextFormat):
                 raise SchemaMismatchError(
                     f"{url}: the schema's column(s) {missing} are not in the header {list(names)}"
                 )
-            return TextLayout(names, given, inferred=False, source_names=renamed)
+            return TextParsing(names, given, inferred=False, file_names=renamed)
         # A column whose sampled values are all nulls infers as null: it is read as string
         # (which holds anything a later row may hold), its null values as nulls, as pyarrow
         # reads a column it types null.
         fields = [f.with_name(n) for f, n in zip(schema, names, strict=True)]
         empty = tuple(f.name for f in fields if pa.types.is_null(f.type))
         fields = [f.with_type(pa.string()) if f.name in empty else f for f in fields]
-        return TextLayout(
+        return TextParsing(
             names,
             pa.schema(fields),
             inferred=True,
             empty_is_null=empty,
             null_values=tuple(self.null_values) if self.null_values is not None else _NULL_VALUES,
-            source_names=renamed,
+            file_names=renamed,
         )
 
     def _read_options(
@@ -260,19 +264,19 @@ class CsvFormat(TextFormat):
     def _reader(
         self,
         source: pa.NativeFile,
-        layout: TextLayout,
+        spec: TextParsing,
         columns: list[str],
         whole: bool,
         block: int | None = None,
     ) -> Iterator[pa.RecordBatch]:
-        types = {f.name: f.type for f in layout.schema}
+        types = {f.name: f.type for f in spec.schema}
         reader = pacsv.open_csv(
             source,
             read_options=self._read_options(
                 block or _CSV_BLOCK,
                 whole=whole,
-                names=layout.names,
-                renamed=bool(layout.source_names),
+                names=spec.names,
+                renamed=bool(spec.file_names),
             ),
             parse_options=self._parse_options(self.newlines_in_values is not False),
             convert_options=self._convert(types, columns),
@@ -280,25 +284,25 @@ class CsvFormat(TextFormat):
         yield from reader
 
     def _bad_value(
-        self, exc: pa.ArrowInvalid, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, where: str
+        self, exc: pa.ArrowInvalid, chunk: Chunk, fs: FileSystemSpec, spec: TextParsing, where: str
     ) -> CorruptFileError:
         not_utf8 = _NOT_UTF8.search(str(exc))
         if not_utf8 is not None:
-            return self._not_utf8(int(not_utf8[1]), chunk, fs, layout, where)
+            return self._not_utf8(int(not_utf8[1]), chunk, fs, spec, where)
         found = _CONVERSION.search(str(exc))
         if found is None:
-            return super()._bad_value(exc, chunk, fs, layout, where)
+            return super()._bad_value(exc, chunk, fs, spec, where)
         index, type_name, value = int(found[1]), found[2], found[3]
-        column = layout.names[index] if index < len(layout.names) else f"#{index}"
+        column = spec.names[index] if index < len(spec.names) else f"#{index}"
         try:
-            at = self._locate(chunk, fs, layout, column, lambda v: v == value)
+            at = self._locate(chunk, fs, spec, column, lambda v: v == value)
         except (CorruptFileError, StorageError, pa.ArrowException):
             at = ""  # the error at hand says enough; locating it is a courtesy
         advice = (
             f"; {column!r} was inferred as {type_name} from the first {self.infer_bytes} bytes "
             "of the first file with rows: pass format_options={'schema': pyarrow.schema([...])} "
             "with a type that holds this value (pyarrow.string() holds any)"
-            if layout.inferred
+            if spec.inferred
             else ""
         )
         return CorruptFileError(
@@ -306,12 +310,12 @@ class CsvFormat(TextFormat):
         )
 
     def _not_utf8(
-        self, index: int, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, where: str
+        self, index: int, chunk: Chunk, fs: FileSystemSpec, spec: TextParsing, where: str
     ) -> CorruptFileError:
         """The error of a text value that is not UTF-8: where it is, and how to read it."""
-        column = layout.names[index] if index < len(layout.names) else f"#{index}"
+        column = spec.names[index] if index < len(spec.names) else f"#{index}"
         try:
-            at = self._locate(chunk, fs, layout, column, _not_utf8, kind=pa.binary())
+            at = self._locate(chunk, fs, spec, column, _not_utf8, kind=pa.binary())
         except (CorruptFileError, StorageError, pa.ArrowException):
             at = ""  # the error at hand says enough; locating it is a courtesy
         return CorruptFileError(
@@ -330,7 +334,7 @@ class CsvFormat(TextFormat):
         refuses nulls to name the text that made one (pyarrow reads its ``null_values``, such
         as ``n/a`` or ``NULL``, as nulls in a column it types as non-string).
         """
-        layout = self._layout(chunk.path, fs, options)
+        spec = self._spec(chunk.path, fs, options)
         nulls = set(self.null_values if self.null_values is not None else _NULL_VALUES)
         hit: list[str] = []
 
@@ -341,7 +345,7 @@ class CsvFormat(TextFormat):
             return False
 
         try:
-            at = self._locate(chunk, fs, layout, column, is_null)
+            at = self._locate(chunk, fs, spec, column, is_null)
         except (CorruptFileError, StorageError, pa.ArrowException):
             return ""
         return f"value {hit[0]!r}{at}" if hit else ""
@@ -350,7 +354,7 @@ class CsvFormat(TextFormat):
         self,
         chunk: Chunk,
         fs: FileSystemSpec,
-        layout: TextLayout,
+        spec: TextParsing,
         column: str,
         match: Callable[[Any], bool],
         *,
@@ -360,7 +364,7 @@ class CsvFormat(TextFormat):
         that ``match``es is: its line in the file and byte offset when the chunk's bytes can be
         scanned for record boundaries, else its row."""
         strings = dataclasses.replace(
-            layout,
+            spec,
             schema=pa.schema([(column, kind or pa.string())]),
             inferred=False,
             empty_is_null=(),
@@ -381,8 +385,8 @@ class CsvFormat(TextFormat):
         scan.offset = chunk.start
         ends: list[int] = []
         wanted = row + (1 if whole else 0)  # the header is a record too
-        for offset in range(chunk.start, chunk.stop, SCAN_PIECE):
-            size = min(SCAN_PIECE, chunk.stop - offset)
+        for offset in range(chunk.start, chunk.stop, SCAN_BYTES):
+            size = min(SCAN_BYTES, chunk.stop - offset)
             ends.extend(scan.feed(read_range(chunk.path, offset, size, fs)).tolist())
             if len(ends) >= wanted:
                 break
@@ -398,8 +402,8 @@ class CsvFormat(TextFormat):
         if byte > _LINES_UP_TO:
             return ""
         lines = 1
-        for offset in range(0, byte, SCAN_PIECE):
-            lines += read_range(path, offset, min(SCAN_PIECE, byte - offset), fs).count(b"\n")
+        for offset in range(0, byte, SCAN_BYTES):
+            lines += read_range(path, offset, min(SCAN_BYTES, byte - offset), fs).count(b"\n")
         return f"line {lines}, "
 
     def __repr__(self) -> str:

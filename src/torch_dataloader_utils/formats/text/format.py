@@ -4,7 +4,7 @@ What both share lives here (`TextFormat`); `csv.CsvFormat` and `json.JsonFormat`
 say how their records end, how their types are inferred and how a chunk is parsed.
 
 Planning scans every file once (threads across files, ~8 MiB range reads, numpy finds the
-newlines; see `records`) to cut it into chunks of about ``block_bytes`` (or ``split_bytes`` /
+newlines; see `records`) to cut it into chunks of about ``chunk_bytes`` (or ``split_bytes`` /
 ``split_rows``) and count each chunk's rows exactly: the equal-stream model needs the counts.
 Column types are fixed once at plan time (inferred from the first ``infer_bytes`` of the first
 file with rows, or given as ``schema=``), and every chunk is parsed with those EXPLICIT types:
@@ -28,7 +28,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ...errors import CorruptFileError, InvalidArgumentError, SchemaMismatchError
-from ...fs import FileSystemSpec, SourceFile
+from ...errors.keywords import renamed
+from ...fs import FileSystemSpec, ListedFile
 from ...fs.threads import SCAN_THREADS
 from ...planning import Chunk
 from ..base import Format, FormatPlan, Listing, ReadOptions
@@ -36,15 +37,34 @@ from ..handles import HandleCache
 from ..magic import HEAD_BYTES, TAIL_BYTES, check_text
 from ..names import unique_names, warn_renamed
 from ..opening import arrow_owned, each_file, open_input, parsing, read_range
-from ..records import ChunkCutter, RecordScan, compression_of, open_decompressed, read_pieces
+from ..records import ChunkCutter, RecordScan, compression_of, open_decompressed, read_ranges
 from ..schemas import FileSchema, check_schemas
-from .options import TextLayout, TextReadOptions
+from .options import TextParsing, TextReadOptions
 
-__all__ = ["SCAN_PIECE", "TextFormat", "TextLayout", "TextReadOptions"]
+__all__ = [
+    "CHUNK_BYTES",
+    "SCAN_BYTES",
+    "TextFormat",
+    "TextParsing",
+    "TextReadOptions",
+    "text_chunk_bytes",
+]
 
-SCAN_PIECE = 8 << 20  # bytes per plan-time range read
-_READ_PIECE = 32 << 20  # a chunk up to this size is fetched in one request
-_UNPLANNED = 64  # layouts kept per process for reads without the plan's options
+CHUNK_BYTES = 16 << 20  # bytes per chunk without split targets (``chunk_bytes``'s default)
+SCAN_BYTES = 8 << 20  # bytes per plan-time range read
+_READ_BYTES = 32 << 20  # a chunk up to this size is fetched in one request
+_UNPLANNED = 64  # specs kept per process for reads without the plan's options
+
+
+def text_chunk_bytes(where: str, chunk_bytes: int | None, block_bytes: int | None) -> int:
+    """``chunk_bytes``, or its earlier name ``block_bytes`` (with a `DeprecationWarning`), or
+    `CHUNK_BYTES` (``where``: the format class, for the messages).
+
+    Raises:
+        InvalidArgumentError: both are given.
+    """
+    given = ("chunk_bytes", chunk_bytes)
+    return int(renamed(where, given, ("block_bytes", block_bytes), CHUNK_BYTES))
 
 
 @dataclass(frozen=True)
@@ -55,7 +75,7 @@ class _Scanned:
 
 
 class _RangeStream(io.RawIOBase):
-    """Bytes ``[start, stop)`` of a file, fetched in `_READ_PIECE` range reads as pyarrow's
+    """Bytes ``[start, stop)`` of a file, fetched in `_READ_BYTES` range reads as pyarrow's
     streaming reader asks for them."""
 
     def __init__(self, path: str, start: int, stop: int, fs: FileSystemSpec) -> None:
@@ -67,7 +87,7 @@ class _RangeStream(io.RawIOBase):
 
     def readinto(self, b: Any) -> int:
         if not self.buffer and self.pos < self.stop:
-            size = min(_READ_PIECE, self.stop - self.pos)
+            size = min(_READ_BYTES, self.stop - self.pos)
             self.buffer = memoryview(read_range(self.path, self.pos, size, self.fs))
             self.pos += size
         n = min(len(b), len(self.buffer))
@@ -97,12 +117,12 @@ class TextFormat(Format):
     """What CSV and JSON Lines share: the plan-time scan, chunk sources, row slicing.
 
     A subclass says what differs through the hooks below: ``_scanner`` (where records end),
-    ``_infer`` (the `TextLayout`), ``_reader`` (parsing a chunk's bytes), and for CSV
+    ``_infer`` (the `TextParsing`), ``_reader`` (parsing a chunk's bytes), and for CSV
     ``_has_header``, ``_header`` and ``_unsplittable``.
 
     Args:
         schema: the columns and their types (``None``: inferred once when planning).
-        block_bytes: bytes per chunk without ``split_bytes``/``split_rows``.
+        chunk_bytes: bytes per chunk without ``split_bytes``/``split_rows``.
         infer_bytes: bytes the types are inferred from.
         quote: the quote byte the record scan tracks parity of (``None``: every newline
             ends a record).
@@ -114,19 +134,19 @@ class TextFormat(Format):
     kind = ""
 
     def __init__(
-        self, *, schema: pa.Schema | None, block_bytes: int, infer_bytes: int, quote: int | None
+        self, *, schema: pa.Schema | None, chunk_bytes: int, infer_bytes: int, quote: int | None
     ) -> None:
         if schema is not None and not isinstance(schema, pa.Schema):
             raise InvalidArgumentError(f"schema must be a pyarrow.Schema, got {type(schema)}")
-        for name, value in (("block_bytes", block_bytes), ("infer_bytes", infer_bytes)):
+        for name, value in (("chunk_bytes", chunk_bytes), ("infer_bytes", infer_bytes)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise InvalidArgumentError(f"{name} must be a positive int, got {value!r}")
         self.given_schema = schema
-        self.block_bytes = block_bytes
+        self.chunk_bytes = chunk_bytes
         self.infer_bytes = infer_bytes
         self.quote = quote
-        # Layouts read in this process for options without the plan's (a cache, no plan state).
-        self._unplanned: HandleCache[str, TextLayout] = HandleCache(_UNPLANNED)
+        # Specs read in this process for options without the plan's (a cache, no plan state).
+        self._unplanned: HandleCache[str, TextParsing] = HandleCache(_UNPLANNED)
 
     # --- what CSV and JSON Lines do differently ------------------------------------------
 
@@ -140,16 +160,16 @@ class TextFormat(Format):
         """Why a chunk may parse to other than the rows the plan's scan counted."""
         return "the file changed since planning"
 
-    def _infer(self, file: SourceFile, fs: FileSystemSpec) -> TextLayout:
+    def _infer(self, file: ListedFile, fs: FileSystemSpec) -> TextParsing:
         raise NotImplementedError
 
-    def _header(self, data: bytes, file: SourceFile, fs: FileSystemSpec) -> tuple[str, ...]:
+    def _header(self, data: bytes, file: ListedFile, fs: FileSystemSpec) -> tuple[str, ...]:
         raise NotImplementedError
 
     def _reader(
         self,
         source: pa.NativeFile,
-        layout: TextLayout,
+        spec: TextParsing,
         columns: list[str],
         whole: bool,
         block: int | None = None,
@@ -161,7 +181,7 @@ class TextFormat(Format):
         return False
 
     def _check_kind(
-        self, head: bytes, complete: bool, file: SourceFile, fs: FileSystemSpec
+        self, head: bytes, complete: bool, file: ListedFile, fs: FileSystemSpec
     ) -> None:
         """Refuse a binary file (Parquet, ORC, Arrow IPC, tar) read as text, from its first
         bytes; the last ones are read only when the first look like Parquet's or ORC's."""
@@ -175,7 +195,7 @@ class TextFormat(Format):
 
     # --- planning ------------------------------------------------------------------------
 
-    def schema(self, file: SourceFile, fs: FileSystemSpec) -> pa.Schema:
+    def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         if file.size == 0 and self.given_schema is None:
             raise CorruptFileError(
                 f"{fs.url(file.path)}: the file is empty (0 bytes): no columns to infer; "
@@ -183,22 +203,22 @@ class TextFormat(Format):
             )
         return self._infer(file, fs).schema
 
-    def _scan(self, file: SourceFile, fs: FileSystemSpec, options: ReadOptions) -> _Scanned:
+    def _scan(self, file: ListedFile, fs: FileSystemSpec, options: ReadOptions) -> _Scanned:
         codec = compression_of(file.path)
         scan = self._scanner()
         header = self._has_header()
         if options.split_rows is None and options.split_bytes is None:
-            cutter = ChunkCutter(0, None, self.block_bytes)
+            cutter = ChunkCutter(0, None, self.chunk_bytes)
         else:
             cutter = ChunkCutter(0, options.split_rows, options.split_bytes)
         head: list[bytes] = []  # bytes up to the CSV header's end
         names: tuple[str, ...] | None = None
-        for piece in read_pieces(file.path, file.size, fs, piece=SCAN_PIECE, codec=codec):
+        for data in read_ranges(file.path, file.size, fs, read_bytes=SCAN_BYTES, codec=codec):
             if scan.offset == 0:  # binary bytes would scan as garbage records
-                self._check_kind(piece, len(piece) < SCAN_PIECE, file, fs)
-            ends = scan.feed(piece)
+                self._check_kind(data, len(data) < SCAN_BYTES, file, fs)
+            ends = scan.feed(data)
             if header and names is None:
-                head.append(piece)
+                head.append(data)
                 if ends.size:
                     names = self._header(b"".join(head)[: int(ends[0])], file, fs)
                     cutter.start = int(ends[0])
@@ -227,19 +247,19 @@ class TextFormat(Format):
             why = why if codec is None else f"{why}; compressed ({codec})"
         return _Scanned(names, [(0, file.size, rows)] if rows else [], why or f"{codec}")
 
-    def _count_by_parsing(self, file: SourceFile, fs: FileSystemSpec) -> int:
+    def _count_by_parsing(self, file: ListedFile, fs: FileSystemSpec) -> int:
         inferred = self._infer(file, fs)
         names = inferred.names
         first = list(names[:1])  # none only for a given empty JSON schema: rows still count
         # Strings: counting must not fail on a value the planned types refuse (read does).
-        layout = TextLayout(
+        spec = TextParsing(
             names,
             pa.schema([(n, pa.string()) for n in first]),
             inferred=False,
-            source_names=inferred.source_names,
+            file_names=inferred.file_names,
         )
         chunk = Chunk(file.path, 0, file.size, 0, file.size)
-        return sum(b.num_rows for b in self._batches(chunk, fs, layout, first))
+        return sum(b.num_rows for b in self._batches(chunk, fs, spec, first))
 
     def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
         files = listing.files
@@ -249,14 +269,14 @@ class TextFormat(Format):
         reference = next((f for f in nonempty if scanned[f.path].chunks), None)
         if reference is None:  # no rows anywhere: the schema of the first file with bytes
             reference = nonempty[0] if nonempty else files[0]
-        layout = self._infer(reference, fs)
-        self._check_headers(files, scanned, layout, reference, fs)
+        spec = self._infer(reference, fs)
+        self._check_headers(files, scanned, spec, reference, fs)
         for f in files:  # once per file read under new names
             found = scanned[f.path].names if f.path in scanned else None
-            warn_renamed(fs.url(f.path), found or layout.source_names, stacklevel=4)
+            warn_renamed(fs.url(f.path), found or spec.file_names, stacklevel=4)
         schema = check_schemas(
             files,
-            [FileSchema(layout.schema, bool(scanned.get(f.path, _EMPTY).chunks)) for f in files],
+            [FileSchema(spec.schema, bool(scanned.get(f.path, _EMPTY).chunks)) for f in files],
             fs,
             options,
         )
@@ -271,35 +291,35 @@ class TextFormat(Format):
             chunks=chunks,
             schema=schema,
             row_bytes=max(1.0, size / max(1, rows)),
-            read_options=TextReadOptions.of(options, layouts={f.path: layout for f in files}),
+            read_options=TextReadOptions.of(options, specs={f.path: spec for f in files}),
         )
 
     def _check_headers(
         self,
-        files: Sequence[SourceFile],
+        files: Sequence[ListedFile],
         scanned: dict[str, _Scanned],
-        layout: TextLayout,
-        reference: SourceFile,
+        spec: TextParsing,
+        reference: ListedFile,
         fs: FileSystemSpec,
     ) -> None:
         if not self._has_header():
             return
         for f in files:
             names = scanned[f.path].names if f.path in scanned else None
-            if names is not None and unique_names(names) != layout.names:
+            if names is not None and unique_names(names) != spec.names:
                 raise SchemaMismatchError(
                     f"{fs.url(f.path)} and {fs.url(reference.path)} disagree on the header: "
-                    f"{list(names)} vs {list(layout.source_names or layout.names)}"
+                    f"{list(names)} vs {list(spec.file_names or spec.names)}"
                 )
 
     # --- reading -------------------------------------------------------------------------
 
-    def _layout(self, path: str, fs: FileSystemSpec, options: ReadOptions) -> TextLayout:
-        """The plan's layout of ``path``; without one (options not from this format's plan),
+    def _spec(self, path: str, fs: FileSystemSpec, options: ReadOptions) -> TextParsing:
+        """The plan's `TextParsing` of ``path``; without one (options not from this format's plan),
         the given schema's, with the names read from the file."""
-        layout = options.layout(path) if isinstance(options, TextReadOptions) else None
-        if layout is not None:
-            return layout
+        spec = options.spec_of(path) if isinstance(options, TextReadOptions) else None
+        if spec is not None:
+            return spec
         if self.given_schema is None:
             raise InvalidArgumentError(
                 f"{fs.url(path)}: {type(self).__name__} reads a file without its plan's read "
@@ -308,7 +328,7 @@ class TextFormat(Format):
                 "read_options, or pass format_options={'schema': pyarrow.schema([...])}"
             )
         return self._unplanned.get(
-            path, lambda: self._infer(SourceFile(path, fs.file_size(path), ""), fs)
+            path, lambda: self._infer(ListedFile(path, fs.file_size(path), ""), fs)
         )
 
     def _source(self, chunk: Chunk, fs: FileSystemSpec) -> pa.NativeFile:
@@ -318,12 +338,12 @@ class TextFormat(Format):
         size = chunk.stop - chunk.start
         if fs.is_local:  # a native stream: nothing Python-owned reaches Arrow's threads, no copy
             return open_input(chunk.path, fs).get_stream(chunk.start, size)
-        if size <= _READ_PIECE:
+        if size <= _READ_BYTES:
             return pa.BufferReader(arrow_owned(read_range(chunk.path, chunk.start, size, fs)))
         return pa.PythonFile(_RangeStream(chunk.path, chunk.start, chunk.stop, fs), mode="r")
 
     def _batches(
-        self, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, columns: list[str]
+        self, chunk: Chunk, fs: FileSystemSpec, spec: TextParsing, columns: list[str]
     ) -> Iterator[pa.RecordBatch]:
         where = f"{fs.url(chunk.path)} bytes {chunk.start}-{chunk.stop}"
         block: int | None = None  # the format's own, until a record does not fit in it
@@ -334,7 +354,7 @@ class TextFormat(Format):
                 with parsing(where, kind=f"valid {self.kind}"):
                     try:
                         pos = 0
-                        for batch in self._reader(source, layout, columns, chunk.start == 0, block):
+                        for batch in self._reader(source, spec, columns, chunk.start == 0, block):
                             if pos + batch.num_rows > done:
                                 yield batch.slice(max(done - pos, 0))
                                 done = pos + batch.num_rows
@@ -347,18 +367,18 @@ class TextFormat(Format):
                         if "straddl" in str(exc) and (block or 0) < whole_chunk:
                             block = whole_chunk
                             continue
-                        raise self._bad_value(exc, chunk, fs, layout, where) from exc
+                        raise self._bad_value(exc, chunk, fs, spec, where) from exc
             finally:
                 source.close()
 
     def _bad_value(
-        self, exc: pa.ArrowInvalid, chunk: Chunk, fs: FileSystemSpec, layout: TextLayout, where: str
+        self, exc: pa.ArrowInvalid, chunk: Chunk, fs: FileSystemSpec, spec: TextParsing, where: str
     ) -> CorruptFileError:
         advice = (
             "; the column types were fixed when planning (inferred from the first "
             f"{self.infer_bytes} bytes of the first file with rows): if the value is right, "
             "pass format_options={'schema': pyarrow.schema([...])} with a type that holds it"
-            if layout.inferred
+            if spec.inferred
             else ""
         )
         return CorruptFileError(f"{where}: not valid {self.kind} ({exc}){advice}")
@@ -373,17 +393,17 @@ class TextFormat(Format):
     ) -> Iterator[pa.RecordBatch]:
         if row_start >= row_stop:
             return
-        layout = self._layout(chunk.path, fs, options)
-        columns = list(options.columns) if options.columns is not None else layout.schema.names
+        spec = self._spec(chunk.path, fs, options)
+        columns = list(options.columns) if options.columns is not None else spec.schema.names
         # No columns (a count): read the first one and drop it, so batches keep their length.
-        parsed = columns or layout.schema.names[:1]
+        parsed = columns or spec.schema.names[:1]
         pos = 0
-        for batch in self._batches(chunk, fs, layout, parsed):
+        for batch in self._batches(chunk, fs, spec, parsed):
             lo, hi = max(row_start, pos), min(row_stop, pos + batch.num_rows)
             if lo < hi:
                 out = batch.slice(lo - pos, hi - lo)
-                if layout.empty_is_null:
-                    out = _null_strings(out, layout.empty_is_null, layout.null_values)
+                if spec.empty_is_null:
+                    out = _null_strings(out, spec.empty_is_null, spec.null_values)
                 yield out if columns else out.select([])
             pos += batch.num_rows
             # Reading up to the chunk's end parses all of it: check the planned count.

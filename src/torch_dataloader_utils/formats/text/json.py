@@ -8,10 +8,10 @@ import pyarrow as pa
 import pyarrow.json as pajson
 
 from ...errors import CorruptFileError
-from ...fs import FileSystemSpec, SourceFile
+from ...fs import FileSystemSpec, ListedFile
 from ..opening import arrow_owned, parsing
 from ..records import RecordScan, read_head
-from .format import TextFormat, TextLayout
+from .format import TextFormat, TextParsing, text_chunk_bytes
 
 __all__ = ["JsonFormat"]
 
@@ -27,11 +27,14 @@ class JsonFormat(TextFormat):
         schema: the fields and their types; by default inferred once from the first
             ``infer_bytes`` of the first file with rows, and then a field not in it is an
             error (pass ``schema=``); with ``schema=``, other fields are ignored.
-        block_bytes: bytes per chunk without ``split_bytes``/``split_rows``.
+        chunk_bytes: bytes per chunk without ``split_bytes``/``split_rows`` (default 16 MiB).
         infer_bytes: bytes the types are inferred from.
+        block_bytes: the earlier name of ``chunk_bytes``, accepted for a release with a
+            `DeprecationWarning`.
 
     Raises:
-        InvalidArgumentError: an option is out of range.
+        InvalidArgumentError: an option is out of range, or both ``chunk_bytes`` and
+            ``block_bytes`` are given.
     """
 
     name = "json"
@@ -41,11 +44,15 @@ class JsonFormat(TextFormat):
         self,
         *,
         schema: pa.Schema | None = None,
-        block_bytes: int = 16 << 20,
+        chunk_bytes: int | None = None,
         infer_bytes: int = 1 << 20,
+        block_bytes: int | None = None,
     ) -> None:
         super().__init__(
-            schema=schema, block_bytes=block_bytes, infer_bytes=infer_bytes, quote=None
+            schema=schema,
+            chunk_bytes=text_chunk_bytes("JsonFormat", chunk_bytes, block_bytes),
+            infer_bytes=infer_bytes,
+            quote=None,
         )
 
     def _scanner(self) -> RecordScan:
@@ -57,9 +64,9 @@ class JsonFormat(TextFormat):
             "'\\n'), or the file changed since planning"
         )
 
-    def _infer(self, file: SourceFile, fs: FileSystemSpec) -> TextLayout:
+    def _infer(self, file: ListedFile, fs: FileSystemSpec) -> TextParsing:
         if self.given_schema is not None:
-            return TextLayout(tuple(self.given_schema.names), self.given_schema, inferred=False)
+            return TextParsing(tuple(self.given_schema.names), self.given_schema, inferred=False)
         block = self.infer_bytes
         while True:  # the sample holds whole lines: grow it until one fits
             head, complete = read_head(file.path, file.size, fs, block)
@@ -70,7 +77,7 @@ class JsonFormat(TextFormat):
                 block *= 4
                 continue
             if not head[:cut].strip():
-                return TextLayout((), pa.schema([]), inferred=True)  # no records
+                return TextParsing((), pa.schema([]), inferred=True)  # no records
             with parsing(fs.url(file.path), kind="valid JSON Lines"):
                 schema = pajson.read_json(
                     pa.BufferReader(arrow_owned(head[:cut])),
@@ -81,12 +88,12 @@ class JsonFormat(TextFormat):
                     f"{fs.url(file.path)}: no fields inferred from its first {cut} bytes (every "
                     "record is {}); pass format_options={'schema': pyarrow.schema([...])}"
                 )
-            return TextLayout(tuple(schema.names), schema, inferred=True)
+            return TextParsing(tuple(schema.names), schema, inferred=True)
 
     def _reader(
         self,
         source: pa.NativeFile,
-        layout: TextLayout,
+        spec: TextParsing,
         columns: list[str],
         whole: bool,
         block: int | None = None,
@@ -98,8 +105,8 @@ class JsonFormat(TextFormat):
                 use_threads=False, block_size=block or max(size + 1, _JSON_BLOCK)
             ),
             parse_options=pajson.ParseOptions(
-                explicit_schema=layout.schema,
-                unexpected_field_behavior="error" if layout.inferred else "ignore",
+                explicit_schema=spec.schema,
+                unexpected_field_behavior="error" if spec.inferred else "ignore",
             ),
         )
         for batch in reader:

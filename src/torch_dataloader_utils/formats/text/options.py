@@ -1,4 +1,4 @@
-"""What reading CSV and JSON Lines needs from planning: each file's `TextLayout`, carried by
+"""What reading CSV and JSON Lines needs from planning: each file's `TextParsing`, carried by
 the plan's `TextReadOptions` (the format itself keeps none: `Format`)."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ import pyarrow as pa
 
 from ..base import ReadOptions
 
-__all__ = ["TextLayout", "TextReadOptions"]
+__all__ = ["TextParsing", "TextReadOptions"]
 
 
 @dataclass(frozen=True)
-class TextLayout:
-    """What reading a file needs from planning.
+class TextParsing:
+    """What parsing a file needs from planning: its columns' names and types, and its nulls.
 
     Attributes:
         names: the file's column names in file order (CSV: the header's, or given).
@@ -24,7 +24,7 @@ class TextLayout:
             every value in the inference sample is null, which pyarrow would type as null).
         null_values: the strings pyarrow reads as null in a column it infers as non-string
             (its ``ConvertOptions.null_values``, or the format's ``null_values=``).
-        source_names: the file's own names when ``names`` renamed them (`names` module: a
+        file_names: the file's own names when ``names`` renamed them (`names` module: a
             repeated or empty name); empty when they are the file's.
     """
 
@@ -33,7 +33,7 @@ class TextLayout:
     inferred: bool
     empty_is_null: tuple[str, ...] = ()
     null_values: tuple[str, ...] = ("",)
-    source_names: tuple[str, ...] = ()
+    file_names: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -41,13 +41,13 @@ class TextReadOptions(ReadOptions):
     """`ReadOptions` of a planned CSV or JSON Lines read.
 
     Attributes:
-        layouts: each planned file's layout, by path: the names and types planning fixed,
-            which every chunk of the file is parsed with (files share one layout object, so
-            a pickle holds it once).
+        specs: each planned file's `TextParsing`, by path: the names and types planning
+            fixed, which every chunk of the file is parsed with (files share one such object,
+            so a pickle holds it once).
     """
 
-    layouts: dict[str, TextLayout] = field(default_factory=dict, repr=False)
+    specs: dict[str, TextParsing] = field(default_factory=dict, repr=False)
 
-    def layout(self, path: str) -> TextLayout | None:
-        """The layout planning fixed for ``path``, or ``None`` (not a planned file)."""
-        return self.layouts.get(path)
+    def spec_of(self, path: str) -> TextParsing | None:
+        """What planning fixed for parsing ``path``, or ``None`` (not a planned file)."""
+        return self.specs.get(path)

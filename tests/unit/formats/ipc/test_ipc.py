@@ -22,7 +22,7 @@ from torch_dataloader_utils.errors import (
 )
 from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats.ipc import IpcFormat
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile, list_files
 
 
 def batch_rows(path: Path) -> list[int]:
@@ -36,7 +36,7 @@ def batch_rows(path: Path) -> list[int]:
 
 def plan_of(
     paths: list[Path], options: ReadOptions | None = None, fs: FileSystemSpec | None = None
-) -> tuple[FormatPlan, list[SourceFile], FileSystemSpec]:
+) -> tuple[FormatPlan, list[ListedFile], FileSystemSpec]:
     fs = fs or FileSystemSpec("file")
     files = list_files([str(p) for p in paths], fs)
     return IpcFormat().plan(Listing.of(files), fs, options or ReadOptions()), files, fs
@@ -213,7 +213,7 @@ def test_bad_files_are_corrupt_file_errors_naming_the_file(
     bad.write_bytes(damage(good.read_bytes()))  # type: ignore[operator]
     with pytest.raises(CorruptFileError, match=f"{bad}.*{message}"):
         plan_of([good, bad])
-    file = SourceFile(str(bad), bad.stat().st_size, str(tmp_path))
+    file = ListedFile(str(bad), bad.stat().st_size, str(tmp_path))
     with pytest.raises(CorruptFileError, match=str(bad)):
         IpcFormat().schema(file, FileSystemSpec("file"))
 

@@ -24,11 +24,11 @@ from torch_dataloader_utils.errors import (
 from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions, get_format
 from torch_dataloader_utils.formats.handles import HandleCache
 from torch_dataloader_utils.formats.parquet import ParquetFormat
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, hive_partitions, list_files
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile, hive_partitions, list_files
 from torch_dataloader_utils.planning import Chunk
 
 
-def listed(source: str | Path | Sequence[str | Path]) -> tuple[list[SourceFile], FileSystemSpec]:
+def listed(source: str | Path | Sequence[str | Path]) -> tuple[list[ListedFile], FileSystemSpec]:
     first = source if isinstance(source, str | Path) else source[0]
     fs = FileSystemSpec.for_path(first)
     return list_files(
@@ -38,7 +38,7 @@ def listed(source: str | Path | Sequence[str | Path]) -> tuple[list[SourceFile],
 
 def plan(
     source: str | Path | Sequence[str | Path], options: ReadOptions | None = None
-) -> tuple[FormatPlan, list[SourceFile], FileSystemSpec]:
+) -> tuple[FormatPlan, list[ListedFile], FileSystemSpec]:
     files, fs = listed(source)
     result = ParquetFormat().plan(Listing.of(files), fs, options or ReadOptions())
     return result, files, fs

@@ -25,7 +25,7 @@ from torch_dataloader_utils.formats.parquet.footer import (
     parse_footer,
     read_tail,
 )
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile
 
 
 def _tables() -> dict[str, pa.Table]:
@@ -106,7 +106,7 @@ def test_the_walk_agrees_with_pyarrow_on_every_count_size_and_offset(written: li
 def test_the_schema_worked_out_once_is_the_one_pyarrow_reads(written: list[Path]) -> None:
     fs = FileSystemSpec("file")
     for path in written:
-        facts = read_facts(SourceFile(str(path), path.stat().st_size, ""), (), fs, ReadOptions())
+        facts = read_facts(ListedFile(str(path), path.stat().st_size, ""), (), fs, ReadOptions())
         expected = ds.ParquetFileFormat().make_fragment(pa.OSFile(str(path))).physical_schema
         assert facts.schema.equals(expected), path
         assert facts.schema.equals(pq.read_schema(path)), path
@@ -123,7 +123,7 @@ def test_files_with_one_schema_share_it_and_files_with_other_metadata_do_not(
     fs = FileSystemSpec("file")
     paths = sorted(tmp_path.glob("*.parquet"))
     facts = [
-        read_facts(SourceFile(str(p), p.stat().st_size, ""), (), fs, ReadOptions()) for p in paths
+        read_facts(ListedFile(str(p), p.stat().st_size, ""), (), fs, ReadOptions()) for p in paths
     ]
     assert facts[0].schema is facts[1].schema is facts[2].schema
     assert facts[3].schema is not facts[0].schema
@@ -206,7 +206,7 @@ def test_the_schema_cache_is_bounded(tmp_path: Path, monkeypatch: pytest.MonkeyP
     for i in range(5):
         path = tmp_path / f"f{i}.parquet"
         pq.write_table(table.replace_schema_metadata({"n": str(i)}), path)
-        facts = read_facts(SourceFile(str(path), path.stat().st_size, ""), (), fs, ReadOptions())
+        facts = read_facts(ListedFile(str(path), path.stat().st_size, ""), (), fs, ReadOptions())
         assert facts.schema.metadata == {b"n": str(i).encode()}
         assert len(parquet_facts._SCHEMAS) <= 2
 

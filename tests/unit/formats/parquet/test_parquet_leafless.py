@@ -19,7 +19,7 @@ from torch_dataloader_utils.errors import UnsupportedFileError
 from torch_dataloader_utils.formats import FormatPlan, Listing, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat
 from torch_dataloader_utils.formats.parquet.leafless import ParquetReadOptions
-from torch_dataloader_utils.fs import FileSystemSpec, SourceFile, list_files
+from torch_dataloader_utils.fs import FileSystemSpec, ListedFile, list_files
 
 LEAFLESS = ("empty", "nested_empty", "list_of_empty")
 
@@ -40,7 +40,7 @@ def leafless(tmp_path: Path) -> Path:
 
 def _plan(
     paths: list[str], fs: FileSystemSpec, options: ReadOptions
-) -> tuple[FormatPlan, list[SourceFile]]:
+) -> tuple[FormatPlan, list[ListedFile]]:
     found = list_files(paths, fs)
     return ParquetFormat().plan(Listing.of(found), fs, options), found
 

@@ -110,17 +110,37 @@ def test_the_property_catches_a_scan_without_quote_parity(tmp_path: Path) -> Non
     ]
 
 
+@pytest.mark.parametrize("name", ["csv", "json"])
+def test_block_bytes_is_the_earlier_name_of_chunk_bytes(tmp_path: Path, name: str) -> None:
+    """``block_bytes`` (the option's earlier name) cuts the same chunks as ``chunk_bytes``,
+    with a `DeprecationWarning` naming the new one; both at once are refused."""
+    if name == "csv":
+        path = tmp_path / "big.csv"
+        pacsv.write_csv(pa.table({"id": np.arange(3000)}), path)
+    else:
+        path = tmp_path / "big.jsonl"
+        path.write_text("".join(f'{{"id": {i}}}\n' for i in range(3000)))
+    with pytest.warns(DeprecationWarning, match="block_bytes= is deprecated.*use chunk_bytes="):
+        earlier = get_format(name, {"block_bytes": 2048})
+    now = get_format(name, {"chunk_bytes": 2048})
+    assert earlier.chunk_bytes == now.chunk_bytes == 2048  # type: ignore[attr-defined]
+    assert plan_of(earlier, path, ReadOptions()).chunks == plan_of(now, path, ReadOptions()).chunks
+    assert len(plan_of(now, path, ReadOptions()).chunks) > 5
+    with pytest.raises(InvalidArgumentError, match="give chunk_bytes= alone"):
+        get_format(name, {"block_bytes": 2048, "chunk_bytes": 2048})
+
+
 def test_default_blocks_and_one_big_file(tmp_path: Path) -> None:
     path = tmp_path / "big.csv"
     pacsv.write_csv(pa.table({"id": np.arange(5000), "x": np.arange(5000) * 0.5}), path)
-    fmt = CsvFormat(block_bytes=4096)
+    fmt = CsvFormat(chunk_bytes=4096)
     plan = plan_of(fmt, path, ReadOptions())
     chunks = plan.chunks
     assert len(chunks) > 10
     assert all(c.unit_rows == () and c.num_bytes == c.stop - c.start for c in chunks)
     assert [c.start for c in chunks[1:]] == [c.stop for c in chunks[:-1]]
     assert chunks[0].start == len(b'"id","x"\n') and chunks[-1].stop == path.stat().st_size
-    got = read_all(CsvFormat(block_bytes=4096), path)
+    got = read_all(CsvFormat(chunk_bytes=4096), path)
     assert got.column("id").to_pylist() == list(range(5000))
     # Rows [a, b) of a chunk.
     c = chunks[3]
@@ -214,7 +234,7 @@ def test_types_are_fixed_once_and_a_bad_value_is_located(tmp_path: Path) -> None
     text = f"id,s\n{rows}12x,bad\n{rows}"
     path = tmp_path / "a.csv"
     path.write_text(text)
-    fmt = CsvFormat(infer_bytes=500, block_bytes=1000)
+    fmt = CsvFormat(infer_bytes=500, chunk_bytes=1000)
     files = list_files(str(path), FS)
     plan = fmt.plan(Listing.of(files), FS, ReadOptions())
     assert plan.schema.field("id").type == pa.int64()
@@ -227,7 +247,7 @@ def test_types_are_fixed_once_and_a_bad_value_is_located(tmp_path: Path) -> None
     assert "a.csv bytes" in message and f"at line {line}, byte {offset}" in message
     assert "column 'id'" in message and "'12x'" in message and "'schema'" in message
     given = pa.schema([("id", pa.string()), ("s", pa.string())])
-    got = read_all(CsvFormat(schema=given, block_bytes=1000), path)
+    got = read_all(CsvFormat(schema=given, chunk_bytes=1000), path)
     assert got.num_rows == 801 and got.schema == given
 
 
@@ -261,7 +281,7 @@ def test_csv_options(tmp_path: Path) -> None:
     [
         {"delimit": ";"},
         {"delimiter": ";;"},
-        {"block_bytes": 0},
+        {"chunk_bytes": 0},
         {"header": True, "column_names": ["a"]},
         {"schema": {"a": "int64"}},
     ],
@@ -306,7 +326,7 @@ def test_json_types_are_fixed_once(tmp_path: Path) -> None:
     path = tmp_path / "a.jsonl"
     lines = [json.dumps({"id": i}) for i in range(100)] + ['{"id": 1.5}', '{"id": 1, "z": 2}']
     path.write_text("\n".join(lines) + "\n")
-    fmt = JsonFormat(infer_bytes=200, block_bytes=300)
+    fmt = JsonFormat(infer_bytes=200, chunk_bytes=300)
     with pytest.raises(CorruptFileError, match=r"a\.jsonl bytes .*'schema'"):
         read_all(fmt, path)
     given = JsonFormat(schema=pa.schema([("id", pa.float64())]))

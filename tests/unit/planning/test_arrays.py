@@ -8,7 +8,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from torch_dataloader_utils.planning.columns import Columns, smallest, strings
+from torch_dataloader_utils.planning.arrays import NamedArrays, smallest, strings
 
 EDGES = np.array([np.iinfo(np.int64).min, -1, 0, 1, np.iinfo(np.int64).max], np.int64)
 
@@ -29,7 +29,7 @@ EDGES = np.array([np.iinfo(np.int64).min, -1, 0, 1, np.iinfo(np.int64).max], np.
     ],
 )
 def test_every_column_comes_back_as_it_was(array: np.ndarray) -> None:
-    again = pickle.loads(pickle.dumps(Columns({"a": array, "b": smallest(np.arange(9))})))
+    again = pickle.loads(pickle.dumps(NamedArrays({"a": array, "b": smallest(np.arange(9))})))
     got = again.arrays["a"]
     assert got.dtype == array.dtype and got.shape == array.shape
     assert np.array_equal(got, array)
@@ -41,6 +41,6 @@ def test_every_column_comes_back_as_it_was(array: np.ndarray) -> None:
 def test_offsets_and_file_numbers_pickle_to_almost_nothing() -> None:
     n = 100_000
     _, offsets = strings([f"/data/part-{i:06d}.parquet" for i in range(n)])
-    columns = Columns({"file": smallest(np.arange(n)), "path_offsets": smallest(offsets)})
+    columns = NamedArrays({"file": smallest(np.arange(n)), "path_offsets": smallest(offsets)})
     assert columns.arrays["path_offsets"].nbytes + columns.arrays["file"].nbytes > 500_000
     assert len(pickle.dumps(columns)) < 5_000

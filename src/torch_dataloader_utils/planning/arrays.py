@@ -1,5 +1,5 @@
 """Named numpy arrays that pickle compactly, and as one shared-memory buffer to a process
-started by multiprocessing: the storage of `planning.chunks`' columns.
+started by multiprocessing (`NamedArrays`): how `planning.chunks` stores its columns.
 
 A spawned DataLoader worker receives them as a shared-memory handle
 (`multiprocessing.reduction.ForkingPickler` is given a handle, not the bytes), so a plan reaches
@@ -16,13 +16,13 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-__all__ = ["Columns", "smallest", "strings"]
+__all__ = ["NamedArrays", "smallest", "strings"]
 
 _ALIGN = 8
 _CODEC = "zstd" if pa.Codec.is_available("zstd") else None
 
 
-class Columns:
+class NamedArrays:
     """Named numpy arrays that pickle as their bytes, and as one shared buffer to a process
     started by multiprocessing (a spawned DataLoader worker)."""
 
@@ -38,31 +38,31 @@ class Columns:
         # The arrays' bytes, zstd-compressed when pyarrow has the codec: what torch.distributed
         # broadcasts to every rank. Offsets and file numbers go as their steps, which compress
         # to nothing (docs/adr/0020-measurements-behind-constants.md#chunks-as-columns).
-        layout = []
-        parts = []
+        entries = []
+        blobs = []
         for key, array in self.arrays.items():
             stored, steps = _as_steps(array)
-            layout.append((key, array.dtype.str, array.shape, steps))
-            parts.append(np.ascontiguousarray(stored).tobytes())
-        raw = b"".join(parts)
+            entries.append((key, array.dtype.str, array.shape, steps))
+            blobs.append(np.ascontiguousarray(stored).tobytes())
+        raw = b"".join(blobs)
         if _CODEC is None:
-            return None, layout, raw
-        return _CODEC, layout, pa.compress(raw, codec=_CODEC, asbytes=True)
+            return None, entries, raw
+        return _CODEC, entries, pa.compress(raw, codec=_CODEC, asbytes=True)
 
     def __setstate__(
         self, state: tuple[str | None, list[tuple[str, str, tuple[int, ...], str]], bytes]
     ) -> None:
-        codec, layout, blob = state
+        codec, entries, blob = state
         sizes = [
             int(np.prod(shape)) * np.dtype(steps or dtype).itemsize
-            for _, dtype, shape, steps in layout
+            for _, dtype, shape, steps in entries
         ]
         if codec is not None:
             blob = pa.decompress(blob, decompressed_size=sum(sizes), codec=codec, asbytes=True)
         self._buffer = None
         self.arrays = {}
         at = 0
-        for (key, dtype, shape, steps), size in zip(layout, sizes, strict=True):
+        for (key, dtype, shape, steps), size in zip(entries, sizes, strict=True):
             stored = np.dtype(steps or dtype)
             array = np.frombuffer(blob, stored, size // stored.itemsize, at).reshape(shape)
             if steps:
@@ -73,20 +73,20 @@ class Columns:
 
     def shared(self) -> tuple[torch.Tensor, list[tuple[str, str, tuple[int, ...], int]]]:
         """One shared-memory buffer holding every array, and where each lies in it."""
-        layout: list[tuple[str, str, tuple[int, ...], int]] = []
+        entries: list[tuple[str, str, tuple[int, ...], int]] = []
         offset = 0
         for key, array in self.arrays.items():
-            layout.append((key, array.dtype.str, array.shape, offset))
+            entries.append((key, array.dtype.str, array.shape, offset))
             offset += -(-array.nbytes // _ALIGN) * _ALIGN
         if self._buffer is None:
             buffer = torch.empty(max(offset, _ALIGN), dtype=torch.uint8)
             target = buffer.numpy()
-            for (_, _, _, at), array in zip(layout, self.arrays.values(), strict=True):
+            for (_, _, _, at), array in zip(entries, self.arrays.values(), strict=True):
                 target[at : at + array.nbytes] = np.ascontiguousarray(array).view(np.uint8).ravel()
             buffer.share_memory_()  # type: ignore[no-untyped-call]
             self._buffer = buffer
-            self.arrays = _views(buffer, layout)  # the process's own copy is the shared one
-        return self._buffer, layout
+            self.arrays = _views(buffer, entries)  # the process's own copy is the shared one
+        return self._buffer, entries
 
 
 def _as_steps(array: np.ndarray) -> tuple[np.ndarray, str]:
@@ -101,11 +101,11 @@ def _as_steps(array: np.ndarray) -> tuple[np.ndarray, str]:
 
 
 def _views(
-    buffer: torch.Tensor, layout: list[tuple[str, str, tuple[int, ...], int]]
+    buffer: torch.Tensor, entries: list[tuple[str, str, tuple[int, ...], int]]
 ) -> dict[str, np.ndarray]:
     raw = buffer.numpy()
     out = {}
-    for key, dtype, shape, at in layout:
+    for key, dtype, shape, at in entries:
         dt = np.dtype(dtype)
         count = int(np.prod(shape)) if shape else 1
         view = raw[at : at + count * dt.itemsize].view(dt).reshape(shape)
@@ -115,18 +115,18 @@ def _views(
 
 
 def _rebuild_shared(
-    buffer: torch.Tensor, layout: list[tuple[str, str, tuple[int, ...], int]]
-) -> Columns:
-    return Columns(_views(buffer, layout), buffer)
+    buffer: torch.Tensor, entries: list[tuple[str, str, tuple[int, ...], int]]
+) -> NamedArrays:
+    return NamedArrays(_views(buffer, entries), buffer)
 
 
-def _reduce_shared(columns: Columns) -> tuple[Any, tuple[Any, ...]]:
+def _reduce_shared(columns: NamedArrays) -> tuple[Any, tuple[Any, ...]]:
     return _rebuild_shared, columns.shared()
 
 
 # Only processes started by multiprocessing (spawn and forkserver DataLoader workers, mp.spawn
 # ranks) get the handle; pickle, torch.save and torch.distributed get the bytes.
-ForkingPickler.register(Columns, _reduce_shared)
+ForkingPickler.register(NamedArrays, _reduce_shared)
 
 
 def strings(values: Sequence[str]) -> tuple[np.ndarray, np.ndarray]:

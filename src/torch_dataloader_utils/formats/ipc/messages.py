@@ -2,8 +2,8 @@
 
 Row counts live in each record batch's message header, not in the file footer, and pyarrow
 decodes (and decompresses) a whole batch to tell its rows. The few flatbuffer fields needed
-(Message and Footer) are read here with a minimal reader, through a window of `_WINDOW` bytes,
-so small batches cost few requests on object storage.
+(Message and Footer) are read here with a minimal reader, `_READ_BYTES` bytes at a time, so
+small batches cost few requests on object storage.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from ...fs import FileSystemSpec
 from ...fs.ranges import RangeFile
 from ..opening import parsing, read_range
 
-__all__ = ["KIND", "MAGIC", "RECORD_BATCH", "Layout", "Message", "read_layout"]
+__all__ = ["KIND", "MAGIC", "RECORD_BATCH", "Headers", "Message", "read_headers"]
 
 KIND = "a readable Arrow IPC file or stream"
 MAGIC = b"ARROW1"
@@ -28,9 +28,9 @@ _FEATHER_V1 = b"FEA1"
 _CONTINUATION = 0xFFFFFFFF
 # Message header types (Message.fbs MessageHeader).
 _SCHEMA, _DICTIONARY, RECORD_BATCH = 1, 2, 3
-# Footers and message headers are read through a window of this many bytes: one request
-# serves every header inside it.
-_WINDOW = 256 << 10
+# Footers and message headers are read this many bytes at a time: one request serves every
+# header inside them.
+_READ_BYTES = 256 << 10
 # Files with messages reading never decodes are decoded whole at planning up to this size.
 _CHECK_WHOLE = 16 << 20
 _CHECK_BODY = 1 << 20
@@ -122,11 +122,11 @@ def _footer_blocks(footer: bytes, index: int) -> list[tuple[int, int, int]]:
     return blocks
 
 
-# --- reading headers through a window ----------------------------------------------------------
+# --- reading headers, `_READ_BYTES` at a time -----------------------------------------------------
 
 
-class _Window:
-    """Byte ranges of one file, read through a window of `_WINDOW` bytes."""
+class _Reader:
+    """Byte ranges of one file, read `_READ_BYTES` bytes at a time."""
 
     def __init__(self, path: str, size: int, fs: FileSystemSpec) -> None:
         self.path, self.size, self.fs = path, size, fs
@@ -140,33 +140,34 @@ class _Window:
             raise ValueError(f"needs bytes {offset}:{offset + n}, past the end ({self.size} bytes)")
         if not (self.start <= offset and offset + n <= self.start + len(self.data)):
             self.start = offset
-            self.data = self.fetch(offset, min(max(n, _WINDOW), self.size - offset))
+            self.data = self.fetch(offset, min(max(n, _READ_BYTES), self.size - offset))
         return self.data[offset - self.start : offset - self.start + n]
 
     def tail(self) -> None:
-        """Load the last `_WINDOW` bytes (where a footer is)."""
-        self.start = max(0, self.size - _WINDOW)
+        """Load the last `_READ_BYTES` bytes (where a footer is)."""
+        self.start = max(0, self.size - _READ_BYTES)
         self.data = self.fetch(self.start, self.size - self.start)
 
 
-def _message_at(window: _Window, offset: int) -> tuple[int, int, int, int] | None:
+def _message_at(reader: _Reader, offset: int) -> tuple[int, int, int, int] | None:
     """``(prefix + metadata length, kind, rows, body length)`` of the message at ``offset``;
     ``None`` at the end-of-stream marker (or the end of the bytes)."""
-    if offset == window.size:
+    if offset == reader.size:
         return None  # a stream without its end-of-stream marker
-    first = _unpack("<I", window.read(offset, 4), 0)
+    first = _unpack("<I", reader.read(offset, 4), 0)
     prefix = 4
     if first == _CONTINUATION:
-        first, prefix = _unpack("<I", window.read(offset + 4, 4), 0), 8
+        first, prefix = _unpack("<I", reader.read(offset + 4, 4), 0), 8
     if first == 0:
         return None
-    kind, rows, body = _header(window.read(offset + prefix, first))
+    kind, rows, body = _header(reader.read(offset + prefix, first))
     return prefix + first, kind, rows, body
 
 
 @dataclass(frozen=True)
-class Layout:
-    """Where a file's record batches are."""
+class Headers:
+    """What a file's message headers tell: its schema, and where its record batches (and a
+    stream's other messages) are."""
 
     schema: pa.Schema
     stream: bool  # the stream format (no footer)
@@ -174,46 +175,46 @@ class Layout:
     messages: list[Message]  # stream format: every message, in order; the schema's first
 
 
-def _file_layout(window: _Window, fetch: Callable[[int, int], bytes]) -> Layout:
-    window.tail()
-    if not window.data.endswith(MAGIC) or window.size < 2 * len(MAGIC) + 6:
+def _file_headers(reader: _Reader, fetch: Callable[[int, int], bytes]) -> Headers:
+    reader.tail()
+    if not reader.data.endswith(MAGIC) or reader.size < 2 * len(MAGIC) + 6:
         raise ValueError(
-            f"starts with the IPC file magic but does not end with it ({window.size} bytes): "
+            f"starts with the IPC file magic but does not end with it ({reader.size} bytes): "
             "truncated, or still being written"
         )
-    source = RangeFile(window.size, {window.start: window.data}, fetch)
-    schema = ipc.open_file(source.arrow()).schema  # validates the footer
-    footer_size = _unpack("<i", window.read(window.size - 10, 4), 0)
-    footer = window.read(window.size - 10 - footer_size, footer_size)
+    file = RangeFile(reader.size, {reader.start: reader.data}, fetch)
+    schema = ipc.open_file(file.arrow()).schema  # validates the footer
+    footer_size = _unpack("<i", reader.read(reader.size - 10, 4), 0)
+    footer = reader.read(reader.size - 10 - footer_size, footer_size)
     batches = []
     for offset, meta, body in _footer_blocks(footer, 3):
-        found = _message_at(window, offset)
+        found = _message_at(reader, offset)
         if found is None or found[1] != RECORD_BATCH or found[0] > meta:
             raise ValueError(f"the footer's record batch at byte {offset} is not one")
-        if offset + meta + body > window.size:
+        if offset + meta + body > reader.size:
             raise ValueError(f"record batch at byte {offset} runs past the end")
         batches.append(Message(offset, meta + body, RECORD_BATCH, found[2]))
-    return Layout(schema.remove_metadata(), False, batches, [])
+    return Headers(schema.remove_metadata(), False, batches, [])
 
 
-def _stream_layout(window: _Window) -> Layout:
+def _stream_headers(reader: _Reader) -> Headers:
     messages = []
     offset = 0
-    while (found := _message_at(window, offset)) is not None:
+    while (found := _message_at(reader, offset)) is not None:
         head, kind, rows, body = found
-        if offset + head + body > window.size:
+        if offset + head + body > reader.size:
             raise ValueError(f"message at byte {offset} runs past the end (truncated)")
         messages.append(Message(offset, head + body, kind, rows))
         offset += head + body
     if not messages or messages[0].kind != _SCHEMA:
         raise ValueError("the stream does not start with a schema message")
-    schema = ipc.read_schema(pa.py_buffer(window.read(0, messages[0].size)))
+    schema = ipc.read_schema(pa.py_buffer(reader.read(0, messages[0].size)))
     batches = [m for m in messages if m.kind == RECORD_BATCH]
-    return Layout(schema.remove_metadata(), True, batches, messages)
+    return Headers(schema.remove_metadata(), True, batches, messages)
 
 
-def read_layout(path: str, size: int, fs: FileSystemSpec) -> Layout:
-    """Read ``path``'s record batch layout (headers only).
+def read_headers(path: str, size: int, fs: FileSystemSpec) -> Headers:
+    """Read where ``path``'s record batches are (its headers only).
 
     Raises:
         CorruptFileError: empty, truncated or not Arrow IPC (names the file and byte).
@@ -221,8 +222,8 @@ def read_layout(path: str, size: int, fs: FileSystemSpec) -> Layout:
     url = fs.url(path)
     if size == 0:
         raise CorruptFileError(f"{url}: the file is empty (0 bytes), not an Arrow IPC file")
-    window = _Window(path, size, fs)
-    head = window.read(0, min(8, size))
+    reader = _Reader(path, size, fs)
+    head = reader.read(0, min(8, size))
     if head.startswith(_FEATHER_V1):
         raise CorruptFileError(
             f"{url}: a Feather v1 file, which is not read; convert it to Feather v2 (the Arrow "
@@ -231,40 +232,40 @@ def read_layout(path: str, size: int, fs: FileSystemSpec) -> Layout:
     with parsing(url, KIND):
         try:
             if head.startswith(MAGIC):
-                layout = _file_layout(window, window.fetch)
+                headers = _file_headers(reader, reader.fetch)
             else:
-                layout = _stream_layout(window)
-            _check_unread(layout, window)
-            return layout
+                headers = _stream_headers(reader)
+            _check_unread(headers, reader)
+            return headers
         except (ValueError, IndexError) as exc:
             raise CorruptFileError(f"{url}: not {KIND} ({exc})") from exc
 
 
-def _check_unread(layout: Layout, window: _Window) -> None:
+def _check_unread(headers: Headers, reader: _Reader) -> None:
     """Check what reading never decodes: zero-row record batches, and (streams) dictionaries
     after the last batch with rows. Reading decodes every other message with pyarrow, which
     checks it then; these would pass unchecked (fuzzed streams hide corrupt messages there).
     A file of at most `_CHECK_WHOLE` bytes is decoded whole by pyarrow's reader; a larger
     one has each such message's metadata checked by pyarrow's flatbuffer verifier (those
     with a body of at most `_CHECK_BODY` bytes: the body is stood in for by zeros)."""
-    last = max((i for i, m in enumerate(layout.messages) if m.rows), default=-1)
-    unread = [b for b in layout.batches if not b.rows]
-    if layout.stream:
-        unread += [m for m in layout.messages[last + 1 :] if m.kind == _DICTIONARY]
+    last = max((i for i, m in enumerate(headers.messages) if m.rows), default=-1)
+    unread = [b for b in headers.batches if not b.rows]
+    if headers.stream:
+        unread += [m for m in headers.messages[last + 1 :] if m.kind == _DICTIONARY]
     if not unread:
         return
-    if window.size <= _CHECK_WHOLE:
-        data = pa.py_buffer(window.read(0, window.size))
-        if layout.stream:
+    if reader.size <= _CHECK_WHOLE:
+        data = pa.py_buffer(reader.read(0, reader.size))
+        if headers.stream:
             ipc.open_stream(data).read_all()
         else:
             ipc.open_file(data).read_all()
         return
     for message in unread:
-        head = _message_at(window, message.offset)
+        head = _message_at(reader, message.offset)
         assert head is not None
         if message.size - head[0] > _CHECK_BODY:
             continue
-        metadata = window.read(message.offset, head[0])
+        metadata = reader.read(message.offset, head[0])
         body = bytes(message.size - head[0])  # the metadata is what is checked
         ipc.read_message(pa.py_buffer(metadata + body))
