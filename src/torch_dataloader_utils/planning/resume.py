@@ -191,6 +191,9 @@ def block_rest(
     index, first, stop = order.block_of(read)
     if read == first and (also is None or not len(also)):
         return [], read
+    if also is not None and len(also) and read + int(also.max()) >= stop:
+        # A token budget's group that runs past the block (blocks set smaller than a group).
+        return _blocks_rest(items, span, read, order, read + also)
     if layout.documents:  # which rows are left depends on the documents' lengths
         runs = cut(items, span[0] + first, span[0] + stop)
         if any(run.select is not None or run.rest is not None for run in runs):
@@ -219,6 +222,30 @@ def _block_rest(
     if also is not None:
         unread = np.delete(unread, also)
     return _rest_runs(items, start, stop, np.sort(unread))
+
+
+def _blocks_rest(
+    items: Sequence[Item],
+    span: tuple[int, int],
+    read: int,
+    order: BlockOrder,
+    delivered: np.ndarray,
+) -> tuple[list[Item], int]:
+    """`block_rest` where the rows delivered after the first ``read`` (``delivered``: their
+    offsets in the stream's order) reach past ``read``'s block: each block they touch, less
+    its rows delivered, and where the untouched rows start."""
+    left: list[Item] = []
+    end = int(delivered.max()) + 1
+    position = read
+    while position < end:
+        index, first, stop = order.block_of(position)
+        before = np.arange(max(0, min(read, stop) - first))  # its rows delivered before `read`
+        inside = delivered[(delivered >= first) & (delivered < stop)] - first
+        gone = np.concatenate([before, inside])
+        unread = np.delete(order.permutation(index, stop - first), gone)
+        left.extend(_rest_runs(items, span[0] + first, span[0] + stop, np.sort(unread)))
+        position = stop
+    return left, position
 
 
 def _rest_runs(items: Sequence[Item], start: int, stop: int, offsets: np.ndarray) -> list[Run]:
