@@ -95,141 +95,86 @@ def _packing(method: str) -> tdu.Packing:
     return tdu.Packing("tokens", 16, pad_value=-1, method=method)
 
 
+def _loader(data: Path | list[tdu.Source], rank: int, world_size: int, **options: Any) -> Any:
+    """A shuffled loader of ``data`` for ``rank`` of ``world_size``, read in-process unless
+    ``options`` say otherwise."""
+    options = {"shuffle": True, "num_workers": 0, **options}
+    source = data if isinstance(data, list) else str(data)
+    return tdu.create_dataloader(source, rank=rank, world_size=world_size, **options)
+
+
 def _csv(d: dict[str, Path], r: int, w: int, **format_options: int) -> Any:
-    return tdu.create_dataloader(
-        str(d["csv"]),
-        format="csv",
-        format_options=format_options,
-        batch_size=16,
-        shuffle=True,
-        shuffle_seed=8,
-        rank=r,
-        world_size=w,
-        num_workers=0,
+    return _loader(
+        d["csv"], r, w, format="csv", format_options=format_options, batch_size=16, shuffle_seed=8
     )
 
 
-# name -> (a loader of the data for rank, world size), world size
-SCENARIOS: dict[str, tuple[Callable[[dict[str, Path], int, int], Any], int]] = {
-    "parquet": (
-        lambda d, r, w: tdu.create_dataloader(
-            str(d["table"]),
-            batch_size=16,
-            shuffle=True,
-            shuffle_seed=5,
-            rank=r,
-            world_size=w,
-            num_workers=0,
-        ),
-        2,
-    ),
+def _mixed(d: dict[str, Path], weight: float | None) -> list[tdu.Source]:
+    return [tdu.Source(str(d["web"]), weight=weight), tdu.Source(str(d["code"]))]
+
+
+# name -> (what it reads of the data, its options besides shuffling), world size
+SCENARIOS: dict[str, tuple[Callable[[dict[str, Path]], Any], dict[str, Any], int]] = {
+    "parquet": (lambda d: d["table"], {"batch_size": 16, "shuffle_seed": 5}, 2),
     "parquet_workers": (
-        lambda d, r, w: tdu.create_dataloader(
-            str(d["table"]),
-            batch_size=10,
-            shuffle=True,
-            shuffle_seed=9,
-            rank=r,
-            world_size=w,
-            num_workers=2,
-            multiprocessing_context="fork",
-        ),
+        lambda d: d["table"],
+        {"batch_size": 10, "shuffle_seed": 9, "num_workers": 2, "multiprocessing_context": "fork"},
         2,
     ),
     "parquet_split_rows": (
-        lambda d, r, w: tdu.create_dataloader(
-            str(d["table"]),
-            batch_size=8,
-            shuffle=True,
-            shuffle_seed=1,
-            split_rows=50,
-            rank=r,
-            world_size=w,
-            num_workers=0,
-            drop_last=True,
-        ),
+        lambda d: d["table"],
+        {"batch_size": 8, "shuffle_seed": 1, "split_rows": 50, "drop_last": True},
         3,
     ),
     "packed_concat": (
-        lambda d, r, w: tdu.create_dataloader(
-            str(d["docs"]),
-            packing=_packing("concat"),
-            batch_size=3,
-            shuffle=True,
-            shuffle_seed=2,
-            rank=r,
-            world_size=w,
-            num_workers=0,
-        ),
+        lambda d: d["docs"],
+        {"packing": _packing("concat"), "batch_size": 3, "shuffle_seed": 2},
         2,
     ),
     "packed_best_fit": (
-        lambda d, r, w: tdu.create_dataloader(
-            str(d["docs"]),
-            packing=_packing("best_fit"),
-            batch_size=3,
-            shuffle=True,
-            shuffle_seed=2,
-            rank=r,
-            world_size=w,
-            num_workers=0,
-        ),
+        lambda d: d["docs"],
+        {"packing": _packing("best_fit"), "batch_size": 3, "shuffle_seed": 2},
         2,
     ),
     "token_budget": (
-        lambda d, r, w: tdu.create_dataloader(
-            str(d["docs"]),
-            batching=tdu.TokenBudget("tokens", max_tokens=64),
-            shuffle=True,
-            shuffle_seed=4,
-            rank=r,
-            world_size=w,
-            num_workers=0,
-        ),
+        lambda d: d["docs"],
+        {"batching": tdu.TokenBudget("tokens", max_tokens=64), "shuffle_seed": 4},
         2,
     ),
     "mixture_schedule": (
-        lambda d, r, w: tdu.create_dataloader(
-            [tdu.Source(str(d["web"])), tdu.Source(str(d["code"]))],
-            epoch_rows=240,
-            batch_size=8,
-            shuffle=True,
-            shuffle_seed=6,
-            mixing="stratified",
-            weights_schedule=[(0, [3, 1]), (5, [1, 1]), (13, [0, 1])],
-            rank=r,
-            world_size=w,
-            num_workers=0,
-        ),
+        lambda d: _mixed(d, None),
+        {
+            "epoch_rows": 240,
+            "batch_size": 8,
+            "shuffle_seed": 6,
+            "mixing": "stratified",
+            "weights_schedule": [(0, [3, 1]), (5, [1, 1]), (13, [0, 1])],
+        },
         2,
     ),
-    "mixture_random": (
-        lambda d, r, w: tdu.create_dataloader(
-            [tdu.Source(str(d["web"]), weight=2), tdu.Source(str(d["code"]))],
-            batch_size=8,
-            shuffle=True,
-            shuffle_seed=7,
-            rank=r,
-            world_size=w,
-            num_workers=0,
-        ),
-        1,
+    "mixture_random": (lambda d: _mixed(d, 2), {"batch_size": 8, "shuffle_seed": 7}, 1),
+    "csv_blocks": (
+        lambda d: d["csv"],
+        {
+            "format": "csv",
+            "format_options": {"chunk_bytes": 2048},
+            "batch_size": 16,
+            "shuffle_seed": 8,
+        },
+        2,
     ),
-    "csv_blocks": (lambda d, r, w: _csv(d, r, w, chunk_bytes=2048), 2),
     "webdataset": (
-        lambda d, r, w: tdu.create_dataloader(
-            str(d["tar"]),
-            format="webdataset",
-            batch_size=8,
-            shuffle=True,
-            shuffle_seed=3,
-            rank=r,
-            world_size=w,
-            num_workers=0,
-        ),
+        lambda d: d["tar"],
+        {"format": "webdataset", "batch_size": 8, "shuffle_seed": 3},
         2,
     ),
 }
+
+
+def _make(data: dict[str, Path], name: str, rank: int) -> Any:
+    """Scenario ``name``'s loader for ``rank``."""
+    reads, options, world_size = SCENARIOS[name]
+    return _loader(reads(data), rank, world_size, **options)
 
 
 def _value(v: Any) -> Any:
@@ -252,9 +197,9 @@ def _ids(batches: list[dict[str, Any]]) -> list[Any]:
 def _observe(data: dict[str, Path], name: str) -> Iterator[tuple[str, Any]]:
     """What a scenario reads on each rank: epoch 0 and 1 (digests and the first batches' ids),
     a state saved after `SAVE_AFTER` batches of epoch 1 and the rest of that epoch."""
-    make, world_size = SCENARIOS[name]
+    world_size = SCENARIOS[name][2]
     for rank in range(world_size):
-        loader = make(data, rank, world_size)
+        loader = _make(data, name, rank)
         for epoch in (0, 1):
             loader.set_epoch(epoch)
             batches = [_batch(b) for b in loader]
@@ -272,7 +217,7 @@ def _observe(data: dict[str, Path], name: str) -> Iterator[tuple[str, Any]]:
             next(it)
         state = loader.state_dict()
         del it
-        rest = [_batch(b) for b in _rest(make(data, rank, world_size), state)]
+        rest = [_batch(b) for b in _rest(_make(data, name, rank), state)]
         yield (
             f"{name}/rank{rank}/resume",
             {
@@ -314,7 +259,7 @@ def pinned() -> dict[str, Any]:
 def test_orders_and_states_are_those_pinned(
     data: dict[str, Path], pinned: dict[str, Any], name: str
 ) -> None:
-    make, world_size = SCENARIOS[name]
+    world_size = SCENARIOS[name][2]
     keys = [k for k in pinned if k.startswith(f"{name}/")]
     assert len(keys) == 3 * world_size
     for key, seen in _observe(data, name):
@@ -322,7 +267,7 @@ def test_orders_and_states_are_those_pinned(
         if key.endswith("/resume"):
             # the state pinned then resumes now to the rest pinned then
             rank = int(key.split("/")[1][4:])
-            rest = [_batch(b) for b in _rest(make(data, rank, world_size), want["state"])]
+            rest = [_batch(b) for b in _rest(_make(data, name, rank), want["state"])]
             assert (_digest(rest), _ids(rest[:1])) == (want["rest"], want["first"]), key
             # and the state saved now is the one saved then
             assert seen["state"] == want["state"], key
