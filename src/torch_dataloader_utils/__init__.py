@@ -13,8 +13,8 @@ Examples:
 The public names, by who reads them (``__all__`` holds them sorted):
 
 - Training: `create_dataloader`, `TabularDataLoader`, `StructuredDataset`, `IcebergDataset`,
-  `MixtureDataset`, `Source`, `Packing`, `TokenBudget`, `RetryPolicy`, `CacheStats`,
-  `attention`, `ShardWriter`.
+  `MixtureDataset`, `Source`, `Packing`, `TokenBudget`, `Tokenize`, `Transform`,
+  `RetryPolicy`, `CacheStats`, `attention`, `ShardWriter`.
 - Format authors: `Format`, `FormatPlan`, `Listing`, `ReadOptions`, `Chunk`, `Plan`,
   `register_format`, `get_format`, `available_formats`, and the formats shipped:
   `ParquetFormat`, `OrcFormat`, `CsvFormat`, `JsonFormat`, `IpcFormat`, `WebDatasetFormat`.
@@ -76,6 +76,7 @@ from .fs import RetryPolicy
 from .loader import TabularDataLoader
 from .options import Source
 from .planning import Chunk, Piece, Plan, Topology
+from .tokenizing import Tokenize, Transform
 from .webdataset import ShardWriter
 from .webdataset.format import WebDatasetFormat
 
@@ -121,9 +122,11 @@ __all__ = [
     "StructuredDataset",
     "TabularDataLoader",
     "TokenBudget",
+    "Tokenize",
     "Topology",
     "TorchDataloaderUtilsError",
     "TorchDataloaderUtilsWarning",
+    "Transform",
     "UnknownFormatError",
     "UnknownKeywordError",
     "UnsupportedFileError",

@@ -27,6 +27,7 @@ from .loader import DEFAULT_BUNDLE_ROWS, TabularDataLoader
 from .planning import REMAINDER_POLICIES, SPLIT_STRATEGIES, Layout, Remainder, SplitStrategy
 from .state import Readable
 from .stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES, block_sizes
+from .tokenizing import Derivation, Tokenize, Transform
 
 _D = TypeVar("_D", bound=Readable)
 
@@ -72,6 +73,10 @@ class Source(SuggestsKeywords):
             split_rows, storage_backend, retries: as for one source (`StructuredDataset`).
         catalog_config, snapshot_id, as_of, ref, from_snapshot_id: the Iceberg table's catalog
             and snapshot (`IcebergDataset`).
+        tokenize: a text column tokenized in the loader (`tdu.Tokenize`), counted once by the
+            census before epoch 0 (docs/concepts/census.md).
+        transform: a function over each record batch of its rows run before tokenizing
+            (`tdu.Transform`, with a fingerprint); it may drop rows.
 
     Raises:
         InvalidArgumentError: an option is out of range or of the wrong kind.
@@ -105,10 +110,13 @@ class Source(SuggestsKeywords):
     as_of: Any = field(default=None, metadata=_TABLE)
     ref: str | None = field(default=None, metadata=_TABLE)
     from_snapshot_id: int | None = field(default=None, metadata=_TABLE)
+    tokenize: Tokenize | None = field(default=None, metadata=_EVERY)
+    transform: Transform | None = field(default=None, metadata=_EVERY)
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.table is None):
             raise InvalidArgumentError("a Source reads either path= (files) or table= (Iceberg)")
+        _check_derived(self.tokenize, self.transform)
         if self.weight is not None and not (self.weight >= 0):
             raise InvalidArgumentError(f"a Source's weight must be >= 0, got {self.weight}")
         check_positive(split_bytes=self.split_bytes, split_rows=self.split_rows)
@@ -129,6 +137,11 @@ class Source(SuggestsKeywords):
                 f"catalog_config must be a mapping of catalog properties, got "
                 f"{type(self.catalog_config).__name__}"
             )
+
+    @property
+    def derive(self) -> Derivation | None:
+        """What reads compute from its rows (``None``: nothing)."""
+        return Derivation.of(self.transform, self.tokenize)
 
     @property
     def label(self) -> str:
@@ -185,6 +198,7 @@ class Options:
     collate_fn: Callable[[Any], Any] | None = None
     cache_dir: str | os.PathLike[str] | None = None
     cache_limit: int | str | None = None
+    census_dir: str | os.PathLike[str] | None = None
     output: Output = field(default_factory=Output)
     packing: Packing | None = None
     batching: TokenBudget | None = None
@@ -376,6 +390,21 @@ def ranks_of(world_size: int | None, num_ranks: int | None) -> int | None:
             f"num_ranks={num_ranks} and world_size={world_size} disagree; pass one"
         )
     return num_ranks
+
+
+def _check_derived(tokenize: object, transform: object) -> None:
+    """Refuse a ``tokenize`` or ``transform`` of the wrong kind (a bare function: say how to
+    give it a fingerprint)."""
+    if tokenize is not None and not isinstance(tokenize, Tokenize):
+        raise InvalidArgumentError(
+            f"tokenize must be a tdu.Tokenize, got {type(tokenize).__name__}"
+        )
+    if transform is not None and not isinstance(transform, Transform):
+        hint = ' (wrap it: tdu.Transform(function, fingerprint="v1"))'
+        raise InvalidArgumentError(
+            f"transform must be a tdu.Transform, got {type(transform).__name__}"
+            + (hint if callable(transform) else "")
+        )
 
 
 def _check_columns(columns: Sequence[str] | None) -> None:

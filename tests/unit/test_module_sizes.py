@@ -62,6 +62,7 @@ TESTED_IN: dict[str, str] = {
     "dataset/mixture.py": "tests/multiproc/test_mixture.py, tests/unit/test_options.py",
     "dataset/packed_lookup.py": "tests/multiproc/test_rows_at.py",
     "dataset/planning.py": "tests/unit/test_dataset.py",
+    "dataset/reading.py": ("tests/multiproc/test_tokenize.py, tests/multiproc/test_packing.py"),
     "dataset/structured.py": "tests/unit/test_dataset.py, tests/unit/test_api.py",
     "dataset/tables.py": "tests/iceberg/test_read.py, tests/conformance/test_tables.py",
     "dataset/tokens.py": "tests/multiproc/test_token_budget.py, tests/multiproc/test_packing.py",

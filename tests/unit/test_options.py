@@ -75,6 +75,8 @@ def test_a_mixture_gives_its_sources_only_the_options_they_leave_unset() -> None
         "split_rows",
         "retries",
         "catalog_config",
+        "tokenize",
+        "transform",
     }
     own = Source("a/", columns=["x"])
     given = with_defaults(own, {"columns": ["y"], "split_rows": 5})

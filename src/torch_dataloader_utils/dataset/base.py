@@ -36,8 +36,7 @@ from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
 from ..stream.blocks import Segment
 from ..stream.pipeline import stream_segments
-from ..stream.read import Reader, Reads
-from ..stream.tokens import TokenReader
+from ..stream.read import Reads
 from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
 from .chunk_rows import ChunkRows
@@ -45,6 +44,7 @@ from .conversion import conversion
 from .keywords import check_dataset_keywords
 from .lookup import Lookup
 from .planning import format_of, plan
+from .reading import source_reader
 from .tables import table_kind_of
 from .tokens import in_tokens, length_index
 
@@ -90,9 +90,13 @@ class PlannedDataset(IterableDataset[Any]):
         if options.packing is not None:  # (before planning: what a packed batch cannot carry)
             for source in sources:
                 label = source.label if len(sources) > 1 else ""
-                options.packing.check_columns(
-                    source.columns, source_column=self._source_key, label=label
-                )
+                if source.transform is not None:
+                    continue  # (its columns are what the transform reads)
+                text = source.tokenize.column if source.tokenize is not None else None
+                columns = source.columns
+                if columns is not None and text is not None:
+                    columns = [c for c in columns if c != text] or None
+                options.packing.check_columns(columns, source_column=self._source_key, label=label)
         self.options = options
         self.collate_fn = options.collate_fn
         self.on_error: OnError = options.on_error
@@ -129,7 +133,9 @@ class PlannedDataset(IterableDataset[Any]):
             explicit=options.rank is not None,
         )
         self.sources: tuple[PlannedSource, ...] = tuple(
-            planned_source(s.label, p, f, fs, immutable=table_kind_of(s) is not None)
+            planned_source(
+                s.label, p, f, fs, immutable=table_kind_of(s) is not None, derive=s.derive
+            )
             for s, p, f, fs in zip(sources, planned, formats, filesystems, strict=True)
         )
         packing = options.packing
@@ -259,37 +265,15 @@ class PlannedDataset(IterableDataset[Any]):
         """A reader of source ``source``'s plan; its skipped reads go to ``failures`` (default:
         this process's `failure_log`). ``carry``: its batches also hold the columns that name
         a sample (`Format.sample_columns`) for this dataset's decoding to name bad values."""
-        planned = self.sources[source]
-        options, output = planned.read_options, planned.output_columns
-        if carry and self._carried and options.columns is not None and output is not None:
-            options = dataclasses.replace(options, columns=(*options.columns, *self._carried))
-            output = (*output, *self._carried)
-        packing = self.options.packing
-        if packing is not None and options.columns is None and options.filter is None:
-            # A packed stream uses its token column alone: the others were decoded for nothing.
-            options = dataclasses.replace(options, columns=(packing.column,))
-            output = (packing.column,)
-        fs = planned.fs
-        if self.cache is not None:
-            fs = self.cache.wrap(fs, planned.plan.files, immutable=planned.immutable)
-        reader = Reader(
-            planned.plan.chunks,
-            planned.format,
-            fs,
-            options,
-            output_columns=output,
+        return source_reader(
+            self.sources[source],
+            packing=self.options.packing,
+            cache=self.cache,
             check=self._checks[source],
-            files=planned.plan.files,
             on_error=self.on_error,
             failures=self.failure_log if failures is None else failures,
-            row_bytes=planned.plan.row_bytes,
-            schema=planned.plan.schema,
-        )
-        if packing is None:
-            return reader
-        mixed = source if len(self.sources) > 1 else None
-        return TokenReader(
-            reader, packing.column, planned.plan.chunk_rows, packing.eos_token, source=mixed
+            carried=self._carried if carry else (),
+            mixed=source if len(self.sources) > 1 else None,
         )
 
     def _segments(self, stream: Stream) -> Iterator[Segment]:

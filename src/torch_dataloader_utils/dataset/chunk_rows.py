@@ -81,7 +81,8 @@ class ChunkRows:
         self, i: int, chunks: np.ndarray, kept: np.ndarray
     ) -> tuple[pa.Array, pa.Array]:
         """The file (URL) and row in it of rows ``kept`` of chunks ``chunks`` of source ``i``
-        (null where the plan cannot tell); a filter's rows are numbered among all the chunk's."""
+        (null where the plan cannot tell, as for the rows a transform yields); a filter's rows
+        are numbered among all the chunk's."""
         source = self.sources[i]
         plan = source.plan
         unique, inverse = np.unique(chunks, return_inverse=True)
@@ -93,6 +94,8 @@ class ChunkRows:
                 mine = inverse == k
                 kept[mine] = self._passing_rows(i, chunk)[kept[mine]]
         first = self.first_rows(i)[chunks]
+        if source.derive is not None and source.derive.counts_rows:
+            first = np.full_like(first, -1)  # (a transform's rows have no row in the file)
         numbers = np.where(first >= 0, first + kept, -1)
         return (
             pa.array(urls, pa.string()).take(pa.array(inverse)),
@@ -106,7 +109,9 @@ class ChunkRows:
         options, output = source.read_options, source.output_columns
         if columns is not None:
             output = tuple(columns)
-            if options.filter is None:  # (with a filter, its columns are read too)
+            # (With a filter, its columns are read too; what a source computes from its rows
+            # reads what planning said it needs.)
+            if options.filter is None and source.derive is None:
                 partitions = options.partition_schema
                 known = set(partitions.names) if partitions is not None else set()
                 options = dataclasses.replace(
@@ -121,6 +126,8 @@ class ChunkRows:
             files=source.plan.files,
             row_bytes=source.plan.row_bytes,
             schema=source.plan.schema,
+            derive=source.derive,
+            chunk_rows=source.plan.chunk_rows if source.derive is not None else None,
         )
 
     def checked(self, columns: Sequence[str]) -> tuple[str, ...]:

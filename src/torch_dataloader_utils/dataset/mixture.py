@@ -158,7 +158,7 @@ class MixtureDataset(PlannedDataset):
             chunks=Chunks.concat([s.plan.chunks for s in sources]),
             schema=schema,
             row_bytes=row_bytes,
-            details=Plan.details_of(mixture=json.dumps(identity)),
+            details=Plan.details_of(mixture=json.dumps(identity), **_derived(sources)),
             files=files,
         )
 
@@ -235,3 +235,15 @@ def _schema(sources: Sequence[PlannedSource]) -> pa.Schema:
             f"the sources of a mixture hold columns of types that do not widen to one ({exc}): "
             f"{types}"
         ) from exc
+
+
+def _derived(sources: Sequence[PlannedSource]) -> dict[str, str]:
+    """The fingerprints of what the sources compute from their rows (a tokenizer, a
+    transform), each source's in order ("none" where it has none), so that a state names
+    which changed."""
+    found = {}
+    for key in ("tokenizer", "transform"):
+        each = [dict(s.plan.details).get(key, "none") for s in sources]
+        if any(one != "none" for one in each):
+            found[key] = "/".join(each)
+    return found

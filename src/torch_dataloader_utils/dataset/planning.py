@@ -5,13 +5,16 @@ kind's planning on rank 0, `dataset.tables`). The one place that tells the two a
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from ..cache import ReadCache
+from ..errors import InvalidArgumentError
 from ..formats import Format, get_format
 from ..fs import FileSystemSpec
 from ..options import Options, Source
 from ..sources.broadcast import Spread
+from ..sources.census import Census
 from ..sources.files import Planned
 from ..sources.kept import KeptPlans
 from ..sources.steps import plan_files
@@ -40,7 +43,13 @@ def plan(
     footers read (a share on each rank), filtered rows counted, from the plan kept in
     ``cache`` when the listing is unchanged (`sources.steps`), its reads through it."""
     count = counting(options)
+    derive = source.derive
     if table_kind_of(source) is not None:
+        if derive is not None:
+            raise InvalidArgumentError(
+                f"{source.label}: tokenize= and transform= read files for now, not tables "
+                "(docs/concepts/census.md)"
+            )
         return spread.from_rank0(lambda: plan_table(source, fs, **count))
     assert source.path is not None
     asked = {
@@ -54,8 +63,29 @@ def plan(
     kept = None
     if cache is not None:  # (what changes the plan keys it)
         given = {**asked, "filters": None if source.filters is None else str(source.filters)}
+        if derive is not None:
+            given["derive"] = derive.identity
         kept = KeptPlans.of(cache.config.directory, fmt, fs.protocol, source.path, given)
+    if derive is not None:
+        asked["census"] = Census(derive, census_folders(options, fs, cache))
     return plan_files(source.path, fmt, fs, spread=spread, kept=kept, cache=cache, **asked)
+
+
+def census_folders(
+    options: Options, fs: FileSystemSpec, cache: ReadCache | None
+) -> tuple[tuple[FileSystemSpec, str], ...]:
+    """Where a census's counts are kept: the node-local cache's folder and ``census_dir``
+    (read with the source's storage options when on the same store)."""
+    folders = []
+    if cache is not None:
+        folders.append((FileSystemSpec("file"), os.fspath(cache.config.directory)))
+    if options.census_dir is not None:
+        where = os.fspath(options.census_dir)
+        shared = FileSystemSpec.for_path(where)
+        if shared.protocol == fs.protocol:
+            shared = fs
+        folders.append((shared, where))
+    return tuple(folders)
 
 
 def counting(options: Options) -> dict[str, Any]:

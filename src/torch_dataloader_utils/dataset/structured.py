@@ -15,6 +15,7 @@ from ..loader import TabularDataLoader
 from ..options import LOADER_KEYWORDS, LoaderOptions, Options, Source, ranks_of
 from ..planning import Remainder, SplitStrategy
 from ..stream.blocks import DEFAULT_SHUFFLE_BLOCK_BYTES
+from ..tokenizing import Tokenize, Transform
 from .base import PlannedDataset
 
 __all__ = ["StructuredDataset", "loader_over"]
@@ -91,6 +92,13 @@ class StructuredDataset(PlannedDataset):
         batching: a `TokenBudget`: batches of whole rows whose padded size (rows x longest
             row of its column) is at most ``max_tokens``, instead of ``batch_size`` rows; every
             rank still gets the same number of batches (docs/adr/0022-packed-sequences.md).
+        tokenize: a `Tokenize`: a text column tokenized in the loader into a token column
+            (``Tokenize.output``) that ``packing`` or ``batching`` takes; each chunk's tokens
+            are counted once before epoch 0 by the census (docs/concepts/census.md).
+        transform: a `Transform`: a function over each record batch of a chunk's rows (it may
+            drop rows), run before tokenizing; the census counts the rows it yields.
+        census_dir: a folder (local or object storage) where the census's counts are kept
+            for every job and node to reuse, besides ``cache_dir``.
 
     Raises:
         UnknownKeywordError: a keyword this class (and `create_dataloader`) does not take;
@@ -148,6 +156,9 @@ class StructuredDataset(PlannedDataset):
         cache_limit: int | str | None = None,
         packing: Packing | None = None,
         batching: TokenBudget | None = None,
+        tokenize: Tokenize | None = None,
+        transform: Transform | None = None,
+        census_dir: str | os.PathLike[str] | None = None,
     ) -> None:
         # The public keywords become the two option values here, once.
         options = Options(
@@ -165,6 +176,7 @@ class StructuredDataset(PlannedDataset):
             collate_fn=collate_fn,
             cache_dir=cache_dir,
             cache_limit=cache_limit,
+            census_dir=census_dir,
             output=Output(output_format, list_format, null_policy, pad_value),
             packing=packing,
             batching=batching,
@@ -181,6 +193,8 @@ class StructuredDataset(PlannedDataset):
             split_rows=split_rows,
             storage_backend=storage_backend,
             retries=retries,
+            tokenize=tokenize,
+            transform=transform,
         )
         self._build((source,), options)
 

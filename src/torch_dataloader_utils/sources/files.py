@@ -20,6 +20,9 @@ from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec
 from ..planning import Chunk, Chunks, Plan
+from ..tokenizing import Derivation
+from ..tokenizing.derive import TOKEN_TYPE
+from .census import Census, KeptCensus, take_census
 from .counting import count_lengths, count_rows, count_tokens
 from .prepare import Prepared
 
@@ -75,10 +78,13 @@ def count_chunks(
     fmt: Format,
     fs: FileSystemSpec,
     chunks: Sequence[int] | None = None,
+    *,
+    census: Census | None = None,
 ) -> Counts:
     """What planning counts by reading, of each of the plan's ``chunks`` (indexes; all by
     default): the rows that pass the filter, the tokens (a packed dataset's), every row's
-    length (a token budget's), each ``None`` where not asked."""
+    length (a token budget's), each ``None`` where not asked; from the ``census`` of a source
+    that computes from its rows."""
     read_options = _final(prepared, planned)
     needed = [c for c in prepared.needed if c not in prepared.partition_schema.names]
     counting = prepared.counting
@@ -88,6 +94,8 @@ def count_chunks(
     if chunks is not None:
         picked = [planned.chunks[i] for i in chunks]
         told = None if told is None else [told[i] for i in chunks]
+    if census is not None and prepared.counts_by_reading:
+        return _census_counts(prepared, read_options, census, fmt=fmt, fs=fs, chunks=picked)
 
     def reading(*column: str) -> ReadOptions:
         return dataclasses.replace(read_options, columns=tuple(dict.fromkeys([*column, *needed])))
@@ -110,6 +118,44 @@ def count_chunks(
     return rows, counted, each
 
 
+def _census_counts(
+    prepared: Prepared,
+    read_options: ReadOptions,
+    census: Census,
+    *,
+    fmt: Format,
+    fs: FileSystemSpec,
+    chunks: Sequence[Chunk],
+) -> Counts:
+    """`count_chunks`' counts of a source that computes from its rows: from the census."""
+    counting = prepared.counting
+    derive = census.derive
+    kept = KeptCensus(census.folders, derive) if census.folders else None
+    counted = take_census(
+        chunks,
+        fmt,
+        fs,
+        read_options,
+        derive,
+        identities=prepared.listing.identities,
+        column=derive.output or counting["tokens"] or counting["lengths"],
+        lengths=counting["lengths"] is not None,
+        kept=kept,
+        label=str(prepared.path),
+    )
+    rows = None
+    if prepared.filters is not None or derive.counts_rows:
+        rows = [c.rows for c in counted]
+    tokens = None
+    if counting["tokens"] is not None:
+        eos = bool(counting["eos"])
+        tokens = [c.tokens + (c.documents if eos else 0) for c in counted]
+    lengths = None
+    if counting["lengths"] is not None:
+        lengths = [c.lengths if c.lengths is not None else np.zeros(0, np.int32) for c in counted]
+    return rows, tokens, lengths
+
+
 def _final(prepared: Prepared, planned: FormatPlan) -> ReadOptions:
     """The read options with what the plan learned; the token column is planning's."""
     return dataclasses.replace(planned.read_options or prepared.read_options, tokens=None)
@@ -121,9 +167,12 @@ def finish_source(
     fmt: Format,
     fs: FileSystemSpec,
     counts: Counts | None = None,
+    *,
+    census: Census | None = None,
 ) -> Planned:
     """The source's plan from its format's: the rows a filter passes, tokens and lengths
-    counted (``counts``, when counted already: `count_chunks`), a row's decoded size measured.
+    counted (``counts``, when counted already: `count_chunks`, else now, by ``census`` for a
+    source that computes from its rows), a row's decoded size measured.
 
     Raises:
         SchemaMismatchError: the columns read are not readable together.
@@ -134,7 +183,9 @@ def finish_source(
     # All columns (none asked): the plan's, which may be more than the first file's
     # (WebDataset shards with other extensions).
     wanted = p.wanted or [*planned.schema.names, *partition_schema.names]
-    rows, tokens, lengths = counts if counts is not None else count_chunks(p, planned, fmt, fs)
+    if counts is None:
+        counts = count_chunks(p, planned, fmt, fs, census=census)
+    rows, tokens, lengths = counts
     filtered_rows = None if rows is None else tuple(rows)
     chunk_tokens = None if tokens is None else tuple(tokens)
     row_lengths = None
@@ -142,12 +193,21 @@ def finish_source(
         row_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
     schema = pa.schema(list(planned.schema) + list(partition_schema))
     check_readable(schema, str(p.path))
+    derive = None if census is None else census.derive
+    if derive is not None:
+        schema, wanted = _derived_schema(
+            schema, wanted, derive, chunks=planned.chunks, read_options=read_options, fmt=fmt, fs=fs
+        )
     plan = Plan(
         chunks=Chunks.of(planned.chunks),
         schema=pa.schema([schema.field(c) for c in wanted]),
         row_bytes=planned.row_bytes,
         details=Plan.details_of(
-            format=fmt.name, columns=wanted, filter=p.filters, hive=p.partitioning
+            format=fmt.name,
+            columns=wanted,
+            filter=p.filters,
+            hive=p.partitioning,
+            **({} if derive is None else derive.identity),
         ),
         filtered_rows=filtered_rows,
         files=p.listing.identities,
@@ -156,10 +216,38 @@ def finish_source(
         read_options=read_options,
         plan=plan,
         output_columns=tuple(wanted) if p.needed or p.wanted is not None else None,
-        decoded_row_bytes=decoded_row_bytes(plan.chunks, plan.row_bytes, read_options, fmt, fs),
+        decoded_row_bytes=decoded_row_bytes(
+            plan.chunks, plan.row_bytes, read_options, fmt, fs, derive=derive
+        ),
         chunk_tokens=chunk_tokens,
         row_lengths=row_lengths,
     )
+
+
+def _derived_schema(
+    schema: pa.Schema,
+    wanted: list[str],
+    derive: Derivation,
+    *,
+    chunks: Sequence[Chunk],
+    read_options: ReadOptions,
+    fmt: Format,
+    fs: FileSystemSpec,
+) -> tuple[pa.Schema, list[str]]:
+    """The schema of the rows ``derive`` yields from ``schema``'s, and the columns batches
+    carry: a transform's columns are a sample's (the first rows of the first chunk with rows,
+    transformed), and the token column is added (nothing is tokenized: a planning from the
+    kept census tokenizes nothing)."""
+    if derive.counts_rows:
+        sample = _sample(chunks, _SAMPLE_ROWS, read_options, fmt=fmt, fs=fs, derive=derive)
+        schema = sample[0].schema if sample else schema
+        wanted = list(schema.names)
+    output = derive.output
+    if output is None:
+        return schema, wanted
+    fields = [f for f in schema if f.name != output]
+    carried = wanted if output in wanted else [*wanted, output]
+    return pa.schema([*fields, pa.field(output, TOKEN_TYPE)]), carried
 
 
 def decoded_row_bytes(
@@ -168,25 +256,54 @@ def decoded_row_bytes(
     read_options: ReadOptions,
     fmt: Format,
     fs: FileSystemSpec,
+    *,
+    derive: Derivation | None = None,
 ) -> float:
-    """Decoded bytes per row, measured on the first rows of the first non-empty chunk.
+    """Decoded bytes per row, measured on the first rows of the first non-empty chunk (after
+    ``derive``'s transform; its tokens estimated, as many bytes as their text: about four
+    bytes of text a token, four bytes an id).
 
     The footers' uncompressed sizes (``row_bytes`` per row) are encoded sizes:
     dictionary-encoded strings can be 100x smaller there than in memory, which would make
     "64 MiB" blocks gigabytes. The sample is about `_SAMPLE_BYTES` (rows of at least
     `_WIDE_ROW_BYTES` are not sampled).
     """
-    chunk = next((c for c in chunks if c.num_rows), None)
-    if chunk is None:
-        return 1.0
     if row_bytes >= _WIDE_ROW_BYTES:
         return row_bytes
-    rows = min(chunk.num_rows, _SAMPLE_ROWS, max(1, int(_SAMPLE_BYTES // row_bytes)))
-    batches = fmt.read(chunk, 0, rows, fs, read_options)
+    rows = min(_SAMPLE_ROWS, max(1, int(_SAMPLE_BYTES // max(row_bytes, 1e-9))))
+    sample = _sample(chunks, rows, read_options, fmt=fmt, fs=fs, derive=derive)
+    if not sample:
+        return 1.0
+    nbytes = sum(int(b.nbytes) for b in sample)
+    if derive is not None and derive.tokenize is not None:
+        text = derive.tokenize.column
+        nbytes += sum(int(b.column(text).nbytes) for b in sample if text in b.schema.names)
+    rows = sum(int(b.num_rows) for b in sample)
+    return float(nbytes / max(1, rows)) if rows else 1.0
+
+
+def _sample(
+    chunks: Sequence[Chunk],
+    rows: int,
+    read_options: ReadOptions,
+    *,
+    fmt: Format,
+    fs: FileSystemSpec,
+    derive: Derivation | None,
+) -> list[pa.RecordBatch]:
+    """The first ``rows`` rows of the first non-empty chunk, with partition columns, filtered
+    and transformed by ``derive`` (not tokenized); none: every chunk is empty."""
+    chunk = next((c for c in chunks if c.num_rows), None)
+    if chunk is None:
+        return []
+    where = f"{fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop})"
+    batches = fmt.read(chunk, 0, min(rows, chunk.num_rows), fs, read_options)
     try:
         sample = [with_partition(b, chunk.partition, read_options) for b in batches]
     finally:
         fmt.close()
-    nbytes = sum(int(b.nbytes) for b in sample)
-    rows = sum(int(b.num_rows) for b in sample)
-    return float(nbytes / max(1, rows))
+    if derive is not None:
+        expr = read_options.filter
+        sample = [b.filter(expr) if expr is not None else b for b in sample]
+        sample = [derive.transformed(b, where) for b in sample]
+    return sample

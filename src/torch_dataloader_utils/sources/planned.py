@@ -13,6 +13,7 @@ from ..formats import Format, ReadOptions
 from ..fs import FileSystemSpec
 from ..fs.threads import SOURCE_THREADS
 from ..planning import Plan
+from ..tokenizing import Derivation
 from .broadcast import Spread
 from .files import Planned
 
@@ -35,6 +36,7 @@ class PlannedSource:
             a file's size alone identifies it for the cache.
         chunk_tokens: a packed dataset's: each chunk's tokens (`Planned.chunk_tokens`).
         row_lengths: a token budget's: each row's length (`Planned.row_lengths`).
+        derive: what reads compute from its rows (the source's own, never sent between ranks).
     """
 
     label: str
@@ -47,6 +49,7 @@ class PlannedSource:
     immutable: bool = False
     chunk_tokens: tuple[int, ...] | None = None
     row_lengths: np.ndarray | None = None
+    derive: Derivation | None = None
 
 
 def plan_sources(
@@ -73,6 +76,7 @@ def planned_source(
     fs: FileSystemSpec,
     *,
     immutable: bool = False,
+    derive: Derivation | None = None,
 ) -> PlannedSource:
     """The `PlannedSource` of ``planned`` (rank 0's plan) on this rank's filesystem ``fs``.
 
@@ -91,4 +95,5 @@ def planned_source(
         immutable=immutable,
         chunk_tokens=planned.chunk_tokens,
         row_lengths=planned.row_lengths,
+        derive=derive,
     )

@@ -14,6 +14,7 @@ import pyarrow as pa
 
 from ..errors import (
     ColumnNotFoundError,
+    InvalidArgumentError,
     InvalidSourceError,
     SchemaMismatchError,
     UnsupportedTypeError,
@@ -21,6 +22,8 @@ from ..errors import (
 from ..formats import Format, Listing, ReadOptions
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec, ListedFile, Paths, hive_partitions, list_files
+from ..tokenizing import Derivation
+from ..tokenizing.derive import TOKEN_TYPE
 from .filters import filter_columns
 
 __all__ = ["Prepared", "check_tokens", "list_source", "prepare_source"]
@@ -44,6 +47,7 @@ class Prepared:
         filters: the row filter.
         partitioning: ``"hive"``, or ``None``.
         counting: what planning also counts (``tokens``, ``eos``, ``lengths``).
+        transformed: a transform yields its rows (the census counts them).
     """
 
     path: Paths
@@ -55,12 +59,18 @@ class Prepared:
     filters: Any
     partitioning: str | None
     counting: dict[str, Any]
+    transformed: bool = False
 
     @property
     def counts_by_reading(self) -> bool:
-        """Whether planning reads data to count (a filter's rows, tokens, lengths)."""
+        """Whether planning reads data to count (a filter's rows, tokens, lengths, a
+        transform's rows)."""
         counting = self.counting
-        return self.filters is not None or bool(counting["tokens"] or counting["lengths"])
+        return (
+            self.filters is not None
+            or self.transformed
+            or bool(counting["tokens"] or counting["lengths"])
+        )
 
 
 def list_source(path: Paths, fmt: Format, fs: FileSystemSpec) -> list[ListedFile]:
@@ -89,16 +99,19 @@ def prepare_source(
     tokens: str | None = None,
     eos: bool = False,
     lengths: str | None = None,
+    derive: Derivation | None = None,
 ) -> Prepared:
     """The listed ``files`` checked and the read options worked out: one file's schema read.
 
     ``tokens``: a list column whose values in each chunk's rows are counted (a packed
     dataset's), with one more for each document that is not null when ``eos``.
     ``lengths``: a list column whose every row's length is kept (a token budget's index).
+    ``derive``: a transform and tokens computed from the rows (their columns are not read).
 
     Raises:
         ColumnNotFoundError: a column in ``columns`` or ``filters`` is not in the data.
         SchemaMismatchError: a hive key is a column.
+        InvalidArgumentError: a packing's or budget's column is not the tokenized one.
     """
     # The column names come from the first file with bytes: an empty text file has none.
     probe = next((f for f in files if f.size), files[0])
@@ -115,8 +128,11 @@ def prepare_source(
             'of the file; read without partitioning="hive" or rename one of them'
         )
     available = pa.schema(list(file_schema) + list(partition_schema))
+    made = _check_derived(derive, available, tokens, lengths, fs.url(probe.path))
+    if derive is not None and derive.output is not None and not derive.counts_rows:
+        available = available.append(pa.field(derive.output, TOKEN_TYPE))
     for name, what in ((tokens, "Packing"), (lengths, "TokenBudget")):
-        if name is not None:
+        if name is not None and name not in made:
             check_tokens(available, name, str(path), what)
     # Requested columns are checked against every file by the format's plan (missing
     # everywhere: ColumnNotFoundError; missing in some files: SchemaMismatchError).
@@ -129,12 +145,22 @@ def prepare_source(
         partition_schema=partition_schema,
     )
     wanted = list(columns) if columns is not None else list(available.names)
-    for name in (tokens, lengths):  # packing and budgets read their column
+    made_here = () if derive is None or derive.output is None else (derive.output,)
+    for name in (tokens, lengths, *made_here):  # packing, budgets, tokens: their column
         if name is not None and name not in wanted:
             wanted.append(name)
-    read = [c for c in dict.fromkeys([*wanted, *needed]) if c not in partition_schema.names]
+    text = () if derive is None or derive.tokenize is None else (derive.tokenize.column,)
+    read = [
+        c
+        for c in dict.fromkeys([*wanted, *text, *needed])
+        if c not in partition_schema.names and c not in made
+    ]
+    if derive is not None and derive.counts_rows:
+        # The transform's columns are known once it runs: it reads what was asked, and
+        # batches carry what it yields (the plan's schema is a sample's, `files`).
+        read = list(dict.fromkeys([*(columns or ()), *needed]))
     read_options = ReadOptions(
-        columns=tuple(read) if columns is not None or needed else None,
+        columns=tuple(read) if (columns is not None or needed) and read else None,
         filter=filters,
         split_bytes=split_bytes,
         split_rows=split_rows,
@@ -145,13 +171,46 @@ def prepare_source(
         path=path,
         listing=Listing.of(files, partitions),
         read_options=read_options,
-        wanted=wanted if columns is not None else None,
+        wanted=wanted if columns is not None and not (derive and derive.counts_rows) else None,
         needed=needed,
         partition_schema=partition_schema,
         filters=filters,
         partitioning=partitioning,
         counting={"tokens": tokens, "eos": eos, "lengths": lengths},
+        transformed=derive is not None and derive.counts_rows,
     )
+
+
+def _check_derived(
+    derive: Derivation | None,
+    available: pa.Schema,
+    tokens: str | None,
+    lengths: str | None,
+    where: str,
+) -> frozenset[str]:
+    """The columns ``derive`` makes (not read from the files), checked: a packing's or
+    budget's column is the tokenized one, and the text column is in the data (unless a
+    transform makes it).
+
+    Raises:
+        InvalidArgumentError: a packing's or budget's column is another column.
+        ColumnNotFoundError: the text column is not in the data.
+    """
+    if derive is None or derive.tokenize is None:
+        return frozenset()
+    tokenize = derive.tokenize
+    for name, what in ((tokens, "Packing"), (lengths, "TokenBudget")):
+        if name is not None and name != tokenize.output:
+            raise InvalidArgumentError(
+                f"{what}'s column {name!r} is not the tokenized column {tokenize.output!r} "
+                "(Tokenize's output): name it"
+            )
+    if not derive.counts_rows and tokenize.column not in available.names:
+        raise ColumnNotFoundError(
+            f"{where}: Tokenize's column {tokenize.column!r} is not a column of the data "
+            f"(columns: {available.names})"
+        )
+    return frozenset({tokenize.output})
 
 
 def _filter_columns(

@@ -27,6 +27,7 @@ from ..cache import ReadCache
 from ..formats import Format, FormatPlan
 from ..fs import FileSystemSpec, ListedFile, Paths
 from .broadcast import Gathered, Spread
+from .census import Census
 from .files import Counts, Planned, count_chunks, finish_source
 from .kept import Kept, KeptPlans, facts_of, listing_digest
 from .prepare import Prepared, list_source, prepare_source
@@ -54,6 +55,7 @@ def plan_files(
     spread: Spread,
     kept: KeptPlans | None,
     cache: ReadCache | None,
+    census: Census | None = None,
     **options: Any,
 ) -> Planned:
     """``path``'s plan, on every rank (see the module docstring); ``options``: those of
@@ -61,7 +63,8 @@ def plan_files(
 
     ``kept``: where the plans of this source and options are kept for a restart. ``cache``: the
     node-local cache planning reads through, so a second plan of the same files reads their
-    footers, indexes and scans from it.
+    footers, indexes and scans from it. ``census``: this rank's, for a source that computes
+    from its rows (each rank counts its share of the chunks with its own tokenizer).
 
     Raises:
         StorageNotFoundError: ``path`` does not exist.
@@ -69,8 +72,9 @@ def plan_files(
         SchemaMismatchError: files disagree on the columns read, or a hive key is a column.
         Exception: any other error of planning, on every rank.
     """
-    steps = _Steps(path, fmt, fs, kept, cache)
-    begun = spread.from_rank0(partial(steps.begin, options))
+    steps = _Steps(path, fmt, fs, kept, cache, census)
+    derive = None if census is None else census.derive
+    begun = spread.from_rank0(partial(steps.begin, {**options, "derive": derive}))
     if isinstance(begun, Planned):  # (kept before the restart)
         return begun
     prepared = begun.prepared
@@ -95,6 +99,7 @@ class _Steps:
     fs: FileSystemSpec
     kept: KeptPlans | None
     cache: ReadCache | None
+    census: Census | None = None
     known: dict[str, Any] = field(default_factory=dict)
     facts: list[Any] = field(default_factory=list)
 
@@ -144,7 +149,7 @@ class _Steps:
         """Step 3 under a process group (every rank, its share): what the options count by
         reading, of the plan's ``chunks``."""
         here = self._through(prepared.listing.files)
-        return [count_chunks(prepared, planned, self.fmt, here, chunks)]
+        return [count_chunks(prepared, planned, self.fmt, here, chunks, census=self.census)]
 
     def finish(
         self,
@@ -159,7 +164,7 @@ class _Steps:
         done = planned if planned is not None else self.assemble(prepared, gathered)
         here = self._through(prepared.listing.files)
         counted = None if counts is None else _joined(counts.values())
-        result = finish_source(prepared, done, self.fmt, here, counted)
+        result = finish_source(prepared, done, self.fmt, here, counted, census=self.census)
         if self.kept is not None:
             files = prepared.listing.files
             facts = self.facts

@@ -53,10 +53,18 @@ def _plan_facts(plan: Plan) -> dict[str, Any]:
         "files": len(plan.chunks.paths),
         "file_versions": plan.files_digest,
     }
-    snapshot = dict(plan.details).get("snapshot_id")
+    details = dict(plan.details)
+    snapshot = details.get("snapshot_id")
     if snapshot not in (None, "None"):  # a table read at a pinned snapshot (Iceberg)
         facts["snapshot_id"] = snapshot
+    for made in _DERIVED:  # a source tokenized or transformed in the loader
+        if made in details:
+            facts[made] = details[made]
     return facts
+
+
+# What a source computes from its rows, by the fingerprint a state names it by.
+_DERIVED = ("tokenizer", "transform")
 
 
 def decode_layout(data: Any, where: str) -> Layout:
@@ -190,6 +198,13 @@ def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
             f"pass snapshot_id={snapshot} (and the same from_snapshot_id, for an incremental "
             "read) to read the snapshot the state was saved at. "
         )
+    for made in _DERIVED:
+        if saved.get(made) != now.get(made) and "fingerprint" in saved:
+            then, here = saved.get(made) or "none", now.get(made) or "none"
+            hint += (
+                f"The state was saved with another {made}: fingerprint {then} then, {here} "
+                f"now; resume with the {made} it was saved with. "
+            )
     raise StateMismatchError(
         f"the state was saved for plan {saved.get('fingerprint')} and the data now plans as "
         f"{now['fingerprint']} ({'; '.join(changes)}). {hint}Resuming would lose or repeat "

@@ -1,8 +1,10 @@
 """Reading a stream: the format's record batches plus partition columns, filtered and checked.
 
-With a row filter, a piece's rows are counted after the filter (the plan counted each chunk's
-rows that pass it), so a piece is read as its whole chunk, filtered, then sliced. Only a
-stream's ends and resumed blocks cut inside a chunk, so little is read twice.
+With a row filter or a transform, a piece's rows are counted after them (the plan counted each
+chunk's rows that pass the filter, and the census the rows the transform yields), so a piece is
+read as its whole chunk, filtered and transformed, then sliced. Only a stream's ends and
+resumed blocks cut inside a chunk, so little is read twice. A tokenized source's tokens are
+made for the rows taken (`tokenizing.Derivation`).
 
 From object storage, small pieces are read ahead of need, several at once (`stream.ahead`): a
 piece of a small file costs a few requests (the identity check, a footer, the bytes) whatever its
@@ -25,7 +27,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..convert.arrow_values import take
-from ..errors import CorruptFileError, NullValueError, TorchDataloaderUtilsError
+from ..errors import CorruptFileError, DataError, NullValueError, TorchDataloaderUtilsError
 from ..errors.on_error import SKIPPABLE, FailureLog, OnError, ReadFailure, fill_rows
 from ..formats import Format, ReadOptions
 from ..formats.partitions import with_partition
@@ -34,6 +36,7 @@ from ..fs.identity import Identity, check_identity
 from ..fs.threads import READ_THREADS
 from ..planning import Chunk, Piece
 from ..planning.plan import portable_schema
+from ..tokenizing import Derivation
 from .ahead import AHEAD_PIECES, Ahead
 
 if TYPE_CHECKING:
@@ -102,6 +105,9 @@ class Reader:
         schema: the plan's schema: a batch whose columns differ from it only as planning lets
             files differ (nullability; a child's name, `planning.plan.portable_schema`) is cast
             to it, so that the batches of different files concatenate (``None``: as read).
+        derive: what is computed from the rows read (a transform, tokens), or ``None``.
+        chunk_rows: with a transform, the rows the census counted in each chunk: a read that
+            yields another count is a `DataError`.
     """
 
     chunks: Sequence[Chunk]
@@ -115,6 +121,8 @@ class Reader:
     failures: FailureLog | None = None
     row_bytes: float = 0.0
     schema: pa.Schema | None = None
+    derive: Derivation | None = None
+    chunk_rows: np.ndarray | None = None
     _checked: set[str] = field(default_factory=set, init=False, repr=False, compare=False)
     # When this reader began: a metadata request made since (its own open of a file) is fresh
     # enough for the file's check; one made before, for an earlier pass, is not.
@@ -248,11 +256,19 @@ class Reader:
         """Whether the files are on a local filesystem."""
         return self.fs.is_local
 
+    @property
+    def _whole(self) -> bool:
+        """Whether a piece's rows are counted after a filter or a transform: its chunk is read
+        whole."""
+        return self.options.filter is not None or (
+            self.derive is not None and self.derive.counts_rows
+        )
+
     def estimate(self, piece: Piece) -> float:
         """Bytes a read of ``piece`` holds, estimated: its rows decoded (a filtered read: its
         chunk's), or its chunk's bytes to read if more (a format fetches whole native units)."""
         chunk = self._chunk(piece.chunk)
-        rows = chunk.num_rows if self.options.filter is not None else piece.stop - piece.start
+        rows = chunk.num_rows if self._whole else piece.stop - piece.start
         return max(rows * self.row_bytes, float(chunk.num_bytes))
 
     def _hint(self, piece: Piece, fmt: Format) -> None:
@@ -260,9 +276,7 @@ class Reader:
         went wrong is raised by the piece's own read, at its turn (a file deleted after planning
         once failed the piece read before it, whose read hinted it)."""
         chunk = self._chunk(piece.chunk)
-        start, stop = (
-            (piece.start, piece.stop) if self.options.filter is None else (0, chunk.num_rows)
-        )
+        start, stop = (0, chunk.num_rows) if self._whole else (piece.start, piece.stop)
         with contextlib.suppress(Exception):  # raised again by the piece's own read
             fmt.prefetch(chunk, start, stop, self.fs, self.options)
 
@@ -283,7 +297,7 @@ class Reader:
                 if pinned is not None:
                     check_identity(chunk.path, pinned, self.fs, since=self._began)
                 self._checked.add(chunk.path)
-            if self.options.filter is None:
+            if not self._whole:
                 position = piece.start
                 for batch in fmt.read(chunk, piece.start, piece.stop, self.fs, self.options):
                     yield self._finish(batch, chunk, position)
@@ -302,24 +316,44 @@ class Reader:
             ) from exc
 
     def _filtered(self, piece: Piece, chunk: Chunk, fmt: Format) -> Iterator[pa.RecordBatch]:
-        """Piece rows count rows that pass the filter: read the chunk, filter, then slice."""
-        expr = self.options.filter
+        """Piece rows count rows that pass the filter and the transform: read the chunk,
+        filter, transform, then slice."""
+        expr, derive = self.options.filter, self.derive
+        where = f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop})"
+        counted = None
+        if derive is not None and derive.counts_rows and self.chunk_rows is not None:
+            counted = int(self.chunk_rows[piece.chunk])
         position = kept = 0
         for raw in fmt.read(chunk, 0, chunk.num_rows, self.fs, self.options):
-            batch = with_partition(raw, chunk.partition, self.options).filter(expr)
+            batch = with_partition(raw, chunk.partition, self.options)
+            if expr is not None:
+                batch = batch.filter(expr)
+            if derive is not None:
+                batch = derive.transformed(batch, where)
             lo, hi = max(piece.start - kept, 0), min(piece.stop - kept, batch.num_rows)
             if lo < hi:
                 yield self._finish(batch.slice(lo, hi - lo), chunk, position, partitioned=True)
             kept += batch.num_rows
             position += raw.num_rows
-            if kept >= piece.stop:
+            if kept >= piece.stop and (counted is None or piece.stop < counted):
                 break
+        else:  # (read to its end: a transform's count is checked against the census's)
+            if counted is not None and kept != counted:
+                name = derive.transform.fingerprint if derive and derive.transform else ""
+                raise DataError(
+                    f"{where}: the transform {name!r} yielded {kept} rows, the census counted "
+                    f"{counted}: a transform must give the same rows every time (change its "
+                    "fingerprint when it changes)"
+                )
 
     def _finish(
         self, batch: pa.RecordBatch, chunk: Chunk, position: int, *, partitioned: bool = False
     ) -> pa.RecordBatch:
         if not partitioned:
             batch = with_partition(batch, chunk.partition, self.options)
+        if self.derive is not None:
+            where = f"{self.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop})"
+            batch = self.derive.tokenized(batch, where)
         problem = self.check(batch) if self.check is not None else None
         if problem is not None:
             origin = ""

@@ -3,10 +3,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ..errors import DataError
 from ..planning import Piece
 from ..planning.sequence import DocumentRest
 from .fragments import Fragments
@@ -24,6 +25,8 @@ class TokenReader:
         chunk_rows: rows of each chunk (after the filter): a piece's chunk is read whole.
         eos: a token appended after each document, or ``None``.
         source: a mixture's source this reads (its documents carry it), or ``None``.
+        chunk_tokens: the tokens the census counted in each chunk (a source tokenized in the
+            loader): a chunk read with another count is a `DataError` (``None``: unchecked).
     """
 
     def __init__(
@@ -33,8 +36,11 @@ class TokenReader:
         chunk_rows: np.ndarray,
         eos: int | None = None,
         source: int | None = None,
+        *,
+        chunk_tokens: Sequence[int] | np.ndarray | None = None,
     ) -> None:
         self.reader = reader
+        self.chunk_tokens = chunk_tokens
         self.column = column
         self.eos = eos
         self.source = source
@@ -66,7 +72,23 @@ class TokenReader:
             tokens = batch.column(self.column)
             read.append(Fragments.from_lists(tokens, document, self.eos, self.source))
             document += batch.num_rows
-        return Fragments.concat(read).slice(piece.start, piece.stop - piece.start)
+        fragments = Fragments.concat(read)
+        if self.chunk_tokens is not None:
+            self._check(piece.chunk, fragments)
+        return fragments.slice(piece.start, piece.stop - piece.start)
+
+    def _check(self, index: int, fragments: Fragments) -> None:
+        """Refuse a chunk whose tokens are not as many as the census counted."""
+        assert self.chunk_tokens is not None
+        counted, read = int(self.chunk_tokens[index]), len(fragments)
+        if read != counted:
+            chunk = self.reader.chunks[index]
+            raise DataError(
+                f"{self.reader.fs.url(chunk.path)} (chunk {chunk.start}:{chunk.stop}): the "
+                f"tokenizer gave {read} tokens, the census counted {counted}: a tokenizer "
+                "must give the same tokens every time (one whose vocabulary or rules changed "
+                "needs a new fingerprint, and a new census)"
+            )
 
     def recent_files(self) -> list[str]:
         """The files read last (for errors)."""
