@@ -9,7 +9,6 @@ import os
 from typing import Any
 
 from ..cache import ReadCache
-from ..errors import InvalidArgumentError
 from ..formats import Format, get_format
 from ..fs import FileSystemSpec
 from ..options import Options, Source
@@ -44,13 +43,9 @@ def plan(
     ``cache`` when the listing is unchanged (`sources.steps`), its reads through it."""
     count = counting(options)
     derive = source.derive
+    census = None if derive is None else Census(derive, census_folders(options, fs, cache))
     if table_kind_of(source) is not None:
-        if derive is not None:
-            raise InvalidArgumentError(
-                f"{source.label}: tokenize= and transform= read files for now, not tables "
-                "(docs/concepts/census.md)"
-            )
-        return spread.from_rank0(lambda: plan_table(source, fs, **count))
+        return spread.from_rank0(lambda: plan_table(source, fs, census=census, **count))
     assert source.path is not None
     asked = {
         "columns": source.columns,
@@ -66,8 +61,8 @@ def plan(
         if derive is not None:
             given["derive"] = derive.identity
         kept = KeptPlans.of(cache.config.directory, fmt, fs.protocol, source.path, given)
-    if derive is not None:
-        asked["census"] = Census(derive, census_folders(options, fs, cache))
+    if census is not None:
+        asked["census"] = census
     return plan_files(source.path, fmt, fs, spread=spread, kept=kept, cache=cache, **asked)
 
 

@@ -15,6 +15,7 @@ from ..errors import InvalidArgumentError
 from ..formats import Format
 from ..fs import FileSystemSpec
 from ..options import Source
+from ..sources.census import Census
 from ..sources.files import Planned
 from ..sources.table_kinds import table_entry, table_kind
 from ..sources.table_planning import plan_table as plan
@@ -108,15 +109,17 @@ def plan_table(
     tokens: str | None = None,
     eos: bool = False,
     lengths: str | None = None,
+    census: Census | None = None,
 ) -> Planned:
     """Open ``source``'s table, resolve and pin its version, plan its files
     (`sources.table_planning.plan_table`); the plan's ``fs`` is the table's storage, which this
     rank's own storage options, backend and retries (``fs``) apply over. ``tokens``, ``eos``: a
-    packed dataset's token column; ``lengths``: a token budget's; counted as files' are.
+    packed dataset's token column; ``lengths``: a token budget's; counted as files' are
+    (``census``: by the census, for a table the loader transforms or tokenizes).
 
     Raises:
         InvalidArgumentError: ``source`` names no table; and as `sources.table_planning.plan_table`.
     """
     kind = table_kind(_kind(source))
     request = table_request(source, tokens=tokens, eos=eos, lengths=lengths)
-    return plan(kind, request, fs)
+    return plan(kind, request, fs, census)

@@ -46,6 +46,7 @@ __all__ = [
     "Census",
     "ChunkCensus",
     "KeptCensus",
+    "census_counts",
     "take_census",
 ]
 
@@ -196,6 +197,48 @@ def take_census(
         for i in todo:
             found[i] = counted[keys[i]]
     return [one for one in found if one is not None]
+
+
+def census_counts(
+    chunks: Sequence[Chunk],
+    fmt: Format,
+    fs: FileSystemSpec,
+    options: ReadOptions,
+    census: Census,
+    *,
+    identities: Mapping[str, tuple[int, str]],
+    tokens: str | None,
+    eos: bool,
+    lengths: str | None,
+    rows: bool,
+    label: str,
+) -> tuple[list[int] | None, list[int] | None, list[np.ndarray] | None]:
+    """What planning counts of ``chunks`` (files' or a table's), from the census: each chunk's
+    rows (with ``rows``: a filter or a transform), a packed dataset's tokens (``tokens``: its
+    column; one more a document with ``eos``), a token budget's rows' lengths (``lengths``:
+    its column); each ``None`` where not asked."""
+    derive = census.derive
+    counted = take_census(
+        chunks,
+        fmt,
+        fs,
+        options,
+        derive,
+        identities=identities,
+        column=derive.output or tokens or lengths,
+        lengths=lengths is not None,
+        kept=KeptCensus(census.folders, derive) if census.folders else None,
+        label=label,
+    )
+    each_rows = [c.rows for c in counted] if rows else None
+    each_tokens = None
+    if tokens is not None:
+        each_tokens = [c.tokens + (c.documents if eos else 0) for c in counted]
+    each_lengths = None
+    if lengths is not None:
+        empty = np.zeros(0, np.int32)
+        each_lengths = [c.lengths if c.lengths is not None else empty for c in counted]
+    return each_rows, each_tokens, each_lengths
 
 
 def census_threads() -> int:

@@ -22,11 +22,18 @@ from ..fs import FileSystemSpec
 from ..planning import Chunk, Chunks, Plan
 from ..tokenizing import Derivation
 from ..tokenizing.derive import TOKEN_TYPE
-from .census import Census, KeptCensus, take_census
+from .census import Census, census_counts
 from .counting import count_lengths, count_rows, count_tokens
 from .prepare import Prepared
 
-__all__ = ["Counts", "Planned", "count_chunks", "decoded_row_bytes", "finish_source"]
+__all__ = [
+    "Counts",
+    "Planned",
+    "count_chunks",
+    "decoded_row_bytes",
+    "derived_schema",
+    "finish_source",
+]
 
 # Rows read at plan time to measure the decoded size of a row: at most this many, and about
 # `_SAMPLE_BYTES` of them by the plan's estimate (the footers' encoded sizes).
@@ -95,7 +102,19 @@ def count_chunks(
         picked = [planned.chunks[i] for i in chunks]
         told = None if told is None else [told[i] for i in chunks]
     if census is not None and prepared.counts_by_reading:
-        return _census_counts(prepared, read_options, census, fmt=fmt, fs=fs, chunks=picked)
+        return census_counts(
+            picked,
+            fmt,
+            fs,
+            read_options,
+            census,
+            identities=prepared.listing.identities,
+            tokens=tokens,
+            eos=bool(counting["eos"]),
+            lengths=lengths,
+            rows=prepared.filters is not None or prepared.transformed,
+            label=str(prepared.path),
+        )
 
     def reading(*column: str) -> ReadOptions:
         return dataclasses.replace(read_options, columns=tuple(dict.fromkeys([*column, *needed])))
@@ -116,44 +135,6 @@ def count_chunks(
         # A token budget's batches are made from every row's length, before any stream.
         each = count_lengths(picked, fmt, fs, reading(lengths), lengths)
     return rows, counted, each
-
-
-def _census_counts(
-    prepared: Prepared,
-    read_options: ReadOptions,
-    census: Census,
-    *,
-    fmt: Format,
-    fs: FileSystemSpec,
-    chunks: Sequence[Chunk],
-) -> Counts:
-    """`count_chunks`' counts of a source that computes from its rows: from the census."""
-    counting = prepared.counting
-    derive = census.derive
-    kept = KeptCensus(census.folders, derive) if census.folders else None
-    counted = take_census(
-        chunks,
-        fmt,
-        fs,
-        read_options,
-        derive,
-        identities=prepared.listing.identities,
-        column=derive.output or counting["tokens"] or counting["lengths"],
-        lengths=counting["lengths"] is not None,
-        kept=kept,
-        label=str(prepared.path),
-    )
-    rows = None
-    if prepared.filters is not None or derive.counts_rows:
-        rows = [c.rows for c in counted]
-    tokens = None
-    if counting["tokens"] is not None:
-        eos = bool(counting["eos"])
-        tokens = [c.tokens + (c.documents if eos else 0) for c in counted]
-    lengths = None
-    if counting["lengths"] is not None:
-        lengths = [c.lengths if c.lengths is not None else np.zeros(0, np.int32) for c in counted]
-    return rows, tokens, lengths
 
 
 def _final(prepared: Prepared, planned: FormatPlan) -> ReadOptions:
@@ -195,7 +176,7 @@ def finish_source(
     check_readable(schema, str(p.path))
     derive = None if census is None else census.derive
     if derive is not None:
-        schema, wanted = _derived_schema(
+        schema, wanted = derived_schema(
             schema, wanted, derive, chunks=planned.chunks, read_options=read_options, fmt=fmt, fs=fs
         )
     plan = Plan(
@@ -224,7 +205,7 @@ def finish_source(
     )
 
 
-def _derived_schema(
+def derived_schema(
     schema: pa.Schema,
     wanted: list[str],
     derive: Derivation,

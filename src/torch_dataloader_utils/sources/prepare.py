@@ -26,7 +26,7 @@ from ..tokenizing import Derivation
 from ..tokenizing.derive import TOKEN_TYPE
 from .filters import filter_columns
 
-__all__ = ["Prepared", "check_tokens", "list_source", "prepare_source"]
+__all__ = ["Prepared", "check_derived", "check_tokens", "list_source", "prepare_source"]
 
 # When a filter does not apply to the first file, how many others to probe for schema drift.
 _DRIFT_PROBE_FILES = 64
@@ -128,7 +128,7 @@ def prepare_source(
             'of the file; read without partitioning="hive" or rename one of them'
         )
     available = pa.schema(list(file_schema) + list(partition_schema))
-    made = _check_derived(derive, available, tokens, lengths, fs.url(probe.path))
+    made = check_derived(derive, available, tokens, lengths, fs.url(probe.path))
     if derive is not None and derive.output is not None and not derive.counts_rows:
         available = available.append(pa.field(derive.output, TOKEN_TYPE))
     for name, what in ((tokens, "Packing"), (lengths, "TokenBudget")):
@@ -181,7 +181,7 @@ def prepare_source(
     )
 
 
-def _check_derived(
+def check_derived(
     derive: Derivation | None,
     available: pa.Schema,
     tokens: str | None,

@@ -22,10 +22,12 @@ from ..formats import Format, ReadOptions
 from ..formats.chunking import group_units
 from ..fs import FileSystemSpec
 from ..planning import Chunk, Chunks, Plan
+from ..tokenizing import Derivation
+from .census import Census, census_counts
 from .counting import count_lengths, count_rows, count_tokens
-from .files import Planned, decoded_row_bytes
+from .files import Planned, decoded_row_bytes, derived_schema
 from .filters import filter_columns
-from .prepare import check_tokens
+from .prepare import check_derived, check_tokens
 from .tables import PinnedTable, TableFile, TableKind, TableRequest
 
 __all__ = ["plan_table", "table_chunks"]
@@ -36,7 +38,12 @@ logger = logging.getLogger(__name__)
 _PLAN_DETAILS = frozenset({"format", "columns", "filter"})
 
 
-def plan_table(kind: TableKind, request: TableRequest, fs: FileSystemSpec) -> Planned:
+def plan_table(
+    kind: TableKind,
+    request: TableRequest,
+    fs: FileSystemSpec,
+    census: Census | None = None,
+) -> Planned:
     """Plan a read of a table: the version pinned, its files' live row groups grouped into
     chunks, rows and tokens counted.
 
@@ -45,6 +52,8 @@ def plan_table(kind: TableKind, request: TableRequest, fs: FileSystemSpec) -> Pl
         request: what to read.
         fs: the dataset's own filesystem, whose storage options (over the table's), backend
             and retries planning reads the table's files with.
+        census: a table whose rows the loader transforms or tokenizes: what it computes, and
+            where its counts are kept (`sources.census`; taken on this rank alone).
 
     Returns:
         The plan, with the kind's read options, and as its ``fs`` the table's storage without
@@ -59,29 +68,43 @@ def plan_table(kind: TableKind, request: TableRequest, fs: FileSystemSpec) -> Pl
     table = kind.open(request, fs)
     storage = table.storage
     read_fs = storage.under(fs) if storage is not None else fs
-    wanted, needed = _columns(table, request)
-    read = tuple(dict.fromkeys([*wanted, *needed]))
+    derive = None if census is None else census.derive
+    wanted, needed, read = _columns(table, request, derive)
     files = list(table.files(read, read_fs))
     split = ReadOptions(split_bytes=request.split_bytes, split_rows=request.split_rows)
     chunks = table_chunks(files, split)
     options = table.read_options(
         dataclasses.replace(
             split,
-            columns=read if request.columns is not None or needed else None,
+            columns=read if (request.columns is not None or needed) and read else None,
             filter=table.filter.rows,
         ),
         files,
     )
     fmt = kind.format()
-    filtered_rows, chunk_tokens, row_lengths = _counts(
-        chunks, fmt, read_fs, options, request=request, needed=needed
-    )
+    counted = options.filter is not None or request.tokens or request.lengths
+    if census is None or not (counted or census.derive.counts_rows):
+        filtered_rows, chunk_tokens, row_lengths = _counts(
+            chunks, fmt, read_fs, options, request=request, needed=needed
+        )
+    else:
+        filtered_rows, chunk_tokens, row_lengths = _census(
+            chunks, fmt, read_fs, options, census, request=request, table=table, files=files
+        )
+    schema = table.schema.arrow
+    if derive is not None:
+        schema, wanted = derived_schema(
+            schema, wanted, derive, chunks=chunks, read_options=options, fmt=fmt, fs=read_fs
+        )
     rows = sum(c.num_rows for c in chunks)
+    details = _details(kind, table, wanted)
+    if derive is not None:
+        details = tuple(sorted((*details, *Plan.details_of(**derive.identity))))
     plan = Plan(
         chunks=Chunks.of(chunks),
-        schema=pa.schema([table.schema.arrow.field(c) for c in wanted]),
+        schema=pa.schema([schema.field(c) for c in wanted]),
         row_bytes=max(1.0, sum(c.num_bytes for c in chunks) / max(1, rows)),
-        details=_details(kind, table, wanted),
+        details=details,
         filtered_rows=filtered_rows,
         files={f.path: (f.size, f.version) for f in files},
     )
@@ -97,7 +120,9 @@ def plan_table(kind: TableKind, request: TableRequest, fs: FileSystemSpec) -> Pl
         read_options=options,
         plan=plan,
         output_columns=tuple(wanted) if needed or request.columns is not None else None,
-        decoded_row_bytes=decoded_row_bytes(chunks, plan.row_bytes, options, fmt, read_fs),
+        decoded_row_bytes=decoded_row_bytes(
+            chunks, plan.row_bytes, options, fmt, read_fs, derive=derive
+        ),
         fs=storage,
         chunk_tokens=chunk_tokens,
         row_lengths=row_lengths,
@@ -116,30 +141,43 @@ def table_chunks(files: Sequence[TableFile], split: ReadOptions) -> list[Chunk]:
     return chunks
 
 
-def _columns(table: PinnedTable, request: TableRequest) -> tuple[list[str], tuple[str, ...]]:
+def _columns(
+    table: PinnedTable, request: TableRequest, derive: Derivation | None
+) -> tuple[list[str], tuple[str, ...], tuple[str, ...]]:
     """The columns batches carry (a packed table's ``tokens``, a token budget's ``lengths``
-    among them), and those the row filter reads.
+    among them), those the row filter reads, and those read (what ``derive`` makes is not;
+    with a transform, the columns asked and the filter's).
 
     Raises:
         ColumnNotFoundError: a column is not in the table.
         UnsupportedTypeError: ``tokens`` or ``lengths`` does not hold lists of integers.
+        InvalidArgumentError: a packing's or budget's column is not the tokenized one.
     """
     available = table.schema.arrow
     arrow_filter = table.filter.rows
     needed = filter_columns(arrow_filter, available) if arrow_filter is not None else ()
+    made = check_derived(derive, available, request.tokens, request.lengths, table.label)
     wanted = list(request.columns) if request.columns is not None else list(available.names)
+    output = () if derive is None or derive.output is None else (derive.output,)
     for column, what in ((request.tokens, "Packing"), (request.lengths, "TokenBudget")):
         if column is not None:
-            check_tokens(available, column, table.label, what)
+            if column not in made:
+                check_tokens(available, column, table.label, what)
             if column not in wanted:  # packing and budgets read their column
                 wanted.append(column)
+    wanted += [c for c in output if c not in wanted]
+    if derive is not None and derive.counts_rows:
+        # (The transform reads what was asked; its columns are a sample's, `derived_schema`.)
+        return wanted, needed, tuple(dict.fromkeys([*(request.columns or ()), *needed]))
     names = available.names
-    missing = [c for c in wanted if c not in names]
+    missing = [c for c in wanted if c not in names and c not in made]
     if missing:
         raise ColumnNotFoundError(
             f"{table.label}: column(s) {missing} not in the table; columns: {names}"
         )
-    return wanted, needed
+    text = () if derive is None or derive.tokenize is None else (derive.tokenize.column,)
+    read = tuple(c for c in dict.fromkeys([*wanted, *text, *needed]) if c not in made)
+    return wanted, needed, read
 
 
 def _details(kind: TableKind, table: PinnedTable, wanted: list[str]) -> tuple[tuple[str, str], ...]:
@@ -156,6 +194,41 @@ def _details(kind: TableKind, table: PinnedTable, wanted: list[str]) -> tuple[tu
             "the plan sets itself"
         )
     return Plan.details_of(format=kind.name, **version, columns=wanted, filter=table.filter.text)
+
+
+def _census(
+    chunks: Sequence[Chunk],
+    fmt: Format,
+    fs: FileSystemSpec,
+    options: ReadOptions,
+    census: Census,
+    *,
+    request: TableRequest,
+    table: PinnedTable,
+    files: Sequence[TableFile],
+) -> tuple[tuple[int, ...] | None, tuple[int, ...] | None, np.ndarray | None]:
+    """`_counts` of a table whose rows the loader transforms or tokenizes: from the census."""
+    rows, tokens, lengths = census_counts(
+        chunks,
+        fmt,
+        fs,
+        options,
+        census,
+        identities={f.path: (f.size, f.version) for f in files},
+        tokens=request.tokens,
+        eos=request.eos,
+        lengths=request.lengths,
+        rows=options.filter is not None or census.derive.counts_rows,
+        label=table.label,
+    )
+    row_lengths = None
+    if lengths is not None:
+        row_lengths = np.concatenate(lengths) if lengths else np.zeros(0, np.int32)
+    return (
+        None if rows is None else tuple(rows),
+        None if tokens is None else tuple(tokens),
+        row_lengths,
+    )
 
 
 def _counts(
