@@ -140,3 +140,15 @@ def where_of(tokens: dict[int, list[int] | None]) -> dict[int, tuple[int, int]]:
 
 def all_tokens(tokens: dict[int, list[int] | None]) -> list[int]:
     return [t for ids in tokens.values() for t in ids or ()]
+
+
+class Counting:
+    """A corpus's tokenizer as a plain callable, counting the texts it is given."""
+
+    def __init__(self, corpus: Corpus) -> None:
+        self.tokenizer = corpus.tokenizer
+        self.texts = 0
+
+    def __call__(self, texts: list[str]) -> list[list[int]]:
+        self.texts += len(texts)
+        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]

@@ -182,30 +182,21 @@ def test_a_state_saved_with_another_tokenizer_or_transform_is_refused_naming_it(
     other = tdu.Tokenize(
         "text", lambda texts: [[2] * len(t.split()) for t in texts], fingerprint="other"
     )
-    changed = tdu.create_dataloader(
-        str(corpus.root),
-        tokenize=other,
-        transform=tdu.Transform(titled, fingerprint="titled-v1"),
-        packing=tdu.Packing("tokens", SEQ_LEN, pad_value=PAD),
-        batch_size=BATCH,
-        shuffle=True,
-        num_workers=0,
-    )
-    with pytest.raises(tdu.StateMismatchError, match="another tokenizer") as error:
-        changed.load_state_dict(state)
-    assert "another transform" not in str(error.value)
-    moved = tdu.create_dataloader(
-        str(corpus.root),
-        tokenize=tokenize(corpus),
-        transform=tdu.Transform(titled, fingerprint="titled-v2"),
-        packing=tdu.Packing("tokens", SEQ_LEN, pad_value=PAD),
-        batch_size=BATCH,
-        shuffle=True,
-        num_workers=0,
-    )
-    with pytest.raises(tdu.StateMismatchError, match="another transform") as error:
-        moved.load_state_dict(state)
-    assert "another tokenizer" not in str(error.value)
+    cases = [("tokenizer", other, "titled-v1"), ("transform", tokenize(corpus), "titled-v2")]
+    for changed, tok, version in cases:
+        loader = tdu.create_dataloader(
+            str(corpus.root),
+            tokenize=tok,
+            transform=tdu.Transform(titled, fingerprint=version),
+            packing=tdu.Packing("tokens", SEQ_LEN, pad_value=PAD),
+            batch_size=BATCH,
+            shuffle=True,
+            num_workers=0,
+        )
+        with pytest.raises(tdu.StateMismatchError, match=f"another {changed}") as error:
+            loader.load_state_dict(state)
+        kept = "transform" if changed == "tokenizer" else "tokenizer"
+        assert f"another {kept}" not in str(error.value)
 
 
 @pytest.mark.parametrize("workers", [0, 2])

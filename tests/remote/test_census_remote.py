@@ -12,24 +12,12 @@ import pytest
 
 import torch_dataloader_utils as tdu
 from tests.services.seaweedfs import SeaweedFS
-from tests.text_data import Corpus, oracle, where_of, write_corpus
+from tests.text_data import Counting, oracle, where_of, write_corpus
 from torch_dataloader_utils.sources.census import CENSUS_FOLDER
 
 from .conftest import BUCKET
 
 pytestmark = pytest.mark.remote
-
-
-class Counting:
-    """The corpus's tokenizer, counting the texts it is given."""
-
-    def __init__(self, corpus: Corpus) -> None:
-        self.tokenizer = corpus.tokenizer
-        self.texts = 0
-
-    def __call__(self, texts: list[str]) -> list[list[int]]:
-        self.texts += len(texts)
-        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 
 
 def test_a_census_dir_on_object_storage_is_shared_by_jobs(

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import torch_dataloader_utils as tdu
-from tests.text_data import Corpus, oracle, titled, write_corpus
+from tests.text_data import Corpus, Counting, oracle, titled, write_corpus
 from torch_dataloader_utils.fs import FileSystemSpec
 from torch_dataloader_utils.sources.census import (
     CENSUS_FOLDER,
@@ -19,18 +19,6 @@ from torch_dataloader_utils.sources.census import (
     census_threads,
 )
 from torch_dataloader_utils.tokenizing import Derivation
-
-
-class Counting:
-    """The corpus's tokenizer, counting the texts it is given."""
-
-    def __init__(self, corpus: Corpus) -> None:
-        self.tokenizer = corpus.tokenizer
-        self.texts = 0
-
-    def __call__(self, texts: list[str]) -> list[list[int]]:
-        self.texts += len(texts)
-        return [e.ids for e in self.tokenizer.encode_batch(texts, add_special_tokens=False)]
 
 
 @pytest.fixture(scope="module")
