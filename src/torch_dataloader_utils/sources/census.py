@@ -362,7 +362,8 @@ def _bar(total: int, label: str) -> Any:
         from tqdm.auto import tqdm
     except ImportError:
         return None
-    return tqdm(total=total, desc=f"census {label}", unit="chunk", leave=False)
+    # (disable=None: no bar where stderr is not a terminal, a log or CI)
+    return tqdm(total=total, desc=f"census {label}", unit="chunk", leave=False, disable=None)
 
 
 def _part_bytes(found: Mapping[bytes, ChunkCensus]) -> bytes:
