@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import logging
+import os
 from pathlib import Path
 
 import numpy as np
@@ -116,3 +117,19 @@ def test_the_census_threads_share_the_nodes_cores(monkeypatch: pytest.MonkeyPatc
     assert census_threads() == 4
     monkeypatch.delenv("LOCAL_WORLD_SIZE")
     assert census_threads() == 16
+
+
+def test_a_rewritten_file_alone_is_counted_again(tmp_path: Path) -> None:
+    """Counts are keyed by each file's identity: a file rewritten (a new modification time)
+    has its chunks counted again, the others are read from the census."""
+    corpus = write_corpus(tmp_path / "text", files=3)
+    shared = str(tmp_path / "census")
+    build(corpus, Counting(corpus), census_dir=shared)
+    changed = corpus.root / "part-1.parquet"
+    changed.write_bytes(changed.read_bytes())
+    later = changed.stat().st_mtime + 10
+    os.utime(changed, (later, later))
+    again = Counting(corpus)
+    build(corpus, again, census_dir=shared)
+    in_file = [i for i in range(40, 80) if corpus.keep[i] and corpus.texts[i] is not None]
+    assert again.texts == len(in_file)
