@@ -286,14 +286,12 @@ def test_rows_at_names_each_pieces_file_row_and_tokens(corpus: Corpus, transform
 
 
 def test_skip_leaves_out_the_batches_named(corpus: Corpus) -> None:
-    where = where_of(oracle(corpus))
     whole = [b["input_ids"].tolist() for b in packed(corpus, num_workers=2)]
     loader = packed(corpus, num_workers=2)
     loader.skip(0, range(2, 5))
     rest = [b["input_ids"].tolist() for b in loader]
     assert rest == whole[:2] + whole[5:]
     assert len(loader) == len(whole) - 3
-    assert len(where) > 0
 
 
 @pytest.fixture(scope="module")

@@ -19,12 +19,10 @@ import io
 import json
 import logging
 import os
-import pickle
 import threading
 import time
 import uuid
 from collections.abc import Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -39,6 +37,7 @@ from ..fs import FileSystemSpec
 from ..fs.progress import Progress
 from ..planning import Chunk
 from ..tokenizing import Derivation
+from .counting import in_threads
 
 __all__ = [
     "CENSUS_FOLDER",
@@ -264,9 +263,6 @@ def _count(
 ) -> dict[bytes, ChunkCensus]:
     """Count the chunks at ``todo`` in threads, with progress (a bar on the first rank when
     tqdm is installed), the counts kept every `_WRITE_EVERY_S` seconds and at the end."""
-    local = threading.local()
-    blob = pickle.dumps(fmt)  # each thread its own copy: formats cache one open file
-    copies: list[Format] = []
     done: dict[bytes, ChunkCensus] = {}
     unsaved: dict[bytes, ChunkCensus] = {}
     lock = threading.Lock()
@@ -274,11 +270,7 @@ def _count(
     bar = _bar(len(todo), label)
     last = [time.monotonic()]
 
-    def one(i: int) -> None:
-        own = getattr(local, "fmt", None)
-        if own is None:
-            own = local.fmt = pickle.loads(blob)
-            copies.append(own)  # list.append is atomic
+    def one(i: int, own: Format) -> None:
         counted = count_chunk(
             chunks[i], own, fs, options, derivation, column=column, lengths=lengths
         )
@@ -295,16 +287,8 @@ def _count(
             kept.add(batch)
 
     try:
-        threads = min(census_threads(), len(todo))
-        if threads <= 1:
-            for i in todo:
-                one(i)
-        else:
-            with ThreadPoolExecutor(threads, "tdu-census") as pool:
-                list(pool.map(one, todo))
+        in_threads(todo, fmt, one, census_threads())
     finally:
-        for copy in copies:
-            copy.close()
         if bar is not None:
             bar.close()
         if kept is not None:

@@ -20,9 +20,10 @@ from ..fs import FileSystemSpec
 from ..fs.threads import COUNT_THREADS
 from ..planning import Chunk
 
-__all__ = ["count_lengths", "count_rows", "count_tokens"]
+__all__ = ["count_lengths", "count_rows", "count_tokens", "in_threads"]
 
 _T = TypeVar("_T")
+_I = TypeVar("_I")
 
 
 def count_rows(
@@ -103,26 +104,39 @@ def _each_chunk(
     """``measure`` of the filtered batches of each chunk (``combine``d: summed), chunks read in
     threads."""
     expr = options.filter
-    local = threading.local()
-    blob = pickle.dumps(fmt)  # each thread its own copy: formats cache one open file
-    copies: list[Format] = []
 
-    def count(chunk: Chunk) -> _T:
-        own = getattr(local, "fmt", None)
-        if own is None:
-            own = local.fmt = pickle.loads(blob)
-            copies.append(own)  # list.append is atomic
+    def count(chunk: Chunk, own: Format) -> _T:
         parts = []
         for read in own.read(chunk, 0, chunk.num_rows, fs, options):
             batch = with_partition(read, chunk.partition, options)
             parts.append(measure(batch.filter(expr) if expr is not None else batch))
         return combine(parts)
 
+    return in_threads(chunks, fmt, count, COUNT_THREADS)
+
+
+def in_threads(
+    items: Sequence[_I], fmt: Format, work: Callable[[_I, Format], _T], threads: int
+) -> list[_T]:
+    """``work(item, fmt)`` for each of ``items``, in order, in up to ``threads`` threads (here
+    when one will do), each thread with its own copy of ``fmt`` (formats cache one open file),
+    the copies closed at the end."""
+    local = threading.local()
+    blob = pickle.dumps(fmt)
+    copies: list[Format] = []
+
+    def run(item: _I) -> _T:
+        own = getattr(local, "fmt", None)
+        if own is None:
+            own = local.fmt = pickle.loads(blob)
+            copies.append(own)  # list.append is atomic
+        return work(item, own)
+
     try:
-        if len(chunks) <= 1:
-            return [count(c) for c in chunks]
-        with ThreadPoolExecutor(COUNT_THREADS) as pool:
-            return list(pool.map(count, chunks))
+        if len(items) <= 1 or threads <= 1:
+            return [run(item) for item in items]
+        with ThreadPoolExecutor(min(threads, len(items))) as pool:
+            return list(pool.map(run, items))
     finally:
         for copy in copies:
             copy.close()

@@ -21,7 +21,15 @@ from accelerate import Accelerator, DataLoaderConfiguration
 from torch import nn
 
 import torch_dataloader_utils as tdu
-from tests.distributed.scripts.ranks import batch_ids, gather, leave, packing_of, spec, write
+from tests.distributed.scripts.ranks import (
+    batch_ids,
+    gather,
+    leave,
+    packing_of,
+    spec,
+    watchdog,
+    write,
+)
 
 ACCUMULATE = 3
 
@@ -60,6 +68,7 @@ def run(job: dict[str, Any]) -> dict[str, Any]:
         num_workers=2,
         multiprocessing_context="fork",
         timeout=60,
+        worker_init_fn=watchdog,  # (a worker stuck past 45 s prints its stacks: seen twice)
         accelerator=accelerator,
         packing=packing_of(job.get("packing")),
     )
