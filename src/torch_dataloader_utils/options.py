@@ -58,12 +58,15 @@ _FILES, _TABLE, _MIXED = {"reads": "files"}, {"reads": "table"}, {"reads": "mixt
 
 @dataclass(frozen=True)
 class Source(SuggestsKeywords):
-    """One source of data: files (``path``) or an Iceberg table (``table``), with the options of
-    reading it; in a mixture, also its weight.
+    """One source of data: files (``path``), a table at a path (``path`` with ``format="delta"``
+    or ``"lance"``) or an Iceberg table by name (``table``), with the options of reading it; in a
+    mixture, also its weight.
 
     Args:
-        path: a path or URL, a directory, a glob, a brace pattern, or a list of them.
-        format: the format of the files (``"parquet"``, ``"webdataset"``, ...).
+        path: a path or URL, a directory, a glob, a brace pattern, or a list of them; or the
+            location of a Delta Lake table or a Lance dataset.
+        format: the format of the files (``"parquet"``, ``"webdataset"``, ...), or the kind
+            of the table at ``path`` (``"delta"``, ``"lance"``).
         table: an Iceberg table name (``"db.table"``), read through ``catalog_config``.
         weight: the source's share of each epoch's rows, relative to the other sources'
             (default: 1 when another source has a weight; when none has, the sources share
@@ -71,8 +74,12 @@ class Source(SuggestsKeywords):
         name: a name for messages (default: the path or table).
         columns, filters, storage_options, format_options, partitioning, split_bytes,
             split_rows, storage_backend, retries: as for one source (`StructuredDataset`).
-        catalog_config, snapshot_id, as_of, ref, from_snapshot_id: the Iceberg table's catalog
-            and snapshot (`IcebergDataset`).
+        version: the version of a table to read: a Delta or Lance version number, an Iceberg
+            snapshot id (as ``snapshot_id``). Default: the latest at planning, pinned.
+        as_of: read the table's version current at this time (a ``datetime``, an ISO 8601
+            string or epoch milliseconds).
+        catalog_config, snapshot_id, ref, from_snapshot_id: the Iceberg table's catalog and
+            snapshot (`IcebergDataset`).
         tokenize: a text column tokenized in the loader (`tdu.Tokenize`), counted once by the
             census before epoch 0 (docs/concepts/census.md).
         transform: a function over each record batch of its rows run before tokenizing
@@ -107,7 +114,9 @@ class Source(SuggestsKeywords):
         default=None, repr=False, metadata={**_EVERY, **_TABLE}
     )
     snapshot_id: int | None = field(default=None, metadata=_TABLE)
-    as_of: Any = field(default=None, metadata=_TABLE)
+    # (A table read by path, Delta or Lance, takes ``version`` and ``as_of`` too: not ``_TABLE``.)
+    version: int | str | None = None
+    as_of: Any = None
     ref: str | None = field(default=None, metadata=_TABLE)
     from_snapshot_id: int | None = field(default=None, metadata=_TABLE)
     tokenize: Tokenize | None = field(default=None, metadata=_EVERY)
@@ -115,7 +124,10 @@ class Source(SuggestsKeywords):
 
     def __post_init__(self) -> None:
         if (self.path is None) == (self.table is None):
-            raise InvalidArgumentError("a Source reads either path= (files) or table= (Iceberg)")
+            raise InvalidArgumentError(
+                "a Source reads either path= (files, or a Delta or Lance table) or table= "
+                "(an Iceberg table by name)"
+            )
         _check_derived(self.tokenize, self.transform)
         if self.weight is not None and not (self.weight >= 0):
             raise InvalidArgumentError(f"a Source's weight must be >= 0, got {self.weight}")
@@ -125,6 +137,11 @@ class Source(SuggestsKeywords):
                 f'partitioning must be None or "hive", got {self.partitioning!r}'
             )
         _check_columns(self.columns)
+        if self.version is not None and self.snapshot_id is not None:
+            raise InvalidArgumentError(
+                f"version={self.version!r} and snapshot_id={self.snapshot_id!r}: pass one "
+                "(for an Iceberg table they name the same thing)"
+            )
         if self.table is None:
             return
         if self.partitioning is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
+from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
+import torch_dataloader_utils as tdu
 from tests.conftest import make_table
 from torch_dataloader_utils import (
     InvalidArgumentError,
@@ -24,7 +26,12 @@ from torch_dataloader_utils import (
     StorageNotFoundError,
     UnknownFormatError,
 )
-from torch_dataloader_utils.dataset.tables import plan_table, table_format, table_kind_of
+from torch_dataloader_utils.dataset.tables import (
+    plan_table,
+    table_format,
+    table_kind_of,
+    table_request,
+)
 from torch_dataloader_utils.formats import Format, FormatPlan, Listing, ReadOptions
 from torch_dataloader_utils.formats.opening import open_input
 from torch_dataloader_utils.formats.parquet import ParquetFormat
@@ -247,6 +254,45 @@ def test_a_source_names_the_toy_kind_by_its_path(toy: tuple[Path, list[int]]) ->
         table_kind_of(Source(table="db.t", format="toy"))
     with pytest.raises(InvalidArgumentError, match="one location"):
         plan_table(Source([str(root), str(root)], format="toy"), FileSystemSpec("file"))
+
+
+def test_a_table_read_by_path_takes_its_version_and_refuses_a_state_of_another(
+    toy: tuple[Path, list[int]], tmp_path: Path
+) -> None:
+    root, live = toy
+
+    def ids(loader: Any) -> list[int]:
+        return sorted(i for batch in loader for i in batch["id"].tolist())
+
+    first = tdu.create_dataloader(str(root), format="toy", batch_size=16, num_workers=0)
+    next(iter(first))
+    state = first.state_dict()
+    commit_toy(root, range(1000, 1050))
+    pinned = tdu.create_dataloader(str(root), format="toy", version=0, batch_size=16)
+    assert ids(pinned) == sorted(live)
+    pinned.load_state_dict(state)  # the version the state was saved at
+    latest = tdu.create_dataloader(str(root), format="toy", batch_size=16, num_workers=0)
+    assert ids(latest) == sorted([*live, *range(1000, 1050)])
+    with pytest.raises(tdu.StateMismatchError, match=r"version 0 then, 1 now: pass version=0"):
+        latest.load_state_dict(state)
+    # A source of files has no version: refused, naming where a version goes.
+    (tmp_path / "files").mkdir()
+    pq.write_table(make_table(np.arange(4)), tmp_path / "files" / "a.parquet")
+    for asked in ({"version": 3}, {"as_of": "2026-11-01T00:00:00Z"}):
+        with pytest.raises(InvalidArgumentError, match="select a version of a table"):
+            tdu.create_dataloader(str(tmp_path / "files"), **asked)
+
+
+def test_a_tables_as_of_is_a_time_and_version_is_snapshot_id(toy: tuple[Path, list[int]]) -> None:
+    root, _ = toy
+    request = table_request(Source(str(root), format="toy", as_of="2026-11-01T00:00:00Z"))
+    assert request.version.as_of == datetime(2026, 11, 1, tzinfo=timezone.utc)
+    assert table_request(Source(table="db.t", version=5)).version.version == 5
+    assert table_request(Source(table="db.t", snapshot_id=6)).version.version == 6
+    with pytest.raises(InvalidArgumentError, match="pass one"):
+        Source(table="db.t", version=5, snapshot_id=6)
+    with pytest.raises(InvalidArgumentError, match="not an ISO 8601 time"):
+        table_request(Source(str(root), format="toy", as_of="last tuesday"))
 
 
 def test_what_names_a_table() -> None:

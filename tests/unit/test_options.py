@@ -45,7 +45,7 @@ def test_the_public_names_reach_the_dataset_options_and_the_rest_stay_a_sources(
 @pytest.mark.parametrize(
     ("make", "message"),
     [
-        (Source, "either path= .files. or table="),
+        (Source, "either path= .files, or a Delta or Lance table. or table="),
         (lambda: Source("a/", table="db.t"), "either path="),
         (lambda: Source("a/", weight=-1), "weight must be >= 0"),
         (lambda: Source("a/", columns=[]), "at least one column"),

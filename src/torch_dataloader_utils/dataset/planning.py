@@ -9,6 +9,7 @@ import os
 from typing import Any
 
 from ..cache import ReadCache
+from ..errors import InvalidArgumentError
 from ..formats import Format, get_format
 from ..fs import FileSystemSpec
 from ..options import Options, Source
@@ -47,6 +48,13 @@ def plan(
     if table_kind_of(source) is not None:
         return spread.from_rank0(lambda: plan_table(source, fs, census=census, **count))
     assert source.path is not None
+    if source.version is not None or source.as_of is not None:
+        raise InvalidArgumentError(
+            f"{source.label}: version= and as_of= select a version of a table (format="
+            f'"delta", "lance", or an Iceberg table=); files of format {source.format!r} have '
+            'none (a Hugging Face Hub path takes its revision in the path: "hf://datasets/'
+            'org/name@v1.0/...")'
+        )
     asked = {
         "columns": source.columns,
         "filters": source.filters,

@@ -99,6 +99,10 @@ class StructuredDataset(PlannedDataset):
             drop rows), run before tokenizing; the census counts the rows it yields.
         census_dir: a folder (local or object storage) where the census's counts are kept
             for every job and node to reuse, besides ``cache_dir``.
+        version: a table read by path (``format="delta"`` or ``"lance"``): the version to
+            read (default: the latest at planning, pinned in the plan and the state).
+        as_of: such a table's version current at this time (a ``datetime``, an ISO 8601
+            string, epoch milliseconds).
 
     Raises:
         UnknownKeywordError: a keyword this class (and `create_dataloader`) does not take;
@@ -159,6 +163,8 @@ class StructuredDataset(PlannedDataset):
         tokenize: Tokenize | None = None,
         transform: Transform | None = None,
         census_dir: str | os.PathLike[str] | None = None,
+        version: int | str | None = None,
+        as_of: Any = None,
     ) -> None:
         # The public keywords become the two option values here, once.
         options = Options(
@@ -195,6 +201,8 @@ class StructuredDataset(PlannedDataset):
             retries=retries,
             tokenize=tokenize,
             transform=transform,
+            version=version,
+            as_of=as_of,
         )
         self._build((source,), options)
 

@@ -10,6 +10,8 @@ format="delta")``) names the table at that path; any other source is files.
 from __future__ import annotations
 
 import os
+from datetime import datetime
+from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..formats import Format
@@ -70,8 +72,8 @@ def table_request(
         table,
         catalog=source.catalog_config,
         version=VersionSelector(
-            version=source.snapshot_id,
-            as_of=source.as_of,
+            version=source.version if source.version is not None else source.snapshot_id,
+            as_of=_instant(source.as_of),
             ref=source.ref,
             since=source.from_snapshot_id,
         ),
@@ -83,6 +85,20 @@ def table_request(
         eos=eos,
         lengths=lengths,
     )
+
+
+def _instant(as_of: Any) -> Any:
+    """``as_of`` as a ``datetime`` when given as an ISO 8601 string (``"...Z"`` is UTC)."""
+    if not isinstance(as_of, str):
+        return as_of
+    text = as_of.strip()
+    try:
+        return datetime.fromisoformat(text[:-1] + "+00:00" if text.endswith("Z") else text)
+    except ValueError:
+        raise InvalidArgumentError(
+            f'as_of={as_of!r} is not an ISO 8601 time (e.g. "2026-11-01T00:00:00Z"); a '
+            "datetime or epoch milliseconds are taken too"
+        ) from None
 
 
 def _kind(source: Source) -> str:

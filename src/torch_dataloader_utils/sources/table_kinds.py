@@ -51,6 +51,8 @@ class TableEntry:
 
 _REGISTRY: dict[str, TableEntry] = {
     "iceberg": TableEntry("iceberg", "torch_dataloader_utils.iceberg.table:IcebergTables", "name"),
+    "delta": TableEntry("delta", "torch_dataloader_utils.delta.table:DeltaTables", "path"),
+    "lance": TableEntry("lance", "torch_dataloader_utils.lance.table:LanceTables", "path"),
 }
 _lock = threading.Lock()
 

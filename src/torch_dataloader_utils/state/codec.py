@@ -54,14 +54,18 @@ def _plan_facts(plan: Plan) -> dict[str, Any]:
         "file_versions": plan.files_digest,
     }
     details = dict(plan.details)
-    snapshot = details.get("snapshot_id")
-    if snapshot not in (None, "None"):  # a table read at a pinned snapshot (Iceberg)
-        facts["snapshot_id"] = snapshot
+    # A table read at a pinned snapshot (Iceberg) or version (Delta, Lance); files at a Hub commit.
+    for pinned in _PINNED:
+        if details.get(pinned) not in (None, "None"):
+            facts[pinned] = details[pinned]
     for made in _DERIVED:  # a source tokenized or transformed in the loader
         if made in details:
             facts[made] = details[made]
     return facts
 
+
+# What pins the version of a source's data, by its plan details' key (`sources.tables`).
+_PINNED = ("snapshot_id", "version", "commit")
 
 # What a source computes from its rows, by the fingerprint a state names it by.
 _DERIVED = ("tokenizer", "transform")
@@ -197,6 +201,19 @@ def _check_plan(saved: dict[str, Any], plan: Plan) -> None:
             f"The table was read at snapshot {snapshot} then, {now.get('snapshot_id')} now: "
             f"pass snapshot_id={snapshot} (and the same from_snapshot_id, for an incremental "
             "read) to read the snapshot the state was saved at. "
+        )
+    version = saved.get("version")
+    if version is not None and version != now.get("version"):
+        hint += (
+            f"The table was read at version {version} then, {now.get('version')} now: pass "
+            f"version={version} to read the version the state was saved at. "
+        )
+    commit = saved.get("commit")
+    if commit is not None and commit != now.get("commit"):
+        hint += (
+            f"The files were read at commit {commit} then, {now.get('commit')} now: put "
+            f"@{commit} in the path (hf://datasets/<repo>@{commit}/...) to read the files "
+            "the state was saved at. "
         )
     for made in _DERIVED:
         if saved.get(made) != now.get(made) and "fingerprint" in saved:

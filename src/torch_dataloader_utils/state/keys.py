@@ -64,10 +64,13 @@ NUM_WORKERS = "num_workers"
 TOPOLOGY_KEYS = frozenset({WORLD_SIZE, NUM_WORKERS})
 LEG_KEYS = frozenset({WORLD_SIZE, NUM_WORKERS, LAYOUT, BATCHES})
 LEG_OPTIONAL = frozenset({SKIPS})
-# "file_versions", "snapshot_id", "tokenizer" and "transform" are optional (states saved before
-# files were pinned; tables; sources tokenized or transformed in the loader).
+# "file_versions", "snapshot_id", "version", "commit", "tokenizer" and "transform" are optional
+# (states saved before files were pinned; tables: Iceberg, Delta or Lance; files at a Hugging Face
+# Hub commit; sources tokenized or transformed in the loader).
 PLAN_KEYS = frozenset({"fingerprint", "rows", "chunks", "files"})
-PLAN_OPTIONAL = frozenset({"file_versions", "snapshot_id", "tokenizer", "transform"})
+PLAN_OPTIONAL = frozenset(
+    {"file_versions", "snapshot_id", "version", "commit", "tokenizer", "transform"}
+)
 READ_FAILURE_KEYS = frozenset({"failures", "rows"})
 LOADER_KEYS = frozenset({KIND, VERSION, EPOCH, BATCHES, COMPLETE, TOPOLOGY, LAYOUT, LEGS, PLAN})
 LOADER_OPTIONAL = frozenset({READ_FAILURES, SKIPS, STEPS})

@@ -399,3 +399,22 @@ def test_the_read_failure_count_travels_in_the_state():
     assert read_failures(state) == (3, 150)
     assert decode(state).batches == 4
     assert read_failures(through_json(encode(Pass(2, (), 4)))) == (0, 0)
+
+
+@pytest.mark.parametrize(
+    ("key", "then", "now", "hint"),
+    [
+        ("version", "1", "2", "pass version=1 to read the version"),
+        ("commit", "a" * 40, "b" * 40, f"put @{'a' * 40} in the path"),
+        ("snapshot_id", "11", "12", "pass snapshot_id=11"),
+    ],
+)
+def test_a_state_saved_at_another_version_names_the_one_to_pass(key, then, now, hint):
+    saved = dataclasses.replace(PLAN, details=Plan.details_of(**{key: then}))
+    state = through_json(encode(Pass(1, (), 2), plan=saved))
+    assert state["plan"][key] == then
+    later = dataclasses.replace(PLAN, details=Plan.details_of(**{key: now}))
+    with pytest.raises(StateMismatchError) as info:
+        decode(state, plan=later)
+    assert hint in str(info.value) and f"{then} then, {now} now" in str(info.value)
+    assert decode(state, plan=saved).batches == 2
