@@ -29,6 +29,9 @@ TIERS = {
     "distributed": "distributed",
     "iceberg": "iceberg",
     "remote": "remote",
+    "hub": "remote",
+    "delta": "tables",
+    "lance": "tables",
     "corpus": "corpus",
     "trainers": "trainers",
 }

@@ -16,8 +16,8 @@ from .retry import is_missing, is_refused, scrub
 __all__ = ["missing_filesystem", "translate_os_error"]
 
 # The extra of this package that installs each protocol's fsspec filesystem (pyproject.toml):
-# named as the native families are, and Azure Data Lake Gen1 with the rest of Azure.
-_EXTRAS = {**NATIVE_PROTOCOLS, "adl": "azure"}
+# named as the native families are, Azure Data Lake Gen1 with the rest of Azure, the Hub "hf".
+_EXTRAS = {**NATIVE_PROTOCOLS, "adl": "azure", "hf": "hf"}
 
 
 def translate_os_error(exc: OSError, url: str) -> StorageError:

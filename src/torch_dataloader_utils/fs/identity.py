@@ -21,6 +21,7 @@ from typing import Any
 
 from ..errors import FileChangedError, TorchDataloaderUtilsError
 from .errors import translate_os_error
+from .hub import pinned_at_commit
 from .spec import FileSystemSpec
 
 __all__ = ["Identity", "check_identity", "version_of"]
@@ -63,6 +64,8 @@ def check_identity(
         StorageError: the request failed.
     """
     url = fs.url(path)
+    if fs.protocol == "hf" and pinned_at_commit(path) is not None:
+        return  # a path at a Hub commit names bytes that never change
     try:
         if fs.is_local:
             # What fsspec's local ``info`` reports (a link's target), without building its

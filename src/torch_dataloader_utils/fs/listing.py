@@ -18,6 +18,7 @@ from braceexpand import braceexpand
 
 from ..errors import InvalidSourceError, StorageError, TorchDataloaderUtilsError
 from .errors import translate_os_error
+from .hub_listing import list_hub
 from .identity import version_of
 from .progress import LOG_EVERY, Progress
 from .retry import as_os_error, is_sdk_error, scrub
@@ -82,6 +83,8 @@ def _glob_base(pattern: str) -> str:
 def _expand_one(pattern: str, fs: FileSystemSpec) -> list[ListedFile]:
     path = fs.strip(pattern)
     url = fs.url(path)
+    if fs.protocol == "hf":  # resolved to a commit, listed there (`fs.hub`; retries its own)
+        return [ListedFile(*f) for f in list_hub(path, fs)]
     try:
         # One request (a listing or a stat, with its pages), retried as any other.
         return fs.request(lambda: _list_one(path, url, fs), what=url)

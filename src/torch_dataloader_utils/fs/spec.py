@@ -17,6 +17,7 @@ from ..errors import InvalidArgumentError
 from .clients import Clients
 from .errors import missing_filesystem
 from .forks import ProcessLocal
+from .hub import open_hub, read_hub_range
 from .native import NATIVE_PROTOCOLS, native_filesystem, untranslatable
 from .options import StorageOptions, merge_options
 from .ranges import RangeFile
@@ -230,6 +231,8 @@ class FileSystemSpec:
         what = f"{self.url(path)} bytes {offset}-{offset + size - 1}"
 
         def once() -> bytes:
+            if self.protocol == "hf":  # (at a commit: one ranged GET, `fs.hub`)
+                return read_hub_range(self, path, offset, size)
             if self.native:
                 handle = self._native_file(path)
                 if handle is not None:
@@ -246,7 +249,10 @@ class FileSystemSpec:
         """``path`` opened for random access. On an object store (S3, GCS, Azure) opening asks
         nothing when this process knows the size (a listing's, or a `head`'s), else makes that
         one request; reads are retried range reads (`read_range`), ahead in blocks through
-        fsspec as its files read. Elsewhere: the filesystem's own open."""
+        fsspec as its files read. On the Hugging Face Hub, ranged GETs at the plan's commit
+        (`fs.hub.open_hub`). Elsewhere: the filesystem's own open."""
+        if self.protocol == "hf":
+            return open_hub(self, path, self._local.get().reported.size(path))
         if self.is_local or self.protocol not in NATIVE_PROTOCOLS:
             return self.arrow().open_input_file(path)
         size = self._local.get().reported.size(path)

@@ -19,6 +19,7 @@ from ..formats import Format, FormatPlan, ReadOptions
 from ..formats.partitions import with_partition
 from ..formats.schemas import check_readable
 from ..fs import FileSystemSpec
+from ..fs.hub_listing import commit_details
 from ..planning import Chunk, Chunks, Plan
 from ..tokenizing import Derivation
 from ..tokenizing.derive import TOKEN_TYPE
@@ -188,6 +189,8 @@ def finish_source(
             columns=wanted,
             filter=p.filters,
             hive=p.partitioning,
+            # (Hub files: the commit they were listed at)
+            **commit_details(fs.protocol, (f.path for f in p.listing.files)),
             **({} if derive is None else derive.identity),
         ),
         filtered_rows=filtered_rows,
