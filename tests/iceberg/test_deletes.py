@@ -121,3 +121,28 @@ def test_snapshot_before_equality_deletes_reads(catalog: Catalog) -> None:
     commit_equality_deletes(table, [5])
     load, _ = loader(catalog, "eq", snapshot_id=before)
     assert sorted(flat(batch_ids(load))) == list(range(100))
+
+
+def test_rows_at_names_each_rows_place_in_its_data_file(
+    catalog: Catalog, deleted: set[int]
+) -> None:
+    # Row r of a file holds id first + r: a row's number must name its physical row, past
+    # the deleted rows before it (and the whole row group 300-399 of the first file).
+    load, dataset = loader(catalog, "dels", num_workers=0, shuffle=True, batch_size=97)
+    dataset.set_epoch(1)
+    firsts = {_ids_of(f.file_path)[0]: f.file_path for f in data_files(catalog.load("dels"))}
+    seen = 0
+    for b, batch in enumerate(load):
+        found = load.rows_at(b, epoch=1)
+        assert found.column("id").to_pylist() == batch["id"].tolist()
+        for url, row, i in zip(
+            found.column("__file__").to_pylist(),
+            found.column("__row__").to_pylist(),
+            found.column("id").to_pylist(),
+            strict=True,
+        ):
+            first = max(f for f in firsts if f <= i)
+            assert url.endswith(firsts[first].removeprefix("file://"))
+            assert row == i - first, (url, row, i)
+            seen += 1
+    assert seen == 1300 - len(deleted)

@@ -110,6 +110,11 @@ def test_physical_range_and_mask_brute_force() -> None:
                 kept = [p for k, p in enumerate(range(start, stop)) if mask is None or mask[k]]
                 assert kept == live[a:b]
         assert table_deletes.live_rows(deleted, 0, n) == len(live)
+        assert table_deletes.live_positions(deleted, 0, n).tolist() == live
+        cut = int(rng.integers(0, n + 1))
+        assert table_deletes.live_positions(deleted, cut, n).tolist() == [
+            p for p in live if p >= cut
+        ]
 
 
 def test_deleted_in_shifts_to_the_range() -> None:

@@ -94,12 +94,26 @@ class ChunkRows:
                 mine = inverse == k
                 kept[mine] = self._passing_rows(i, chunk)[kept[mine]]
         first = self.first_rows(i)[chunks]
-        if source.derive is not None and source.derive.counts_rows:
+        transformed = source.derive is not None and source.derive.counts_rows
+        if transformed:
             first = np.full_like(first, -1)  # (a transform's rows have no row in the file)
         numbers = np.where(first >= 0, first + kept, -1)
+        for k, chunk in enumerate([] if transformed else unique.tolist()):
+            rows = self._file_rows(i, chunk)  # (a table's chunks: live rows, gaps between)
+            if rows is not None:
+                mine = inverse == k
+                numbers[mine] = rows[kept[mine]]
         return (
             pa.array(urls, pa.string()).take(pa.array(inverse)),
             pa.array(numbers, pa.int64(), mask=numbers < 0),  # (null: not known)
+        )
+
+    def _file_rows(self, i: int, chunk: int) -> np.ndarray | None:
+        """The row number in its file of each row of chunk ``chunk`` of source ``i``, where
+        its format says (`Format.file_rows`); ``None``: the plan's counts tell them."""
+        source = self.sources[i]
+        return source.format.file_rows(
+            source.plan.chunks[chunk], self.filesystem(i), source.read_options
         )
 
     def reader(self, i: int, columns: Sequence[str] | None) -> Reader:

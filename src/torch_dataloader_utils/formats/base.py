@@ -7,6 +7,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, fields
 from typing import Any, TypeVar
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
@@ -216,6 +217,15 @@ class Format(ABC):
     ) -> None:
         """A hint: ``read`` of these rows comes next. Remote formats start fetching their bytes
         (bounded); the default does nothing."""
+
+    def file_rows(
+        self, chunk: Chunk, fs: FileSystemSpec, options: ReadOptions
+    ) -> np.ndarray | None:
+        """The row number in its file of each of ``chunk``'s rows (before a row filter), for
+        `rows_at`; ``None`` (the default) when they are the file's rows from the chunk's first
+        unit on, which the plan's counts tell. A table's format answers: its chunks' rows are
+        the live rows, which deletes leave gaps between."""
+        return None
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release cached handles (open files); called when a stream ends."""

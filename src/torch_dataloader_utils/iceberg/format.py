@@ -23,7 +23,7 @@ from ..formats import Format, FormatPlan, Listing, ReadOptions
 from ..formats.parquet import ParquetFormat
 from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
-from ..sources.table_deletes import deleted_in, keep_mask, physical_range
+from ..sources.table_deletes import deleted_in, keep_mask, live_positions, physical_range
 from .deletes import DeletePositions, merge_positions, read_position_deletes
 from .options import DataFileInfo, IcebergReadOptions
 from .projection import (
@@ -150,6 +150,13 @@ class IcebergFormat(Format):
             _DELETED,
             lambda: merge_positions((parsed(d) for d in file.deletes), file.url),
         )
+
+    def file_rows(self, chunk: Chunk, fs: FileSystemSpec, options: ReadOptions) -> np.ndarray:
+        """The row number in its data file of each of ``chunk``'s live rows."""
+        file = iceberg_options(options).file(chunk.path)
+        first = file.first_row(chunk.start)
+        total = sum(file.row_groups[chunk.start : chunk.stop])
+        return live_positions(self.deleted(file, fs), first, first + total)
 
     # --- reading --------------------------------------------------------------------------------
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-__all__ = ["deleted_in", "keep_mask", "live_rows", "physical_range"]
+__all__ = ["deleted_in", "keep_mask", "live_positions", "live_rows", "physical_range"]
 
 
 def deleted_in(positions: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -51,3 +51,11 @@ def keep_mask(deleted: np.ndarray, start: int, rows: int) -> np.ndarray | None:
     mask = np.ones(rows, dtype=bool)
     mask[deleted[lo:hi] - start] = False
     return mask
+
+
+def live_positions(deleted: np.ndarray, start: int, stop: int) -> np.ndarray:
+    """The physical rows of ``[start, stop)`` that are live, in order (``deleted``: sorted,
+    unique, file-wide): live row ``k`` of the range is physical row ``out[k]``."""
+    positions = np.arange(start, stop, dtype=np.int64)
+    mask = keep_mask(deleted, start, stop - start)
+    return positions if mask is None else positions[mask]
