@@ -55,7 +55,9 @@ TESTED_IN: dict[str, str] = {
     "cache/stats.py": "tests/unit/cache/test_files.py, tests/unit/cache/test_config.py",
     "create.py": "tests/unit/test_api.py",
     "dataset/base.py": "tests/unit/test_dataset.py",
-    "delta/format.py": "tests/delta/test_tables.py, tests/delta/test_loader.py",
+    "delta/format.py": (
+        "tests/delta/test_tables.py, tests/delta/test_loader.py, tests/delta/test_interop.py"
+    ),
     "delta/options.py": "tests/delta/test_tables.py",
     "delta/table.py": "tests/delta/test_tables.py, tests/delta/test_loader.py",
     "dataset/chunk_rows.py": "tests/multiproc/test_rows_at.py, tests/unit/test_dataset.py",
@@ -70,6 +72,9 @@ TESTED_IN: dict[str, str] = {
     "dataset/tables.py": "tests/iceberg/test_read.py, tests/conformance/test_tables.py",
     "dataset/tokens.py": "tests/multiproc/test_token_budget.py, tests/multiproc/test_packing.py",
     "formats/chunking.py": "tests/unit/formats/test_unit_chunks.py",
+    "lance/format.py": "tests/lance/test_conformance.py, tests/lance/test_workers.py",
+    "lance/options.py": "tests/lance/test_conformance.py",
+    "lance/table.py": "tests/lance/test_conformance.py",
     "fs/hub_listing.py": "tests/unit/fs/test_hub.py, tests/hub/test_read.py",
     "formats/ipc/format.py": (
         "tests/unit/formats/ipc/test_ipc.py, tests/conformance/test_orc_ipc.py"

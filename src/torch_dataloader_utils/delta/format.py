@@ -3,8 +3,9 @@ deletion vectors applied, columns matched by column mapping, partition columns a
 
 Decoding is ParquetFormat's: `read` maps the live rows asked for to the physical rows to decode
 (`sources.table_deletes`), reads the file's columns with ``ParquetFormat.read``, drops the
-deleted rows batch by batch, and builds the table's logical columns (`mapping`). Planning is
-not done here: a table is planned from its log (`sources.table_planning.plan_table`).
+deleted rows batch by batch, and builds the table's logical columns (`mapping`); INT96
+timestamps (Spark's) are decoded in microseconds, Delta's unit. Planning is not done here: a
+table is planned from its log (`sources.table_planning.plan_table`).
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..formats.parquet import ParquetFormat
 from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
 from ..sources.deletion_vectors import read_delta_dv
-from ..sources.table_deletes import deleted_in, keep_mask, physical_range
+from ..sources.table_deletes import deleted_in, keep_mask, live_positions, physical_range
 from .mapping import file_columns, parse_fields, to_logical
 from .options import DeltaFileInfo, DeltaReadOptions
 
@@ -67,6 +68,11 @@ def partition_value(value: Any, t: pa.DataType) -> pa.Scalar:
     return pa.scalar(None, t) if value is None else pa.scalar(value).cast(t)
 
 
+# Delta timestamps are microseconds; Spark writes them as INT96 (its legacy default), which
+# pyarrow decodes to nanoseconds by default and so overflows past 2262 (9999-12-31 reads as 1816).
+_INT96_UNIT = "us"
+
+
 @dataclass(frozen=True)
 class _Physical:
     """The Parquet side of a read: the chunk's physical rows, the range of them to decode, the
@@ -87,7 +93,7 @@ class DeltaFormat(Format):
     name = "delta"
 
     def __init__(self) -> None:
-        self._parquet = ParquetFormat()
+        self._parquet = ParquetFormat(int96_unit=_INT96_UNIT)
         self._columns: OrderedDict[str, dict[str, str | None]] = OrderedDict()
         self._deleted: OrderedDict[str, np.ndarray] = OrderedDict()
 
@@ -120,6 +126,14 @@ class DeltaFormat(Format):
             _DELETED,
             lambda: read_delta_dv(dv, root, fs, data_file=fs.url(file.path)),
         )
+
+    def file_rows(self, chunk: Chunk, fs: FileSystemSpec, options: ReadOptions) -> np.ndarray:
+        """The row number in its data file of each of ``chunk``'s live rows."""
+        opts = delta_options(options)
+        file = opts.file(chunk.path)
+        first = file.first_row(chunk.start)
+        total = sum(file.row_groups[chunk.start : chunk.stop])
+        return live_positions(self.deleted(file, fs, opts.root), first, first + total)
 
     def _file_columns(
         self, file: DeltaFileInfo, fs: FileSystemSpec, opts: DeltaReadOptions

@@ -24,7 +24,7 @@ from ..formats.parquet import ParquetFormat
 from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
 from ..sources.table_deletes import deleted_in, keep_mask, live_positions, physical_range
-from .deletes import DeletePositions, merge_positions, read_position_deletes
+from .deletes import DeletePositions, DeletionVector, merge_positions, read_deletes
 from .options import DataFileInfo, IcebergReadOptions
 from .projection import (
     FileProjection,
@@ -135,13 +135,16 @@ class IcebergFormat(Format):
         return _cached(self._projections, key, _FILES, make)
 
     def deleted(self, file: DataFileInfo, fs: FileSystemSpec) -> np.ndarray:
-        """The sorted positions of ``file`` that its delete files delete (file-wide ordinals)."""
+        """The sorted positions of ``file`` that its delete files and deletion vector delete
+        (file-wide ordinals)."""
         if not file.deletes:
             return np.empty(0, dtype=np.int64)
 
-        def parsed(path: str) -> DeletePositions:
+        def parsed(delete: str | DeletionVector) -> DeletePositions:
+            if isinstance(delete, DeletionVector):
+                return read_deletes(delete, fs)  # one data file's: its merged positions are kept
             return _cached(
-                self._delete_files, path, _DELETE_FILES, lambda: read_position_deletes(path, fs)
+                self._delete_files, delete, _DELETE_FILES, lambda: read_deletes(delete, fs)
             )
 
         return _cached(

@@ -8,6 +8,7 @@ from typing import Any
 
 from ..errors import InvalidArgumentError
 from ..formats import ReadOptions
+from .deletes import DeletionVector
 
 __all__ = ["DataFileInfo", "IcebergReadOptions"]
 
@@ -21,7 +22,8 @@ class DataFileInfo:
         url: the file as the table's manifests name it (delete files name it so).
         size: its size in bytes.
         row_groups: physical rows of each row group (before deletes).
-        deletes: the position-delete files that apply to it, without protocol.
+        deletes: what deletes its rows: the position-delete files that apply to it (their
+            paths, without protocol), then its deletion vector (format version 3), if any.
         constants: identity-partition values by source field id, for files that lack those
             columns (files added without them, as ``add_files`` allows).
     """
@@ -30,7 +32,7 @@ class DataFileInfo:
     url: str
     size: int
     row_groups: tuple[int, ...]
-    deletes: tuple[str, ...] = ()
+    deletes: tuple[str | DeletionVector, ...] = ()
     constants: tuple[tuple[int, Any], ...] = ()
 
     def first_row(self, row_group: int) -> int:

@@ -1,6 +1,7 @@
 """An Iceberg table's data files as planning counts them: row groups from the manifests (one
 row group) or the footers (several, read in threads), deleted positions from every
-position-delete file that applies, bytes in the columns read from the manifests' column sizes.
+position-delete file and deletion vector that applies, bytes in the columns read from the
+manifests' column sizes.
 
 The rest of planning (chunks, counts, the plan) is every table kind's: `sources.table_planning`.
 """
@@ -19,8 +20,9 @@ from ..formats.opening import open_input, parsing
 from ..fs import FileSystemSpec
 from ..fs.threads import PLAN_THREADS
 from ..sources.tables import TableFile
-from .deletes import DeletePositions, merge_positions, read_position_deletes
+from .deletes import DeletePositions, DeletionVector, merge_positions, read_deletes
 from .options import DataFileInfo
+from .scan import vector_fields
 from .storage import protocol_of
 
 if TYPE_CHECKING:
@@ -102,13 +104,34 @@ def _projected_fraction(data: DataFile, field_ids: set[int]) -> float:
     return min(1.0, sum(v for k, v in sizes.items() if k in field_ids) / total)
 
 
+Delete = str | DeletionVector  # a position-delete file (its path) or a deletion vector
+
+
+def _deletes(task: FileScanTask, fs: FileSystemSpec) -> tuple[Delete, ...]:
+    """What deletes rows of a task's data file: its position-delete files' paths (without
+    protocol), sorted, then its deletion vector (`scan` narrowed its Puffin files to it)."""
+    from pyiceberg.manifest import FileFormat
+
+    paths = sorted(
+        fs.strip(d.file_path) for d in task.delete_files if d.file_format != FileFormat.PUFFIN
+    )
+    vectors = []
+    for delete in task.delete_files:
+        fields = vector_fields(delete) if delete.file_format == FileFormat.PUFFIN else None
+        if fields is not None:
+            data_file, offset, size = fields
+            path = fs.strip(delete.file_path)
+            vectors.append(DeletionVector(path, offset, size, data_file, int(delete.record_count)))
+    return (*paths, *sorted(vectors, key=lambda v: (v.path, v.offset)))
+
+
 def _table_file(
     table: Table,
     task: FileScanTask,
     *,
     fs: FileSystemSpec,
     protocol: str,
-    deletes: Mapping[str, DeletePositions],
+    deletes: Mapping[Delete, DeletePositions],
     field_ids: set[int],
 ) -> TableFile:
     data = task.file
@@ -118,7 +141,7 @@ def _table_file(
         )
     path = fs.strip(data.file_path)
     rows, nbytes = _row_groups(data, path, fs)
-    delete_paths = tuple(sorted(fs.strip(d.file_path) for d in task.delete_files))
+    delete_paths = _deletes(task, fs)
     info = DataFileInfo(
         path=path,
         url=data.file_path,
@@ -146,18 +169,18 @@ def table_files(
     field_ids: set[int],
 ) -> list[TableFile]:
     """The data files of ``tasks``, with their row groups and deleted positions: every delete
-    file read, then each data file's row groups, in threads (the reads are small requests on
-    object storage).
+    file and deletion vector read, then each data file's row groups, in threads (the reads are
+    small requests on object storage).
 
     Raises:
         InvalidSourceError: a data file is not on the table's storage.
-        CorruptFileError: a data or delete file cannot be parsed, or a footer disagrees with
-            the manifest.
+        CorruptFileError: a data or delete file or a deletion vector cannot be parsed, or a
+            footer disagrees with the manifest.
     """
-    delete_paths = sorted({fs.strip(d.file_path) for t in tasks for d in t.delete_files})
+    delete_paths = list(dict.fromkeys(d for task in tasks for d in _deletes(task, fs)))
     threads = max(1, min(PLAN_THREADS, len(tasks) + len(delete_paths)))
     with ThreadPoolExecutor(threads, thread_name_prefix="tdu-iceberg-plan") as pool:
-        parsed = pool.map(lambda path: read_position_deletes(path, fs), delete_paths)
+        parsed = pool.map(lambda delete: read_deletes(delete, fs), delete_paths)
         deletes = dict(zip(delete_paths, parsed, strict=True))
         return list(
             pool.map(

@@ -1,20 +1,22 @@
 """pyiceberg's scan planning: the data files (and their delete files) of the pinned snapshot
-that the filter does not prune, checked for what this library can read."""
+that the filter does not prune, checked for what this library can read, each task's Puffin
+delete files narrowed to the deletion vector of its data file."""
 
 from __future__ import annotations
 
 import logging
 from typing import TYPE_CHECKING
 
-from ..errors import InvalidArgumentError
+from ..errors import CorruptFileError, InvalidArgumentError
 from .errors import UnsupportedTableError
 from .snapshots import ResolvedSnapshot
 
 if TYPE_CHECKING:
     from pyiceberg.expressions import BooleanExpression
+    from pyiceberg.manifest import DataFile
     from pyiceberg.table import FileScanTask, Table
 
-__all__ = ["scan_tasks"]
+__all__ = ["scan_tasks", "vector_fields"]
 
 logger = logging.getLogger(__name__)
 
@@ -65,13 +67,112 @@ def _check(task: FileScanTask, name: str) -> None:
     for delete in task.delete_files:
         if delete.content == DataFileContent.EQUALITY_DELETES:
             raise _equality_error(name, [delete.file_path])
-        if delete.file_format != FileFormat.PARQUET:
+        if delete.file_format not in (FileFormat.PARQUET, FileFormat.PUFFIN):
             raise UnsupportedTableError(
                 f"Iceberg table {name}: delete file {delete.file_path} is "
-                f"{delete.file_format.value} (a deletion vector, or ORC/Avro position "
-                "deletes); this library applies Parquet position-delete files only. Compact "
-                "the table (rewrite_data_files) to apply its deletes"
+                f"{delete.file_format.value} position deletes; this library applies Parquet "
+                "position-delete files and Puffin deletion vectors only. Compact the table "
+                "(rewrite_data_files) to apply its deletes"
             )
+
+
+# A deletion vector's fields of its manifest entry (format version 3): the data file it deletes
+# rows of, and where its blob is in the Puffin file.
+_VECTOR_FIELDS = ("referenced_data_file", "content_offset", "content_size_in_bytes")
+
+
+def vector_fields(delete: DataFile) -> tuple[str, int, int] | None:
+    """A Puffin delete file's ``referenced_data_file``, ``content_offset`` and
+    ``content_size_in_bytes``, if its record has them (read with the version 3 schema)."""
+    from pyiceberg.manifest import DATA_FILE_TYPE
+
+    names = [field.name for field in DATA_FILE_TYPE[3].fields]
+    values = [
+        delete[i] if (i := names.index(field)) < len(delete) else None for field in _VECTOR_FIELDS
+    ]
+    referenced, offset, size = values
+    if referenced is None or offset is None or size is None:
+        return None
+    return str(referenced), int(offset), int(size)
+
+
+def _vector_entries(table: Table, snapshot_id: int, name: str) -> dict[tuple[str, str], DataFile]:
+    """The snapshot's live deletion vectors by (Puffin file, data file), read from its delete
+    manifests with the version 3 schema: pyiceberg 0.12 reads manifests with the version 2
+    schema, which drops the fields locating a vector.
+
+    Raises:
+        CorruptFileError: a Puffin delete file's entry lacks them (the spec requires them).
+    """
+    from pyiceberg.avro.file import AvroFile
+    from pyiceberg.manifest import (
+        MANIFEST_ENTRY_SCHEMAS,
+        DataFile,
+        DataFileContent,
+        FileFormat,
+        ManifestContent,
+        ManifestEntry,
+        ManifestEntryStatus,
+    )
+
+    snapshot = table.metadata.snapshot_by_id(snapshot_id)
+    found: dict[tuple[str, str], DataFile] = {}
+    for manifest in snapshot.manifests(table.io) if snapshot is not None else ():
+        if manifest.content != ManifestContent.DELETES:
+            continue
+        with AvroFile[ManifestEntry](
+            table.io.new_input(manifest.manifest_path),
+            MANIFEST_ENTRY_SCHEMAS[3],
+            read_types={-1: ManifestEntry, 2: DataFile},
+            read_enums={0: ManifestEntryStatus, 101: FileFormat, 134: DataFileContent},
+        ) as reader:
+            for entry in reader:
+                delete = entry.data_file
+                if (
+                    entry.status == ManifestEntryStatus.DELETED
+                    or delete.file_format != FileFormat.PUFFIN
+                ):
+                    continue
+                fields = vector_fields(delete)
+                if fields is None:
+                    raise CorruptFileError(
+                        f"Iceberg table {name}: manifest {manifest.manifest_path} lists Puffin "
+                        f"delete file {delete.file_path} without the referenced_data_file, "
+                        "content_offset and content_size_in_bytes that locate a deletion "
+                        "vector (format version 3 requires them)"
+                    )
+                found[(delete.file_path, fields[0])] = delete
+    return found
+
+
+def _narrow_to_vectors(
+    table: Table, snapshot_id: int, tasks: list[FileScanTask], name: str
+) -> None:
+    """Replace each task's Puffin delete files by the deletion vector of its data file (a
+    record with the fields locating it), or by nothing when they hold none for it.
+
+    pyiceberg lists every Puffin file whose vectors may apply (by partition), once per file
+    however many of its vectors the manifests list: the manifests say which blob is whose.
+    """
+    from pyiceberg.manifest import FileFormat
+
+    entries: dict[tuple[str, str], DataFile] | None = None
+    for task in tasks:
+        puffins = {d for d in task.delete_files if d.file_format == FileFormat.PUFFIN}
+        if not puffins:
+            continue
+        kept = task.delete_files - puffins
+        for puffin in puffins:
+            fields = vector_fields(puffin)
+            if fields is not None and fields[0] == task.file.file_path:
+                kept.add(puffin)
+                continue
+            if entries is None:
+                entries = _vector_entries(table, snapshot_id, name)
+            vector = entries.get((puffin.file_path, task.file.file_path))
+            if vector is not None:
+                kept.add(vector)
+        task.delete_files = kept
 
 
 def scan_tasks(
@@ -83,9 +184,14 @@ def scan_tasks(
     bounds, both pyiceberg's); an incremental read plans the files appended after
     ``from_snapshot_id``.
 
+    A task's Puffin delete files are narrowed to its data file's deletion vector, as a record
+    with the fields that locate it (`vector_fields`).
+
     Raises:
-        UnsupportedTableError: equality deletes, non-Parquet data or delete files.
+        UnsupportedTableError: equality deletes, non-Parquet data files, delete files neither
+            Parquet nor Puffin.
         InvalidArgumentError: pyiceberg refuses the scan (the message says why).
+        CorruptFileError: a deletion vector's manifest entry does not locate it.
     """
     snapshot_id = resolved.snapshot_id
     if snapshot_id is None or snapshot_id == resolved.from_snapshot_id:
@@ -129,4 +235,5 @@ def scan_tasks(
         ) from exc
     for task in tasks:
         _check(task, name)
+    _narrow_to_vectors(table, snapshot_id, tasks, name)
     return sorted(tasks, key=lambda t: t.file.file_path)

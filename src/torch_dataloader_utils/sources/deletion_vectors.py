@@ -45,9 +45,11 @@ _Z85 = "0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ.-:+=^!/*?
 _Z85_VALUE = {c: i for i, c in enumerate(_Z85)}
 _UUID_CHARS = 20  # a 16-byte UUID in Z85
 _FILE_VERSION = 1  # the first byte of a Delta deletion vector file
-INSTALL_HINT = "pip install 'torch-dataloader-utils[delta]'"
+INSTALL_HINT = "pip install pyroaring (the [delta] and [iceberg] extras install it)"
 
 
+# (Z85 is not in the standard library, whose b85 is another alphabet; pyzmq, which has it, is
+# too large a dependency for these lines.)
 def z85_decode(text: str, size: int | None = None) -> bytes:
     """The bytes of Z85 ``text`` (ZeroMQ RFC 32; Delta's "base85"), cut to ``size`` bytes
     (Delta pads the bytes it encodes to a multiple of 4).
@@ -112,7 +114,8 @@ def _framed(blob: bytes, size: int | None, where: str) -> np.ndarray:
     framed = int.from_bytes(blob[:4], "big")
     if size is not None and framed != size:
         raise CorruptFileError(
-            f"{where}: the deletion vector's size is {framed} bytes, the log says {size}"
+            f"{where}: the deletion vector's size field says {framed} bytes, the table's "
+            f"metadata {size}"
         )
     if len(blob) < framed + 8:
         raise CorruptFileError(f"{where}: the deletion vector ({framed} bytes) is truncated")
@@ -132,7 +135,7 @@ def puffin_dv_positions(blob: bytes, where: str) -> np.ndarray:
     Raises:
         CorruptFileError: a bad size, magic, CRC-32 or bitmap.
     """
-    return _framed(blob, None, where)
+    return _framed(blob, len(blob) - 8, where)  # (a blob is exactly its frame)
 
 
 @dataclass(frozen=True)

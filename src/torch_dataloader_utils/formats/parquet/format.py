@@ -68,15 +68,18 @@ class ParquetFormat(Format):
     Args:
         verify_checksums: verify the page checksums a file carries (a mismatch raises
             `CorruptFileError` naming the file and row group); files without them cost nothing.
+        int96_unit: the unit legacy INT96 timestamps decode to (``None``: pyarrow's, ns);
+            a table whose timestamps are microseconds says ``"us"`` (Delta: docs/adr/0031).
     """
 
     name = "parquet"
 
-    def __init__(self, *, verify_checksums: bool = True) -> None:
+    def __init__(self, *, verify_checksums: bool = True, int96_unit: str | None = None) -> None:
         # Page CRCs, where the writer stored them (pyarrow's write_page_checksum=True, Spark,
         # parquet-mr): a flipped bit is a CorruptFileError, not a wrong value. Its cost:
         # docs/adr/0019-format-measurements.md.
         self.verify_checksums = verify_checksums
+        self.int96_unit = int96_unit
         self._open: HandleCache[str, tuple[pq.ParquetFile, Renaming | None]] = HandleCache(
             _OPEN_FILES, lambda opened: opened[0].close()
         )
@@ -90,7 +93,10 @@ class ParquetFormat(Format):
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         # Open files stay behind: each process opens its own.
-        return (functools.partial(type(self), verify_checksums=self.verify_checksums), ())
+        made = functools.partial(
+            type(self), verify_checksums=self.verify_checksums, int96_unit=self.int96_unit
+        )
+        return (made, ())
 
     def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         url = fs.url(file.path)
@@ -127,6 +133,7 @@ class ParquetFormat(Format):
                         pre_buffer=False,
                         buffer_size=_STREAM_BUFFER,
                         page_checksum_verification=self.verify_checksums,
+                        coerce_int96_timestamp_unit=self.int96_unit,
                     )
                     return handle, self._renaming(handle)
             except BaseException:  # corrupt, or the storage failed mid-parse
@@ -386,6 +393,7 @@ class ParquetFormat(Format):
                 pre_buffer=False,
                 buffer_size=buffer_size,
                 page_checksum_verification=self.verify_checksums,
+                coerce_int96_timestamp_unit=self.int96_unit,
             )
             batches = handle.iter_batches(
                 batch_size=_batch_rows(metadata, rg, columns),
