@@ -1,4 +1,5 @@
-"""Shared data factories: every test makes the small files it reads (no committed binaries).
+"""Shared data factories: every test makes the small files it reads (no committed binaries but
+the Delta tables real writers made, `tests/delta/data/NOTICE.md`).
 
 Also the tiers: each test is marked with the tier of its folder (`TIERS`), so
 ``pytest -m <tier>`` runs one tier alone.
