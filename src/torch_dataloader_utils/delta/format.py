@@ -10,21 +10,20 @@ table is planned from its log (`sources.table_planning.plan_table`).
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass
-from typing import Any, TypeVar
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
 from ..formats import Format, FormatPlan, Listing, ReadOptions
+from ..formats.handles import HandleCache
 from ..formats.parquet import ParquetFormat
 from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
 from ..sources.deletion_vectors import read_delta_dv
-from ..sources.table_deletes import deleted_in, keep_mask, live_positions, physical_range
+from ..sources.table_deletes import PhysicalRead, chunk_file_rows, keep_mask, physical_read
 from .mapping import file_columns, parse_fields, to_logical
 from .options import DeltaFileInfo, DeltaReadOptions
 
@@ -33,19 +32,6 @@ __all__ = ["DeltaFormat", "delta_options"]
 # Per worker: data files whose column matching is kept, and whose deleted positions are kept.
 _FILES = 64
 _DELETED = 8
-
-V = TypeVar("V")
-
-
-def _cached(cache: OrderedDict[str, V], key: str, size: int, make: Callable[[], V]) -> V:
-    """``cache[key]``, made and kept (the ``size`` most recently used) when missing."""
-    value = cache.get(key)
-    if value is None:
-        value = cache[key] = make()
-        while len(cache) > size:
-            cache.popitem(last=False)
-    cache.move_to_end(key)
-    return value
 
 
 def delta_options(options: ReadOptions) -> DeltaReadOptions:
@@ -73,17 +59,6 @@ def partition_value(value: Any, t: pa.DataType) -> pa.Scalar:
 _INT96_UNIT = "us"
 
 
-@dataclass(frozen=True)
-class _Physical:
-    """The Parquet side of a read: the chunk's physical rows, the range of them to decode, the
-    chunk's deleted rows (relative to its first row)."""
-
-    chunk: Chunk
-    start: int
-    stop: int
-    deleted: np.ndarray
-
-
 class DeltaFormat(Format):
     """Parquet data files of a Delta table, read with deletion vectors and column mapping.
 
@@ -94,8 +69,8 @@ class DeltaFormat(Format):
 
     def __init__(self) -> None:
         self._parquet = ParquetFormat(int96_unit=_INT96_UNIT)
-        self._columns: OrderedDict[str, dict[str, str | None]] = OrderedDict()
-        self._deleted: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._columns: HandleCache[str, dict[str, str | None]] = HandleCache(_FILES)
+        self._deleted: HandleCache[str, np.ndarray] = HandleCache(_DELETED)
 
     def __reduce__(self) -> tuple[type[DeltaFormat], tuple[()]]:
         return (type(self), ())  # caches stay behind: each process fills its own
@@ -120,20 +95,15 @@ class DeltaFormat(Format):
         dv = file.deletion_vector
         if dv is None:
             return np.empty(0, dtype=np.int64)
-        return _cached(
-            self._deleted,
-            file.path,
-            _DELETED,
-            lambda: read_delta_dv(dv, root, fs, data_file=fs.url(file.path)),
+        return self._deleted.get(
+            file.path, lambda: read_delta_dv(dv, root, fs, data_file=fs.url(file.path))
         )
 
     def file_rows(self, chunk: Chunk, fs: FileSystemSpec, options: ReadOptions) -> np.ndarray:
         """The row number in its data file of each of ``chunk``'s live rows."""
         opts = delta_options(options)
         file = opts.file(chunk.path)
-        first = file.first_row(chunk.start)
-        total = sum(file.row_groups[chunk.start : chunk.stop])
-        return live_positions(self.deleted(file, fs, opts.root), first, first + total)
+        return chunk_file_rows(chunk, file.row_groups, self.deleted(file, fs, opts.root))
 
     def _file_columns(
         self, file: DeltaFileInfo, fs: FileSystemSpec, opts: DeltaReadOptions
@@ -149,7 +119,7 @@ class DeltaFormat(Format):
             return matched
 
         key = f"{file.path}\0{opts.schema_json}\0{wanted}"
-        return _cached(self._columns, key, _FILES, make)
+        return self._columns.get(key, make)
 
     @staticmethod
     def _wanted(opts: DeltaReadOptions) -> tuple[str, ...]:
@@ -163,26 +133,12 @@ class DeltaFormat(Format):
         row_stop: int,
         fs: FileSystemSpec,
         opts: DeltaReadOptions,
-    ) -> _Physical | None:
+    ) -> PhysicalRead | None:
         """What to decode for live rows ``[row_start, row_stop)`` of ``chunk`` (``None``:
         nothing)."""
         file = opts.file(chunk.path)
-        first = file.first_row(chunk.start)
-        physical_rows = file.row_groups[chunk.start : chunk.stop]
-        total = sum(physical_rows)
-        deleted = deleted_in(self.deleted(file, fs, opts.root), first, first + total)
-        start, stop = physical_range(deleted, row_start, min(row_stop, chunk.num_rows))
-        if start >= stop:
-            return None
-        parquet_chunk = Chunk(
-            path=chunk.path,
-            start=chunk.start,
-            stop=chunk.stop,
-            num_rows=total,
-            num_bytes=chunk.num_bytes,
-            unit_rows=physical_rows,
-        )
-        return _Physical(parquet_chunk, start, stop, deleted)
+        deleted = self.deleted(file, fs, opts.root)
+        return physical_read(chunk, file.row_groups, deleted, row_start, row_stop)
 
     def prefetch(
         self, chunk: Chunk, row_start: int, row_stop: int, fs: FileSystemSpec, options: ReadOptions

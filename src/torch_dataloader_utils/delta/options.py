@@ -4,14 +4,12 @@ file's facts."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
 import pyarrow as pa
 
-from ..errors import InvalidArgumentError
-from ..formats import ReadOptions
 from ..sources.deletion_vectors import DeltaDeletionVector
+from ..sources.tables import TableReadOptions
 
 __all__ = ["DeltaFileInfo", "DeltaReadOptions"]
 
@@ -40,7 +38,7 @@ class DeltaFileInfo:
 
 
 @dataclass(frozen=True)
-class DeltaReadOptions(ReadOptions):
+class DeltaReadOptions(TableReadOptions[DeltaFileInfo]):
     """`ReadOptions` of a Delta read: ``columns`` are the table's logical names.
 
     Attributes:
@@ -53,35 +51,8 @@ class DeltaReadOptions(ReadOptions):
         files: the data files of the plan.
     """
 
-    table: str = ""
     root: str = ""
     schema_json: str = ""
     arrow: pa.Schema | None = None
     mapping: str | None = None
     partitions: tuple[str, ...] = ()
-    files: tuple[DeltaFileInfo, ...] = ()
-
-    @cached_property
-    def _by_path(self) -> dict[str, DeltaFileInfo]:
-        return {f.path: f for f in self.files}
-
-    def file(self, path: str) -> DeltaFileInfo:
-        """The data file of a chunk.
-
-        Raises:
-            InvalidArgumentError: the path is not a data file of this plan.
-        """
-        try:
-            return self._by_path[path]
-        except KeyError:
-            raise InvalidArgumentError(
-                f"{path} is not a data file of the plan of {self.table}"
-            ) from None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_by_path", None)  # rebuilt on first use
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)

@@ -10,20 +10,19 @@ catalog and manifests (`plan_table`), not from a list of files.
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import TypeVar
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import InvalidArgumentError
 from ..formats import Format, FormatPlan, Listing, ReadOptions
+from ..formats.handles import HandleCache
 from ..formats.parquet import ParquetFormat
 from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
-from ..sources.table_deletes import deleted_in, keep_mask, live_positions, physical_range
+from ..sources.table_deletes import PhysicalRead, chunk_file_rows, keep_mask, physical_read
 from .deletes import DeletePositions, DeletionVector, merge_positions, read_deletes
 from .options import DataFileInfo, IcebergReadOptions
 from .projection import (
@@ -44,29 +43,11 @@ _DELETE_FILES = 4
 _DELETED = 8
 
 
-V = TypeVar("V")
-
-
-def _cached(cache: OrderedDict[str, V], key: str, size: int, make: Callable[[], V]) -> V:
-    """``cache[key]``, made and kept (the ``size`` most recently used) when missing."""
-    value = cache.get(key)
-    if value is None:
-        value = cache[key] = make()
-        while len(cache) > size:
-            cache.popitem(last=False)
-    cache.move_to_end(key)
-    return value
-
-
 @dataclass(frozen=True)
 class _Physical:
-    """The Parquet side of a read: the chunk's physical rows, the range of them to decode, the
-    chunk's deleted rows (relative to its first row) and the file's column matching."""
+    """A `PhysicalRead` of a chunk, and its data file's column matching."""
 
-    chunk: Chunk
-    start: int
-    stop: int
-    deleted: np.ndarray
+    read: PhysicalRead
     projection: FileProjection
 
 
@@ -94,9 +75,9 @@ class IcebergFormat(Format):
 
     def __init__(self) -> None:
         self._parquet = ParquetFormat()
-        self._projections: OrderedDict[str, FileProjection] = OrderedDict()
-        self._delete_files: OrderedDict[str, DeletePositions] = OrderedDict()
-        self._deleted: OrderedDict[str, np.ndarray] = OrderedDict()
+        self._projections: HandleCache[str, FileProjection] = HandleCache(_FILES)
+        self._delete_files: HandleCache[str, DeletePositions] = HandleCache(_DELETE_FILES)
+        self._deleted: HandleCache[str, np.ndarray] = HandleCache(_DELETED)
 
     def __reduce__(self) -> tuple[type[IcebergFormat], tuple[()]]:
         return (type(self), ())  # caches stay behind: each process fills its own
@@ -132,7 +113,7 @@ class IcebergFormat(Format):
             )
 
         key = f"{file.path}\0{options.schema_json}\0{options.columns}"
-        return _cached(self._projections, key, _FILES, make)
+        return self._projections.get(key, make)
 
     def deleted(self, file: DataFileInfo, fs: FileSystemSpec) -> np.ndarray:
         """The sorted positions of ``file`` that its delete files and deletion vector delete
@@ -143,23 +124,16 @@ class IcebergFormat(Format):
         def parsed(delete: str | DeletionVector) -> DeletePositions:
             if isinstance(delete, DeletionVector):
                 return read_deletes(delete, fs)  # one data file's: its merged positions are kept
-            return _cached(
-                self._delete_files, delete, _DELETE_FILES, lambda: read_deletes(delete, fs)
-            )
+            return self._delete_files.get(delete, lambda: read_deletes(delete, fs))
 
-        return _cached(
-            self._deleted,
-            file.path,
-            _DELETED,
-            lambda: merge_positions((parsed(d) for d in file.deletes), file.url),
+        return self._deleted.get(
+            file.path, lambda: merge_positions((parsed(d) for d in file.deletes), file.url)
         )
 
     def file_rows(self, chunk: Chunk, fs: FileSystemSpec, options: ReadOptions) -> np.ndarray:
         """The row number in its data file of each of ``chunk``'s live rows."""
         file = iceberg_options(options).file(chunk.path)
-        first = file.first_row(chunk.start)
-        total = sum(file.row_groups[chunk.start : chunk.stop])
-        return live_positions(self.deleted(file, fs), first, first + total)
+        return chunk_file_rows(chunk, file.row_groups, self.deleted(file, fs))
 
     # --- reading --------------------------------------------------------------------------------
 
@@ -174,23 +148,10 @@ class IcebergFormat(Format):
         """What to decode for live rows ``[row_start, row_stop)`` of ``chunk`` (``None``:
         nothing)."""
         file = options.file(chunk.path)
-        first = file.first_row(chunk.start)
-        physical_rows = file.row_groups[chunk.start : chunk.stop]
-        total = sum(physical_rows)
-        deleted = deleted_in(self.deleted(file, fs), first, first + total)
-        start, stop = physical_range(deleted, row_start, min(row_stop, chunk.num_rows))
-        if start >= stop:
+        read = physical_read(chunk, file.row_groups, self.deleted(file, fs), row_start, row_stop)
+        if read is None:
             return None
-        parquet_chunk = Chunk(
-            path=chunk.path,
-            start=chunk.start,
-            stop=chunk.stop,
-            num_rows=total,
-            num_bytes=chunk.num_bytes,
-            unit_rows=physical_rows,
-        )
-        projection = self._projection(file, fs, options)
-        return _Physical(parquet_chunk, start, stop, deleted, projection)
+        return _Physical(read, self._projection(file, fs, options))
 
     def prefetch(
         self,
@@ -206,8 +167,8 @@ class IcebergFormat(Format):
             return
         physical = self._physical(chunk, row_start, row_stop, fs, iceberg_options(options))
         if physical is not None:
-            columns = ReadOptions(columns=physical.projection.columns)
-            self._parquet.prefetch(physical.chunk, physical.start, physical.stop, fs, columns)
+            read, columns = physical.read, ReadOptions(columns=physical.projection.columns)
+            self._parquet.prefetch(read.chunk, read.start, read.stop, fs, columns)
 
     def read(
         self,
@@ -231,10 +192,11 @@ class IcebergFormat(Format):
         schema = projected_schema(opts.schema_json, opts.columns)
         target = arrow_schema(opts.schema_json, opts.columns)
         where = f"{fs.url(chunk.path)} (Iceberg table {opts.table})"
-        position = physical.start
+        read = physical.read
+        position = read.start
         columns = ReadOptions(columns=physical.projection.columns)
-        for batch in self._parquet.read(physical.chunk, physical.start, physical.stop, fs, columns):
-            mask = keep_mask(physical.deleted, position, batch.num_rows)
+        for batch in self._parquet.read(read.chunk, read.start, read.stop, fs, columns):
+            mask = keep_mask(read.deleted, position, batch.num_rows)
             position += batch.num_rows
             live = batch if mask is None else batch.filter(pa.array(mask))
             if live.num_rows:

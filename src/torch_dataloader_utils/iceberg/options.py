@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
 from typing import Any
 
-from ..errors import InvalidArgumentError
-from ..formats import ReadOptions
+from ..sources.tables import TableReadOptions
 from .deletes import DeletionVector
 
 __all__ = ["DataFileInfo", "IcebergReadOptions"]
@@ -41,7 +39,7 @@ class DataFileInfo:
 
 
 @dataclass(frozen=True)
-class IcebergReadOptions(ReadOptions):
+class IcebergReadOptions(TableReadOptions[DataFileInfo]):
     """`ReadOptions` of an Iceberg read: ``columns`` are the table's column names (resolved to
     each file's columns by field id), plus what each data file needs.
 
@@ -57,33 +55,6 @@ class IcebergReadOptions(ReadOptions):
     The table's storage travels beside them, in `Planned.fs`.
     """
 
-    table: str = ""
     schema_json: str = ""
     name_mapping_json: str | None = None
     format_version: int = 2
-    files: tuple[DataFileInfo, ...] = ()
-
-    @cached_property
-    def _by_path(self) -> dict[str, DataFileInfo]:
-        return {f.path: f for f in self.files}
-
-    def file(self, path: str) -> DataFileInfo:
-        """The data file of a chunk.
-
-        Raises:
-            InvalidArgumentError: the path is not a data file of this plan.
-        """
-        try:
-            return self._by_path[path]
-        except KeyError:
-            raise InvalidArgumentError(
-                f"{path} is not a data file of the plan of Iceberg table {self.table}"
-            ) from None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_by_path", None)  # rebuilt on first use
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)

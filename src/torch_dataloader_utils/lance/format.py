@@ -3,7 +3,7 @@
 A chunk of a Lance plan is a range of units of one fragment, counted in live rows (rows left
 after the fragment's deletion file): pylance's ``offset`` and ``limit`` count live rows too, so
 live rows ``[a, b)`` are read as they are, deletions applied by pylance. Each process opens the
-dataset at the pinned version itself and keeps it (`ProcessLocal`): a dataset opened in the
+dataset at the pinned version itself and keeps it (`HandleCache`): a dataset opened in the
 parent is never used in a forked worker. The row filter is the dataset's to apply, as for
 every format. A worker forked from a process that had imported pylance reads through a reader
 process of its own instead (`fork_reads`): pylance is not fork-safe.
@@ -11,7 +11,6 @@ process of its own instead (`fork_reads`): pylance is not fork-safe.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from collections.abc import Iterator
 from typing import TYPE_CHECKING
 
@@ -19,7 +18,8 @@ import pyarrow as pa
 
 from ..errors import CorruptFileError, InvalidArgumentError
 from ..formats import Format, FormatPlan, Listing, ReadOptions
-from ..fs import FileSystemSpec, ListedFile, ProcessLocal
+from ..formats.handles import HandleCache
+from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
 from .fork_reads import forked_after_lance, read_forked
 from .opening import open_dataset
@@ -35,8 +35,6 @@ __all__ = ["LanceFormat", "lance_options"]
 _DATASETS = 4
 # Rows pylance decodes a batch (its default is 8192; smaller keeps a worker's memory flat).
 _BATCH_ROWS = 8192
-
-Opened = OrderedDict[tuple[str, int], "LanceDataset"]
 
 
 def lance_options(options: ReadOptions) -> LanceReadOptions:
@@ -63,7 +61,7 @@ class LanceFormat(Format):
     name = "lance"
 
     def __init__(self) -> None:
-        self._opened: ProcessLocal[Opened] = ProcessLocal(OrderedDict)
+        self._opened: HandleCache[tuple[str, int], LanceDataset] = HandleCache(_DATASETS)
 
     def __reduce__(self) -> tuple[type[LanceFormat], tuple[()]]:
         return (type(self), ())  # datasets stay behind: each process opens its own
@@ -95,17 +93,13 @@ class LanceFormat(Format):
     def _dataset(self, options: LanceReadOptions, fs: FileSystemSpec) -> LanceDataset:
         """The dataset at the pinned version, opened by this process (kept) with its own
         storage options (``fs``'s)."""
-        opened = self._opened.get()
-        key = (options.uri, options.version)
-        dataset = opened.get(key)
-        if dataset is None:
+
+        def open_pinned() -> LanceDataset:
             label = f"Lance dataset {options.table}"
             storage = lance_storage_options(fs, label)
-            dataset = opened[key] = open_dataset(options.uri, options.version, label, storage)
-            while len(opened) > _DATASETS:
-                opened.popitem(last=False)
-        opened.move_to_end(key)
-        return dataset
+            return open_dataset(options.uri, options.version, label, storage)
+
+        return self._opened.get((options.uri, options.version), open_pinned)
 
     def read(
         self,
@@ -127,7 +121,7 @@ class LanceFormat(Format):
         stop = min(row_stop, chunk.num_rows)
         if row_start >= stop:
             return
-        info = opts.fragment(chunk.path)
+        info = opts.file(chunk.path)
         offset = info.first_row(chunk.start) + row_start
         where = f"{fs.url(chunk.path)} (fragment {info.fragment_id} of Lance dataset {opts.table} "
         where += f"at version {opts.version})"
@@ -179,4 +173,4 @@ class LanceFormat(Format):
             raise CorruptFileError(f"{where}: cannot be read: {exc}") from exc
 
     def close(self) -> None:
-        self._opened.pop()  # (reader processes, if any, live as long as this process)
+        self._opened.clear()  # (reader processes, if any, live as long as this process)

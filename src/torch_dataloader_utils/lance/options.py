@@ -4,11 +4,8 @@ fragment's units of live rows."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import cached_property
-from typing import Any
 
-from ..errors import InvalidArgumentError
-from ..formats import ReadOptions
+from ..sources.tables import TableReadOptions
 
 __all__ = ["FragmentInfo", "LanceReadOptions"]
 
@@ -33,43 +30,15 @@ class FragmentInfo:
 
 
 @dataclass(frozen=True)
-class LanceReadOptions(ReadOptions):
+class LanceReadOptions(TableReadOptions[FragmentInfo]):
     """`ReadOptions` of a Lance read: ``columns`` are the dataset's column names.
 
     Attributes:
         table: the dataset as the user named it, for messages.
         uri: where pylance opens it (an absolute path, or a URL).
         version: the pinned version (a number): every worker opens this one.
-        fragments: the plan's fragments.
+        files: the plan's fragments (by their first data file).
     """
 
-    table: str = ""
     uri: str = ""
     version: int = 0
-    fragments: tuple[FragmentInfo, ...] = ()
-
-    @cached_property
-    def _by_path(self) -> dict[str, FragmentInfo]:
-        return {f.path: f for f in self.fragments}
-
-    def fragment(self, path: str) -> FragmentInfo:
-        """The fragment of a chunk.
-
-        Raises:
-            InvalidArgumentError: the path is not a fragment of this plan.
-        """
-        try:
-            return self._by_path[path]
-        except KeyError:
-            raise InvalidArgumentError(
-                f"{path} is not a fragment of the plan of Lance dataset {self.table} at "
-                f"version {self.version}"
-            ) from None
-
-    def __getstate__(self) -> dict[str, Any]:
-        state = self.__dict__.copy()
-        state.pop("_by_path", None)  # rebuilt on first use
-        return state
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)

@@ -171,7 +171,7 @@ class LanceTable:
             table=self.name,
             uri=self.uri,
             version=int(self._dataset.version),
-            fragments=tuple(f.info for f in files),
+            files=tuple(f.info for f in files),
         )
 
 

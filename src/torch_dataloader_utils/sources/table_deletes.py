@@ -11,9 +11,23 @@ on sorted arrays: exact and deterministic.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from dataclasses import dataclass
+
 import numpy as np
 
-__all__ = ["deleted_in", "keep_mask", "live_positions", "live_rows", "physical_range"]
+from ..planning import Chunk
+
+__all__ = [
+    "PhysicalRead",
+    "chunk_file_rows",
+    "deleted_in",
+    "keep_mask",
+    "live_positions",
+    "live_rows",
+    "physical_range",
+    "physical_read",
+]
 
 
 def deleted_in(positions: np.ndarray, start: int, stop: int) -> np.ndarray:
@@ -59,3 +73,45 @@ def live_positions(deleted: np.ndarray, start: int, stop: int) -> np.ndarray:
     positions = np.arange(start, stop, dtype=np.int64)
     mask = keep_mask(deleted, start, stop - start)
     return positions if mask is None else positions[mask]
+
+
+@dataclass(frozen=True)
+class PhysicalRead:
+    """What a table's format decodes for live rows of a chunk: the chunk as its data file's
+    physical rows (a Parquet chunk), the physical rows ``[start, stop)`` of it to decode, and
+    the chunk's deleted rows (relative to its first row), which each decoded batch drops."""
+
+    chunk: Chunk
+    start: int
+    stop: int
+    deleted: np.ndarray
+
+
+def physical_read(
+    chunk: Chunk, row_groups: Sequence[int], deleted: np.ndarray, row_start: int, row_stop: int
+) -> PhysicalRead | None:
+    """The `PhysicalRead` of live rows ``[row_start, row_stop)`` of ``chunk`` (row groups
+    ``chunk.start:chunk.stop`` of a data file of ``row_groups`` physical rows, whose deleted
+    positions are ``deleted``, file-wide); ``None``: no row to decode."""
+    first = sum(row_groups[: chunk.start])
+    physical_rows = tuple(row_groups[chunk.start : chunk.stop])
+    total = sum(physical_rows)
+    inside = deleted_in(deleted, first, first + total)
+    start, stop = physical_range(inside, row_start, min(row_stop, chunk.num_rows))
+    if start >= stop:
+        return None
+    physical = Chunk(
+        path=chunk.path,
+        start=chunk.start,
+        stop=chunk.stop,
+        num_rows=total,
+        num_bytes=chunk.num_bytes,
+        unit_rows=physical_rows,
+    )
+    return PhysicalRead(physical, start, stop, inside)
+
+
+def chunk_file_rows(chunk: Chunk, row_groups: Sequence[int], deleted: np.ndarray) -> np.ndarray:
+    """The row number in its data file of each of ``chunk``'s live rows (`Format.file_rows`)."""
+    first = sum(row_groups[: chunk.start])
+    return live_positions(deleted, first, first + sum(row_groups[chunk.start : chunk.stop]))

@@ -23,12 +23,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal, Protocol
+from functools import cached_property
+from typing import Any, Generic, Literal, Protocol, TypeVar
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from ..errors import InvalidArgumentError
 from ..formats import Format, ReadOptions
 from ..fs import FileSystemSpec
 from .table_deletes import live_rows
@@ -36,6 +38,7 @@ from .table_deletes import live_rows
 __all__ = [
     "PinnedTable",
     "TableFile",
+    "TableReadOptions",
     "TableFilter",
     "TableKind",
     "TableRequest",
@@ -188,6 +191,54 @@ class TableFile:
             live.append(live_rows(self.deleted, first, first + rows))
             first += rows
         return tuple(live)
+
+
+class _Planned(Protocol):
+    @property
+    def path(self) -> str: ...
+
+
+F = TypeVar("F", bound=_Planned)
+
+
+@dataclass(frozen=True)
+class TableReadOptions(ReadOptions, Generic[F]):
+    """The `ReadOptions` a kind's format reads with (`PinnedTable.read_options`): the table,
+    for messages, and the facts of each data file of the plan (its ``TableFile.info``), looked
+    up by a chunk's path. A kind subclasses it with what else its reads need.
+
+    Attributes:
+        table: the table in messages.
+        files: each data file's facts (with a ``path``: the chunks' ``path``).
+    """
+
+    table: str = ""
+    files: tuple[F, ...] = ()
+
+    @cached_property
+    def _by_path(self) -> dict[str, F]:
+        return {f.path: f for f in self.files}
+
+    def file(self, path: str) -> F:
+        """The facts of a chunk's data file.
+
+        Raises:
+            InvalidArgumentError: the path is not a data file of this plan.
+        """
+        try:
+            return self._by_path[path]
+        except KeyError:
+            raise InvalidArgumentError(
+                f"{path} is not a data file of the plan of {self.table}"
+            ) from None
+
+    def __getstate__(self) -> dict[str, Any]:
+        state = self.__dict__.copy()
+        state.pop("_by_path", None)  # rebuilt on first use
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
 
 
 class PinnedTable(Protocol):
