@@ -33,10 +33,12 @@ def ids_of(batches: Iterable[dict[str, Any]]) -> list[int]:
     return [int(i) for b in batches for i in b["id"]]
 
 
-def make(path: str, rank: int = 0, world_size: int = 1, **options: Any) -> Any:
+def make(
+    path: str, rank: int = 0, world_size: int = 1, format: str = "parquet", **options: Any
+) -> Any:
     return tdu.create_dataloader(
         path,
-        format="parquet",
+        format=format,
         batch_size=16,
         shuffle=True,
         rank=rank,
@@ -125,3 +127,17 @@ def test_through_the_node_local_cache(fresh: HubServer, repo: str, tmp_path: Any
     second = make(path, num_workers=2, multiprocessing_context="fork", cache_dir=tmp_path)
     assert sorted(ids_of(second)) == EXPECTED
     assert dict(fresh.counts) == {"info": 1, "tree": 1}
+
+
+def test_json_lines_are_read_at_the_commit_by_ranged_gets(fresh: HubServer) -> None:
+    lines = {
+        f"text/part-{i}.jsonl": "".join(
+            f'{{"id": {j}, "text": "row {j}"}}\n' for j in range(i * 30, (i + 1) * 30)
+        ).encode()
+        for i in range(3)
+    }
+    fresh.create("org/text", lines)
+    loader = make("hf://datasets/org/text/text/*.jsonl", format="json", num_workers=2)
+    assert sorted(ids_of(loader)) == list(range(90))
+    assert (fresh.counts["info"], fresh.counts["tree"]) == (1, 1)  # at planning, nothing after
+    assert fresh.counts["paths-info"] == 0 and fresh.counts["resolve-head"] == 0
