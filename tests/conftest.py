@@ -53,6 +53,13 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
                 "tests/conftest.py and to the markers in pyproject.toml"
             )
         item.add_marker(TIERS[folder])
+    # Files with the most slow tests first: the two test processes take whole files in this
+    # order (scripts/test.sh, --dist loadfile), so a trainer's minutes do not start last and
+    # leave one process working alone at the end.
+    slow: dict[Path, int] = {}
+    for item in items:
+        slow[item.path] = slow.get(item.path, 0) + (item.get_closest_marker("slow") is not None)
+    items.sort(key=lambda item: -slow[item.path])  # (stable: each file's tests keep their order)
 
 
 def make_table(ids: np.ndarray, *, seed: int = 0, emb_dim: int = 4) -> pa.Table:
