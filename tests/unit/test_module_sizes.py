@@ -73,6 +73,7 @@ TESTED_IN: dict[str, str] = {
     "dataset/tokens.py": "tests/multiproc/test_token_budget.py, tests/multiproc/test_packing.py",
     "formats/chunking.py": "tests/unit/formats/test_unit_chunks.py",
     "lance/format.py": "tests/lance/test_conformance.py, tests/lance/test_workers.py",
+    "stream/best_fit_lengths.py": "tests/unit/planning/test_pack_lengths.py",
     "lance/options.py": "tests/lance/test_conformance.py",
     "lance/table.py": "tests/lance/test_conformance.py",
     "fs/hub_listing.py": "tests/unit/fs/test_hub.py, tests/hub/test_read.py",
