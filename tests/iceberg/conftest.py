@@ -160,13 +160,15 @@ class _AddDeleteFiles(_FastAppendFiles):
     """A ``delete`` snapshot that adds delete files in one DELETES manifest, keeping every
     existing manifest (what an engine's merge-on-read DELETE commits)."""
 
+    manifest_writer: type[_DeleteManifestWriter] = _DeleteManifestWriter
+
     def __init__(self, delete_files: list[DataFile], **kwargs: Any) -> None:
         super().__init__(Operation.DELETE, **kwargs)
         self._delete_files = delete_files
 
     def _manifests(self) -> list[ManifestFile]:
         metadata = self._transaction.table_metadata
-        writer = _DeleteManifestWriter(
+        writer = self.manifest_writer(
             metadata.spec(),
             metadata.schema(),
             self.new_manifest_output(),
@@ -353,27 +355,7 @@ class _DeletionVectorManifestWriter(_DeleteManifestWriter):
 class _AddDeletionVectors(_AddDeleteFiles):
     """`_AddDeleteFiles` with the delete files in a version 3 manifest."""
 
-    def _manifests(self) -> list[ManifestFile]:
-        metadata = self._transaction.table_metadata
-        writer = _DeletionVectorManifestWriter(
-            metadata.spec(),
-            metadata.schema(),
-            self.new_manifest_output(),
-            self._snapshot_id,
-            self._compression,
-        )
-        with writer:
-            for delete_file in self._delete_files:
-                writer.add(
-                    ManifestEntry.from_args(
-                        status=ManifestEntryStatus.ADDED,
-                        snapshot_id=self._snapshot_id,
-                        sequence_number=None,
-                        file_sequence_number=None,
-                        data_file=delete_file,
-                    )
-                )
-        return [writer.to_manifest_file(), *self._existing_manifests()]
+    manifest_writer = _DeletionVectorManifestWriter
 
 
 def commit_deletion_vectors(

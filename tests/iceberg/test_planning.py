@@ -43,7 +43,7 @@ def test_valid_split_offsets(offsets: list[int] | None, size: int, valid: bool) 
 
 def test_single_row_group_files_are_planned_without_footers(catalog: Catalog) -> None:
     catalog.create("small", [range(k * 80, (k + 1) * 80) for k in range(5)])
-    with mock.patch.object(planning, "_footer", side_effect=AssertionError("footer read")):
+    with mock.patch.object(planning, "file_metadata", side_effect=AssertionError("footer read")):
         load, dataset = loader(catalog, "small")
     assert [c.num_rows for c in dataset.plan.chunks] == [80] * 5
     assert sorted(flat(batch_ids(load))) == list(range(400))
@@ -51,7 +51,7 @@ def test_single_row_group_files_are_planned_without_footers(catalog: Catalog) ->
 
 def test_footers_of_multi_row_group_files_are_read_once(catalog: Catalog) -> None:
     catalog.create("multi", [range(250), range(250, 260)])
-    with mock.patch.object(planning, "_footer", wraps=planning._footer) as footer:
+    with mock.patch.object(planning, "file_metadata", wraps=planning.file_metadata) as footer:
         _, dataset = loader(catalog, "multi")
     assert footer.call_count == 1  # the 3-row-group file only
     assert sorted(c.num_rows for c in dataset.plan.chunks) == [10, 50, 100, 100]

@@ -16,37 +16,22 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InvalidArgumentError
-from ..formats import Format, FormatPlan, Listing, ReadOptions
+from ..formats import ReadOptions
 from ..formats.handles import HandleCache
 from ..formats.parquet import ParquetFormat
 from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
 from ..sources.deletion_vectors import read_delta_dv
 from ..sources.table_deletes import PhysicalRead, chunk_file_rows, keep_mask, physical_read
+from ..sources.tables import TableFormat
 from .mapping import file_columns, parse_fields, to_logical
 from .options import DeltaFileInfo, DeltaReadOptions
 
-__all__ = ["DeltaFormat", "delta_options"]
+__all__ = ["DeltaFormat"]
 
 # Per worker: data files whose column matching is kept, and whose deleted positions are kept.
 _FILES = 64
 _DELETED = 8
-
-
-def delta_options(options: ReadOptions) -> DeltaReadOptions:
-    """``options`` as the Delta options planning made.
-
-    Raises:
-        InvalidArgumentError: they are plain `ReadOptions` (not from `plan_table`).
-    """
-    if not isinstance(options, DeltaReadOptions):
-        raise InvalidArgumentError(
-            "the Delta format reads chunks planned from a Delta table "
-            f'(create_dataloader(path, format="delta")), with DeltaReadOptions; got '
-            f"{type(options).__name__}"
-        )
-    return options
 
 
 def partition_value(value: Any, t: pa.DataType) -> pa.Scalar:
@@ -59,13 +44,16 @@ def partition_value(value: Any, t: pa.DataType) -> pa.Scalar:
 _INT96_UNIT = "us"
 
 
-class DeltaFormat(Format):
+class DeltaFormat(TableFormat[DeltaReadOptions]):
     """Parquet data files of a Delta table, read with deletion vectors and column mapping.
 
     Stateless apart from per-process caches (dropped when pickled and on `close`).
     """
 
     name = "delta"
+    options_type = DeltaReadOptions
+    planned_from = "a Delta table is planned from its log"
+    read_as = 'use create_dataloader("<table location>", format="delta")'
 
     def __init__(self) -> None:
         self._parquet = ParquetFormat(int96_unit=_INT96_UNIT)
@@ -79,17 +67,6 @@ class DeltaFormat(Format):
         """The physical schema of one data file (its own column names)."""
         return self._parquet.schema(file, fs)
 
-    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
-        """Not supported: a Delta table is planned from its log.
-
-        Raises:
-            InvalidArgumentError: always.
-        """
-        raise InvalidArgumentError(
-            "a Delta table is planned from its log, not from a list of files: use "
-            'create_dataloader("<table location>", format="delta")'
-        )
-
     def deleted(self, file: DeltaFileInfo, fs: FileSystemSpec, root: str) -> np.ndarray:
         """The sorted positions of ``file`` that its deletion vector deletes."""
         dv = file.deletion_vector
@@ -101,7 +78,7 @@ class DeltaFormat(Format):
 
     def file_rows(self, chunk: Chunk, fs: FileSystemSpec, options: ReadOptions) -> np.ndarray:
         """The row number in its data file of each of ``chunk``'s live rows."""
-        opts = delta_options(options)
+        opts = self.table_options(options)
         file = opts.file(chunk.path)
         return chunk_file_rows(chunk, file.row_groups, self.deleted(file, fs, opts.root))
 
@@ -147,7 +124,7 @@ class DeltaFormat(Format):
         the physical rows' bytes (remote storage)."""
         if fs.is_local:
             return
-        opts = delta_options(options)
+        opts = self.table_options(options)
         physical = self._physical(chunk, row_start, row_stop, fs, opts)
         if physical is not None:
             names = self._file_columns(opts.file(chunk.path), fs, opts)
@@ -164,7 +141,7 @@ class DeltaFormat(Format):
             CorruptFileError: a data file or deletion vector cannot be decoded.
             StorageError: the storage failed.
         """
-        opts = delta_options(options)
+        opts = self.table_options(options)
         physical = self._physical(chunk, row_start, row_stop, fs, opts)
         if physical is None:
             return

@@ -16,11 +16,11 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import pyarrow.parquet as pq
 
 from ..errors import CorruptFileError, FilterTypeError
 from ..formats import Format, ReadOptions
-from ..formats.opening import each_file, open_input, parsing
+from ..formats.opening import each_file
+from ..formats.parquet.footer import file_metadata
 from ..fs import FileSystemSpec
 from ..sources.deletion_vectors import DeltaDeletionVector, read_delta_dv
 from ..sources.tables import TableFile, TableFilter, TableRequest, TableSchema, TableVersion
@@ -73,16 +73,6 @@ class DeltaTables:
         # Remote: the table's protocol, read under each rank's own options (never shipped).
         storage = None if fs.is_local else FileSystemSpec(fs.protocol)
         return DeltaTable(label, log, TableFilter.of(request.filters), storage)
-
-
-def _footer(path: str, fs: FileSystemSpec) -> pq.FileMetaData:
-    url = fs.url(path)
-
-    def read() -> pq.FileMetaData:
-        with open_input(path, fs) as source, parsing(url):
-            return pq.read_metadata(source)
-
-    return fs.request(read, what=url)
 
 
 class DeltaTable:
@@ -158,7 +148,7 @@ class DeltaTable:
         read: set[str],
     ) -> TableFile:
         path = self._data_path(action["path"], fs)
-        footer = _footer(path, fs)
+        footer = file_metadata(path, fs)
         groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
         rows = tuple(g.num_rows for g in groups)
         records = action.get("num_records")

@@ -16,13 +16,13 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 
-from ..errors import InvalidArgumentError
-from ..formats import Format, FormatPlan, Listing, ReadOptions
+from ..formats import ReadOptions
 from ..formats.handles import HandleCache
 from ..formats.parquet import ParquetFormat
 from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
 from ..sources.table_deletes import PhysicalRead, chunk_file_rows, keep_mask, physical_read
+from ..sources.tables import TableFormat
 from .deletes import DeletePositions, DeletionVector, merge_positions, read_deletes
 from .options import DataFileInfo, IcebergReadOptions
 from .projection import (
@@ -51,27 +51,16 @@ class _Physical:
     projection: FileProjection
 
 
-def iceberg_options(options: ReadOptions) -> IcebergReadOptions:
-    """``options`` as the Iceberg options planning made.
-
-    Raises:
-        InvalidArgumentError: they are plain `ReadOptions` (not from `plan_table`).
-    """
-    if not isinstance(options, IcebergReadOptions):
-        raise InvalidArgumentError(
-            "the Iceberg format reads chunks planned from an Iceberg table (IcebergDataset), "
-            f"with IcebergReadOptions; got {type(options).__name__}"
-        )
-    return options
-
-
-class IcebergFormat(Format):
+class IcebergFormat(TableFormat[IcebergReadOptions]):
     """Parquet data files of an Iceberg table, read by field id with positional deletes.
 
     Stateless apart from per-process caches (dropped when pickled and on `close`).
     """
 
     name = "iceberg"
+    options_type = IcebergReadOptions
+    planned_from = "an Iceberg table is planned from its catalog"
+    read_as = 'use IcebergDataset.create_dataloader(table="db.table", catalog_config={...})'
 
     def __init__(self) -> None:
         self._parquet = ParquetFormat()
@@ -85,17 +74,6 @@ class IcebergFormat(Format):
     def schema(self, file: ListedFile, fs: FileSystemSpec) -> pa.Schema:
         """The physical schema of one data file (its own column names)."""
         return self._parquet.schema(file, fs)
-
-    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
-        """Not supported: an Iceberg table is planned from its catalog and manifests.
-
-        Raises:
-            InvalidArgumentError: always; use ``IcebergDataset``.
-        """
-        raise InvalidArgumentError(
-            "an Iceberg table is planned from its catalog, not from a list of files: use "
-            'IcebergDataset.create_dataloader(table="db.table", catalog_config={...})'
-        )
 
     # --- per-process caches ----------------------------------------------------------------------
 
@@ -132,7 +110,7 @@ class IcebergFormat(Format):
 
     def file_rows(self, chunk: Chunk, fs: FileSystemSpec, options: ReadOptions) -> np.ndarray:
         """The row number in its data file of each of ``chunk``'s live rows."""
-        file = iceberg_options(options).file(chunk.path)
+        file = self.table_options(options).file(chunk.path)
         return chunk_file_rows(chunk, file.row_groups, self.deleted(file, fs))
 
     # --- reading --------------------------------------------------------------------------------
@@ -165,7 +143,7 @@ class IcebergFormat(Format):
         the physical rows' bytes (remote storage)."""
         if fs.is_local:
             return
-        physical = self._physical(chunk, row_start, row_stop, fs, iceberg_options(options))
+        physical = self._physical(chunk, row_start, row_stop, fs, self.table_options(options))
         if physical is not None:
             read, columns = physical.read, ReadOptions(columns=physical.projection.columns)
             self._parquet.prefetch(read.chunk, read.start, read.stop, fs, columns)
@@ -185,7 +163,7 @@ class IcebergFormat(Format):
             CorruptFileError: a file's bytes cannot be decoded.
             StorageError: the storage failed.
         """
-        opts = iceberg_options(options)
+        opts = self.table_options(options)
         physical = self._physical(chunk, row_start, row_stop, fs, opts)
         if physical is None:
             return

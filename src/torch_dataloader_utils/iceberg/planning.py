@@ -13,10 +13,8 @@ from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
-import pyarrow.parquet as pq
-
 from ..errors import CorruptFileError, InvalidSourceError
-from ..formats.opening import open_input, parsing
+from ..formats.parquet.footer import file_metadata
 from ..fs import FileSystemSpec
 from ..fs.threads import PLAN_THREADS
 from ..sources.tables import TableFile
@@ -51,16 +49,6 @@ def valid_split_offsets(offsets: Sequence[int] | None, file_size: int) -> list[i
     return values
 
 
-def _footer(path: str, fs: FileSystemSpec) -> pq.FileMetaData:
-    url = fs.url(path)
-
-    def read() -> pq.FileMetaData:
-        with open_input(path, fs) as source, parsing(url):
-            return pq.read_metadata(source)
-
-    return fs.request(read, what=url)
-
-
 def _row_groups(data: DataFile, path: str, fs: FileSystemSpec) -> tuple[list[int], list[int]]:
     """Rows and compressed bytes of each row group: from the manifest for one row group,
     else from the footer."""
@@ -68,7 +56,7 @@ def _row_groups(data: DataFile, path: str, fs: FileSystemSpec) -> tuple[list[int
     offsets = valid_split_offsets(data.split_offsets, size)
     if offsets is not None and len(offsets) == 1:
         return [int(data.record_count)], [size - offsets[0]]
-    footer = _footer(path, fs)
+    footer = file_metadata(path, fs)
     groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
     rows = [g.num_rows for g in groups]
     if sum(rows) != data.record_count:

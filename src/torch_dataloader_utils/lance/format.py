@@ -16,11 +16,12 @@ from typing import TYPE_CHECKING
 
 import pyarrow as pa
 
-from ..errors import CorruptFileError, InvalidArgumentError
-from ..formats import Format, FormatPlan, Listing, ReadOptions
+from ..errors import CorruptFileError
+from ..formats import ReadOptions
 from ..formats.handles import HandleCache
 from ..fs import FileSystemSpec, ListedFile
 from ..planning import Chunk
+from ..sources.tables import TableFormat
 from .fork_reads import forked_after_lance, read_forked
 from .opening import open_dataset
 from .options import FragmentInfo, LanceReadOptions
@@ -29,7 +30,7 @@ from .storage import lance_storage_options
 if TYPE_CHECKING:
     from lance import LanceDataset
 
-__all__ = ["LanceFormat", "lance_options"]
+__all__ = ["LanceFormat"]
 
 # Datasets (uri, version) a process keeps open: a stream reads one or two at a time.
 _DATASETS = 4
@@ -37,21 +38,7 @@ _DATASETS = 4
 _BATCH_ROWS = 8192
 
 
-def lance_options(options: ReadOptions) -> LanceReadOptions:
-    """``options`` as the Lance options planning made.
-
-    Raises:
-        InvalidArgumentError: they are plain `ReadOptions` (not from `plan_table`).
-    """
-    if not isinstance(options, LanceReadOptions):
-        raise InvalidArgumentError(
-            'the Lance format reads chunks planned from a Lance dataset (format="lance" on '
-            f"its path), with LanceReadOptions; got {type(options).__name__}"
-        )
-    return options
-
-
-class LanceFormat(Format):
+class LanceFormat(TableFormat[LanceReadOptions]):
     """Fragments of a Lance dataset at a pinned version, read by live row.
 
     Stateless apart from the datasets each process opens (dropped when pickled and on
@@ -59,6 +46,9 @@ class LanceFormat(Format):
     """
 
     name = "lance"
+    options_type = LanceReadOptions
+    planned_from = "a Lance dataset is planned from its manifest"
+    read_as = 'read its folder with create_dataloader("data/train.lance", format="lance")'
 
     def __init__(self) -> None:
         self._opened: HandleCache[tuple[str, int], LanceDataset] = HandleCache(_DATASETS)
@@ -78,17 +68,6 @@ class LanceFormat(Format):
             return LanceFileReader(fs.url(file.path)).metadata().schema
         except (ValueError, OSError) as exc:
             raise CorruptFileError(f"{fs.url(file.path)}: not a Lance data file: {exc}") from exc
-
-    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
-        """Not supported: a Lance dataset is planned from its manifest.
-
-        Raises:
-            InvalidArgumentError: always.
-        """
-        raise InvalidArgumentError(
-            "a Lance dataset is planned from its manifest, not from a list of files: read its "
-            'folder with format="lance" (create_dataloader("data/train.lance", format="lance"))'
-        )
 
     def _dataset(self, options: LanceReadOptions, fs: FileSystemSpec) -> LanceDataset:
         """The dataset at the pinned version, opened by this process (kept) with its own
@@ -117,7 +96,7 @@ class LanceFormat(Format):
             CorruptFileError: the fragment holds fewer live rows than planned, or pylance
                 cannot decode it.
         """
-        opts = lance_options(options)
+        opts = self.table_options(options)
         stop = min(row_stop, chunk.num_rows)
         if row_start >= stop:
             return

@@ -31,13 +31,14 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from ..errors import InvalidArgumentError
-from ..formats import Format, ReadOptions
+from ..formats import Format, FormatPlan, Listing, ReadOptions
 from ..fs import FileSystemSpec
 from .table_deletes import live_rows
 
 __all__ = [
     "PinnedTable",
     "TableFile",
+    "TableFormat",
     "TableReadOptions",
     "TableFilter",
     "TableKind",
@@ -239,6 +240,46 @@ class TableReadOptions(ReadOptions, Generic[F]):
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+
+
+Opts = TypeVar("Opts", bound=TableReadOptions[Any])
+
+
+class TableFormat(Format, Generic[Opts]):
+    """A table kind's `Format`: its chunks are planned from the table (`TableKind.open`), never
+    from a listing of files, and read with the kind's `TableReadOptions` (``options_type``).
+
+    Attributes:
+        options_type: the kind's read options.
+        planned_from: what plans it, for the refusal of a listing (``"an Iceberg table is
+            planned from its catalog"``).
+        read_as: how a user reads one (``'create_dataloader(path, format="delta")'``).
+    """
+
+    options_type: type[Opts]
+    planned_from = "a table is planned from its metadata"
+    read_as = 'create_dataloader("<table>", format="<kind>")'
+
+    def plan(self, listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> FormatPlan:
+        """Not supported: a table is planned from its metadata.
+
+        Raises:
+            InvalidArgumentError: always.
+        """
+        raise InvalidArgumentError(f"{self.planned_from}, not from a list of files: {self.read_as}")
+
+    def table_options(self, options: ReadOptions) -> Opts:
+        """``options`` as the kind's read options, which planning made.
+
+        Raises:
+            InvalidArgumentError: they are not (plain `ReadOptions`, not from `plan_table`).
+        """
+        if not isinstance(options, self.options_type):
+            raise InvalidArgumentError(
+                f"the {self.name} format reads chunks planned from its table ({self.read_as}), "
+                f"with {self.options_type.__name__}; got {type(options).__name__}"
+            )
+        return options
 
 
 class PinnedTable(Protocol):

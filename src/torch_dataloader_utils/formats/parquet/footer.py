@@ -22,9 +22,12 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 
 from ...errors import CorruptFileError, UnsupportedFileError
+from ...fs import FileSystemSpec
 from ...fs.ranges import RangeFile
+from ..opening import open_input, parsing
 from .thrift import (
     BINARY,
     FALSE,
@@ -40,7 +43,7 @@ from .thrift import (
     zigzag,
 )
 
-__all__ = ["ColumnFacts", "Footer", "footer_file", "read_footer"]
+__all__ = ["ColumnFacts", "Footer", "file_metadata", "footer_file", "read_footer"]
 
 MAGIC = b"PAR1"
 ENCRYPTED_MAGIC = b"PARE"
@@ -347,3 +350,20 @@ def footer_file(source: pa.NativeFile, size: int, start: int, thrift: bytes) -> 
     the footer again from it without a second request; any other read goes to ``source``."""
     tail = thrift + len(thrift).to_bytes(4, "little") + MAGIC
     return RangeFile(size, {start: tail}, lambda offset, n: source.read_at(n, offset)).arrow()
+
+
+def file_metadata(path: str, fs: FileSystemSpec) -> pq.FileMetaData:
+    """pyarrow's footer of the Parquet file ``path`` (a table kind's data file, whose row groups
+    planning counts), read as one retried request.
+
+    Raises:
+        CorruptFileError: it is not a Parquet file.
+        StorageError: the storage failed.
+    """
+    url = fs.url(path)
+
+    def read() -> pq.FileMetaData:
+        with open_input(path, fs) as source, parsing(url):
+            return pq.read_metadata(source)
+
+    return fs.request(read, what=url)
