@@ -13,7 +13,7 @@ Examples:
 The public names, by who reads them (``__all__`` holds them sorted):
 
 - Training: `create_dataloader`, `TabularDataLoader`, `StructuredDataset`, `IcebergDataset`,
-  `MixtureDataset`, `Source`, `Packing`, `TokenBudget`, `Tokenize`, `Transform`,
+  `MixtureDataset`, `Source`, `Packing`, `TokenBudget`, `Balance`, `Tokenize`, `Transform`,
   `RetryPolicy`, `CacheStats`, `attention`, `ShardWriter`.
 - Format authors: `Format`, `FormatPlan`, `Listing`, `ReadOptions`, `Chunk`, `Plan`,
   `register_format`, `get_format`, `available_formats`, and the formats shipped:
@@ -28,7 +28,7 @@ from __future__ import annotations
 import logging
 
 from . import attention, iceberg
-from .batching import Packing, TokenBudget
+from .batching import Balance, Packing, TokenBudget
 from .cache import CacheStats
 from .convert import Converter
 from .create import create_dataloader
@@ -83,6 +83,7 @@ from .webdataset.format import WebDatasetFormat
 __version__ = "0.3.0.dev0"
 
 __all__ = [
+    "Balance",
     "CacheStats",
     "Chunk",
     "ColumnNotFoundError",

@@ -1,19 +1,86 @@
 """How rows become batches of tokens: `Packing` (a token-list column packed into sequences)
-and `TokenBudget` (batches of whole rows under a token budget); docs/concepts/packing.md and
-docs/adr/0022-packed-sequences.md."""
+and `TokenBudget` (batches of whole rows under a token budget), each optionally with
+`Balance` (every step's batches of similar cost on every rank); docs/concepts/packing.md,
+docs/adr/0022-packed-sequences.md and docs/adr/0032-balance-by-compute.md."""
 
 from __future__ import annotations
 
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from fractions import Fraction
+from typing import Any
 
 from .errors import InvalidArgumentError
 from .errors.keywords import SuggestsKeywords, check_positive
 
-__all__ = ["PACKED_KEYS", "PACKING_METHODS", "PACKING_POSITIONS", "Packing", "TokenBudget"]
+__all__ = [
+    "BALANCE_COSTS",
+    "PACKED_KEYS",
+    "PACKING_METHODS",
+    "PACKING_POSITIONS",
+    "Balance",
+    "Packing",
+    "TokenBudget",
+]
+
+BALANCE_COSTS = ("attention", "tokens")
+
+
+@dataclass(frozen=True)
+class Balance(SuggestsKeywords):
+    """Give every rank, at every step, a batch of about the same compute: within each window
+    of ``window`` steps the batches the plan made for all ranks are handed out again, grouped
+    by cost, in a seeded step order (docs/adr/0032-balance-by-compute.md). Every batch is
+    still delivered exactly once, to one rank; every rank works the same answer out from the
+    plan, without a collective.
+
+    Args:
+        window: steps whose batches are regrouped together (a DataLoader worker's share:
+            ``ceil(window / num_workers)`` of its batches). Longer windows balance better and
+            keep more batches waiting in memory.
+        cost: what a batch costs, over its document fragments' lengths ``L`` (a token budget's
+            batch: each row as long as its longest): ``"attention"``: ``sum L**2 + linear *
+            sum L``; ``"tokens"``: ``sum L``; or a callable taking one batch's lengths (an int64
+            numpy array) and returning a number.
+        linear: ``"attention"``'s weight of one token against one unit of ``L**2``: a model's
+            dense FLOPs a token over its attention FLOPs a token pair
+            (`torch_dataloader_utils.planning.linear_coefficient`: about 51,000 for a 7B
+            Llama shape); 0: attention alone.
+
+    Raises:
+        InvalidArgumentError: an option is out of range.
+        UnknownKeywordError: a keyword it does not take; the message names the closest one.
+    """
+
+    window: int = 64
+    cost: str | Callable[[Any], float] = "attention"
+    linear: float = 0.0
+
+    def __post_init__(self) -> None:
+        check_positive(window=self.window)
+        if not callable(self.cost) and self.cost not in BALANCE_COSTS:
+            raise InvalidArgumentError(
+                f"Balance's cost must be one of {BALANCE_COSTS} or a callable, got {self.cost!r}"
+            )
+        linear: object = self.linear
+        if isinstance(linear, bool) or not isinstance(linear, numbers.Real):
+            raise InvalidArgumentError(f"Balance's linear must be a number, got {linear!r}")
+        if not math.isfinite(float(linear)) or float(linear) < 0:
+            raise InvalidArgumentError(f"Balance's linear must be finite and >= 0, got {linear!r}")
+        object.__setattr__(self, "linear", float(linear))
+
+    def identity(self) -> dict[str, Any]:
+        """What of it decides which rank reads which batch (it enters the plan's fingerprint,
+        so that a state saved under another balance is refused); a callable by its name."""
+        cost = self.cost if isinstance(self.cost, str) else _name(self.cost)
+        return {"window": self.window, "cost": cost, "linear": self.linear}
+
+
+def _name(function: Callable[..., Any]) -> str:
+    module = getattr(function, "__module__", "")
+    return f"{module}.{getattr(function, '__qualname__', type(function).__name__)}"
 
 
 @dataclass(frozen=True)
@@ -38,6 +105,8 @@ class Packing(SuggestsKeywords):
         static_shape: every batch ``[batch_size, seq_len]``, a stream's short last one padded
             with whole sequences of padding (``torch.compile`` and CUDA graphs never see
             another shape); ``False`` (default): the last batch has the sequences it fills.
+        balance: a `Balance`: every step's packed batches of similar cost on every rank
+            (``None``, default: each rank reads its batches in plan order).
 
     Raises:
         InvalidArgumentError: an option is out of range.
@@ -52,6 +121,7 @@ class Packing(SuggestsKeywords):
     fill: float = 0.95
     positions: str = "fragment"
     static_shape: bool = False
+    balance: Balance | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.column, str) or not self.column:
@@ -79,6 +149,7 @@ class Packing(SuggestsKeywords):
         if not 0 < float(fill) <= 1:  # (NaN too)
             raise InvalidArgumentError(f"Packing's fill must be in (0, 1], got {fill!r}")
         object.__setattr__(self, "fill", float(fill))  # (a numpy float enters the plan's JSON)
+        _check_balance(self.balance, "Packing")
 
     @property
     def seq_tokens(self) -> int:
@@ -139,6 +210,8 @@ class TokenBudget(SuggestsKeywords):
         max_tokens: the budget of a batch.
         overflow: a row longer than ``max_tokens``: ``"error"`` (default) or ``"truncate"``
             (cut to the budget; what was cut is counted).
+        balance: a `Balance`: every step's batches of similar cost on every rank, a batch's
+            rows counted as long as its longest (its padded shape).
 
     Raises:
         InvalidArgumentError: an option is out of range.
@@ -148,6 +221,7 @@ class TokenBudget(SuggestsKeywords):
     column: str
     max_tokens: int
     overflow: str = "error"
+    balance: Balance | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.column, str) or not self.column:
@@ -157,3 +231,11 @@ class TokenBudget(SuggestsKeywords):
             raise InvalidArgumentError(
                 f'TokenBudget\'s overflow must be "error" or "truncate", got {self.overflow!r}'
             )
+        _check_balance(self.balance, "TokenBudget")
+
+
+def _check_balance(balance: object, owner: str) -> None:
+    if balance is not None and not isinstance(balance, Balance):
+        raise InvalidArgumentError(
+            f"{owner}'s balance must be a tdu.Balance (or None), got {balance!r}"
+        )

@@ -60,3 +60,33 @@ def test_a_token_budget_takes_the_default_batch_size_and_packing_its_own_column(
     assert Options(batching=TokenBudget("tokens", 64)).batching is not None
     Packing("t", 8).check_columns(None, source_column=None)
     Packing("t", 8).check_columns(["t"], source_column="src")
+
+
+@pytest.mark.parametrize(
+    ("make", "message"),
+    [
+        (lambda: tdu.Balance(window=0), "window must be a positive integer"),
+        (lambda: tdu.Balance(cost="flops"), "cost must be one of"),
+        (lambda: tdu.Balance(linear=-1.0), "linear must be finite and >= 0"),
+        (lambda: tdu.Balance(linear=float("inf")), "linear must be finite"),
+        (lambda: tdu.Balance(linear="5"), "linear must be a number"),  # type: ignore[arg-type]
+        (lambda: Packing("t", 8, balance=64), "balance must be a tdu.Balance"),  # type: ignore[arg-type]
+        (lambda: TokenBudget("t", 8, balance="yes"), "balance must be a tdu.Balance"),  # type: ignore[arg-type]
+        (lambda: tdu.Balance(windw=8), "did you mean 'window'"),  # type: ignore[call-arg]
+    ],
+)
+def test_a_balance_refuses_what_is_out_of_range(make: Any, message: str) -> None:
+    with pytest.raises(tdu.TorchDataloaderUtilsError, match=message):
+        make()
+
+
+def test_a_balances_identity_names_its_cost() -> None:
+    def flops(lengths: Any) -> float:
+        return float(lengths.sum())
+
+    assert tdu.Balance(window=8, cost=flops, linear=3).identity() == {
+        "window": 8,
+        "cost": f"{__name__}.test_a_balances_identity_names_its_cost.<locals>.flops",
+        "linear": 3.0,
+    }
+    assert tdu.Balance().identity() == {"window": 64, "cost": "attention", "linear": 0.0}

@@ -54,6 +54,7 @@ TESTED_IN: dict[str, str] = {
     "cache/room.py": "tests/unit/cache/test_store.py",
     "cache/stats.py": "tests/unit/cache/test_files.py, tests/unit/cache/test_config.py",
     "create.py": "tests/unit/test_api.py",
+    "dataset/balancing.py": "tests/multiproc/test_balance.py",
     "dataset/base.py": "tests/unit/test_dataset.py",
     "delta/format.py": (
         "tests/delta/test_tables.py, tests/delta/test_loader.py, tests/delta/test_interop.py"
@@ -73,6 +74,7 @@ TESTED_IN: dict[str, str] = {
     "dataset/tokens.py": "tests/multiproc/test_token_budget.py, tests/multiproc/test_packing.py",
     "formats/chunking.py": "tests/unit/formats/test_unit_chunks.py",
     "lance/format.py": "tests/lance/test_conformance.py, tests/lance/test_workers.py",
+    "stream/balanced.py": "tests/multiproc/test_balance.py",
     "stream/best_fit_lengths.py": "tests/unit/planning/test_pack_lengths.py",
     "lance/options.py": "tests/lance/test_conformance.py",
     "lance/table.py": "tests/lance/test_conformance.py",
@@ -127,6 +129,7 @@ TESTED_IN: dict[str, str] = {
     "iceberg/snapshots.py": "tests/iceberg/test_snapshots.py",
     "iceberg/storage.py": "tests/iceberg/test_storage.py",
     "iceberg/table.py": "tests/iceberg/test_read.py, tests/unit/iceberg/test_expressions.py",
+    "planning/balanced.py": "tests/multiproc/test_balance.py",
     "planning/interleave.py": "tests/unit/planning/test_mixture.py, tests/unit/stream/test_mix.py",
     "planning/layout.py": "tests/unit/planning/test_streams.py, tests/unit/planning/test_resume.py",
     "planning/mixture_legs.py": "tests/unit/planning/test_mixture.py",

@@ -24,6 +24,7 @@ __all__ = [
     "filled_values",
     "list_lengths",
     "holds_interval",
+    "null_marked",
     "intervals",
     "numpy_view",
     "outside_python",
@@ -84,6 +85,17 @@ def list_lengths(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
     chunks = lengths.chunks if isinstance(lengths, pa.ChunkedArray) else [lengths]
     parts = [filled_values(c).astype(np.int64) for c in chunks]
     return np.concatenate(parts) if parts else np.zeros(0, np.int64)
+
+
+def null_marked(column: pa.Array | pa.ChunkedArray) -> np.ndarray:
+    """Each list's length in ``column`` as int32, a null list's -1 (a length index tells a null
+    list from an empty one: an ``eos_token`` follows the empty one only)."""
+    lengths = list_lengths(column).astype(np.int32)
+    if column.null_count:
+        chunks = column.chunks if isinstance(column, pa.ChunkedArray) else [column]
+        valid = np.concatenate([valid_view(c) for c in chunks])
+        lengths[~valid] = -1
+    return lengths
 
 
 def bool_view(array: pa.Array) -> np.ndarray:

@@ -34,11 +34,13 @@ from ..planning.budget import group_rows
 from ..planning.streams import OneSource, Stream, Streams
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
+from ..stream.balanced import balanced_segments
 from ..stream.blocks import Segment
 from ..stream.pipeline import stream_segments
 from ..stream.read import Reads
 from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
+from .balancing import balanced, with_balance
 from .chunk_rows import ChunkRows
 from .conversion import conversion
 from .keywords import check_dataset_keywords
@@ -144,7 +146,7 @@ class PlannedDataset(IterableDataset[Any]):
         combined = self._combine(
             self.sources if packing is None else tuple(in_tokens(s, packing) for s in self.sources)
         )
-        self.plan: Plan = combined.plan
+        self.plan: Plan = with_balance(combined.plan, options)
         budget = options.batching
         lengths = None if budget is None else length_index(self.sources, self.plan, budget)
         self.layout = options.layout(
@@ -157,6 +159,7 @@ class PlannedDataset(IterableDataset[Any]):
         if budget is not None and lengths is not None:
             truncate = budget.overflow == "truncate"
             self.streams = self.streams.budgeted(lengths, budget.column, truncate)
+        self.streams = balanced(self.streams, self.sources, options, lengths)
         # The epoch and passes, shared with this rank's DataLoader workers (persistent ones
         # too) and with the loader: see `Passes`.
         self.passes = Passes(self.plan, self.streams, self._ranks)
@@ -278,6 +281,8 @@ class PlannedDataset(IterableDataset[Any]):
 
     def _segments(self, stream: Stream) -> Iterator[Segment]:
         """The batches of ``stream`` before conversion, from where its pass starts."""
+        if stream.balanced is not None:  # other streams' batches (planning.balanced)
+            return balanced_segments(stream.balanced, self._segments)
         readers = [self.reader(carry=True, source=i) for i in range(len(self.sources))]
         return stream_segments(stream, readers, **self._mixing())
 

@@ -97,6 +97,9 @@ class Lookup:
         here = Topology(rank, world_size, 0, workers)
         streams, pass_, topology, leg_batch = self._leg(batch, pass_, here)
         stream, index = self._batch_stream(streams, leg_batch, pass_, topology, batch)
+        if stream.balanced is not None:  # another stream's batch (planning.balanced)
+            source, index = (int(x) for x in stream.balanced.picks[index])
+            stream = stream.balanced.sources[source]
         wanted = None if columns is None else self.rows.checked(columns)
         if streams.lengths is not None:  # a token budget's: some rows of a group
             return self._budget_rows(streams.lengths, stream, index, wanted)

@@ -99,6 +99,8 @@ def counting(options: Options) -> dict[str, Any]:
     packing, budget = options.packing, options.batching
     if packing is not None:
         count.update(tokens=packing.column, eos=packing.eos_token is not None)
+        if packing.balance is not None:  # its costs: each document's length (docs/adr/0032)
+            count.update(lengths=packing.column)
     if budget is not None:
         count.update(lengths=budget.column)
     return count

@@ -56,7 +56,7 @@ def length_index(sources: Sequence[PlannedSource], plan: Plan, budget: TokenBudg
         raise InvalidArgumentError("token-budget batches of a mixture are not built yet")
     (only,) = sources
     assert only.row_lengths is not None, "a token budget's planning keeps every row's length"
-    values = only.row_lengths
+    values = np.maximum(only.row_lengths, 0)  # (a null list, marked -1, holds no token)
     longest = int(values.max(initial=0))
     if longest > budget.max_tokens:
         if budget.overflow == "error":

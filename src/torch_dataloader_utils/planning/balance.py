@@ -28,6 +28,8 @@ twice forward for both, so the ratio holds for training. A document of ``L`` tok
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -36,6 +38,7 @@ from ..errors import InvalidArgumentError
 __all__ = [
     "BALANCE",
     "COST_MODELS",
+    "BalancedPass",
     "balance_epoch",
     "balance_window",
     "batch_costs",
@@ -45,6 +48,24 @@ __all__ = [
     "straggler_overhead",
     "window_permutation",
 ]
+
+
+@dataclass(frozen=True, eq=False)
+class BalancedPass:
+    """What a balanced stream's pass reads (`planning.balanced.Balanced`).
+
+    Attributes:
+        sources: the streams of its worker on every rank (``streams.Stream``, rank ``j``'s at
+            ``j``), each resolved to start at batch ``first``.
+        first: the batch the sources start at: the first of the window the pass starts in.
+        picks: shape ``(n, 2)``: the source (rank) and that source's batch of each batch the
+            stream delivers, from the pass's first on.
+    """
+
+    sources: tuple[Any, ...]
+    first: int
+    picks: np.ndarray
+
 
 # The salt of a window's step order (kept apart from `planning.shuffle`'s keys).
 BALANCE = 0xBA1
@@ -179,11 +200,12 @@ def straggler_overhead(step_costs: np.ndarray) -> float:
 
 
 def window_permutation(
-    steps: int, *, seed: int, epoch: int = 0, window: int = 0, leg: int = 0
+    steps: int, *, seed: int, epoch: int = 0, window: int = 0, leg: int = 0, worker: int = 0
 ) -> np.ndarray:
     """The seeded order of a window's ``steps`` balanced steps: a function of its key alone, so
-    the cost order of the steps never becomes a curriculum."""
-    key = [seed, epoch, window, BALANCE, *([leg] if leg else [])]
+    the cost order of the steps never becomes a curriculum (``worker``: the DataLoader worker
+    whose batches they are)."""
+    key = [seed, epoch, window, BALANCE, *([leg, worker] if leg or worker else [])]
     return np.random.default_rng(key).permutation(steps)
 
 
@@ -197,7 +219,7 @@ def _check_window(costs: np.ndarray) -> np.ndarray:
 
 
 def balance_window(
-    costs: np.ndarray, *, seed: int, epoch: int = 0, window: int = 0, leg: int = 0
+    costs: np.ndarray, *, seed: int, epoch: int = 0, window: int = 0, leg: int = 0, worker: int = 0
 ) -> np.ndarray:
     """Which batch each (step, rank) slot of a window takes, moving batches between ranks.
 
@@ -217,6 +239,7 @@ def balance_window(
         epoch: the epoch.
         window: the window's number in the epoch.
         leg: elastic resumes before this leg of the epoch.
+        worker: the DataLoader worker whose batches these are.
 
     Returns:
         Shape ``(W, R)`` int64: slot ``(s, r)`` takes batch ``s' * R + r'`` (the batch planned at
@@ -229,7 +252,7 @@ def balance_window(
     steps, ranks = costs.shape
     order = np.argsort(costs.ravel(), kind="stable").reshape(steps, ranks)
     groups = _keep_ranks(order, ranks)
-    perm = window_permutation(steps, seed=seed, epoch=epoch, window=window, leg=leg)
+    perm = window_permutation(steps, seed=seed, epoch=epoch, window=window, leg=leg, worker=worker)
     out: np.ndarray = groups[perm]
     return out
 
@@ -253,7 +276,7 @@ def _keep_ranks(groups: np.ndarray, ranks: int) -> np.ndarray:
 
 
 def reorder_window(
-    costs: np.ndarray, *, seed: int, epoch: int = 0, window: int = 0, leg: int = 0
+    costs: np.ndarray, *, seed: int, epoch: int = 0, window: int = 0, leg: int = 0, worker: int = 0
 ) -> np.ndarray:
     """Which batch each (step, rank) slot takes when every rank keeps its own batches and only
     reorders them (for comparison with `balance_window`).
@@ -273,7 +296,7 @@ def reorder_window(
     steps, ranks = costs.shape
     own = np.argsort(costs, axis=0, kind="stable")  # (each rank's steps, cheapest first)
     sorted_ = own * ranks + np.arange(ranks)
-    perm = window_permutation(steps, seed=seed, epoch=epoch, window=window, leg=leg)
+    perm = window_permutation(steps, seed=seed, epoch=epoch, window=window, leg=leg, worker=worker)
     out: np.ndarray = sorted_[perm]
     return out
 
@@ -285,6 +308,7 @@ def balance_epoch(
     seed: int,
     epoch: int = 0,
     leg: int = 0,
+    worker: int = 0,
     across_ranks: bool = True,
 ) -> np.ndarray:
     """An epoch's steps balanced window by window, the windows in their planned order (the
@@ -296,6 +320,7 @@ def balance_epoch(
         seed: the loader's seed.
         epoch: the epoch.
         leg: elastic resumes before this leg of the epoch.
+        worker: the DataLoader worker whose batches these are.
         across_ranks: `balance_window` (``True``) or `reorder_window` (each rank its own).
 
     Returns:
@@ -314,6 +339,8 @@ def balance_epoch(
     out = np.empty((steps, ranks), dtype=np.int64)
     for index, start in enumerate(range(0, steps, window)):
         stop = min(start + window, steps)
-        part = arrange(costs[start:stop], seed=seed, epoch=epoch, window=index, leg=leg)
+        part = arrange(
+            costs[start:stop], seed=seed, epoch=epoch, window=index, leg=leg, worker=worker
+        )
         out[start:stop] = part + start * ranks
     return out

@@ -14,9 +14,11 @@ largest batches (`equalised`). A state counts batches; a resume seeks to a group
 from __future__ import annotations
 
 import functools
+import itertools
 from collections.abc import Sequence
 from dataclasses import dataclass
 from functools import cached_property
+from typing import Any
 
 import numpy as np
 
@@ -29,6 +31,7 @@ from .topology import Topology
 
 __all__ = [
     "BudgetPass",
+    "batch_shapes",
     "BudgetRows",
     "Lengths",
     "equalised",
@@ -193,6 +196,42 @@ def group_table(
             most[: len(c)] = np.maximum(most[: len(c)], c)
         out.append(most)
     return out
+
+
+def batch_shapes(stream: Any, lengths: Lengths) -> tuple[np.ndarray, np.ndarray]:
+    """Every token-budget batch of ``stream``'s pass (`Budgeted.resolve` from its start) as its
+    padded shape: each row as long as the batch's longest, ``(lengths, offsets)`` as
+    `balance.batch_costs` takes them (batch ``b``'s rows are ``lengths[offsets[b]:offsets[b +
+    1]]``), from the length index alone."""
+    budget = stream.budget
+    assert budget is not None and budget.groups_done == 0, "a budget stream's whole pass"
+    (rows,) = stream.sources
+    ordered = lengths.in_order(rows.order.order)
+    pass_ = stream.pass_
+    delivered = delivered_lengths(
+        ordered,
+        rows.runs,
+        rows.order.layout,
+        epoch=pass_.epoch,
+        stream=stream.topology.stream,
+        leg=len(pass_.legs),
+    )
+    delivered = np.minimum(delivered, lengths.max_tokens)
+    group = stream.layout.batch_size
+    out: list[np.ndarray] = []
+    sizes: list[int] = []
+    for g, count in enumerate(budget.counts):
+        mine = delivered[g * group : (g + 1) * group]
+        order, bounds = group_batches(mine, lengths.max_tokens)
+        bounds = equalised(bounds, int(count))
+        for a, b in itertools.pairwise(bounds):
+            longest = int(mine[order[a:b]].max(initial=0))
+            out.append(np.full(b - a, longest, np.int64))
+            sizes.append(b - a)
+    offsets = np.zeros(len(sizes) + 1, np.int64)
+    np.cumsum(sizes, out=offsets[1:])
+    flat = np.concatenate(out) if out else np.zeros(0, np.int64)
+    return flat, offsets
 
 
 def split_done(counts: np.ndarray, done: int) -> tuple[int, int]:

@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import InvalidArgumentError
 from .assign import Piece
+from .balance import BalancedPass
 from .budget import BudgetPass, BudgetRows, Lengths, group_table, split_done
 from .layout import Layout
 from .mixture import MixEpoch, Mixture
@@ -93,6 +94,8 @@ class Stream:
         first: the stream's first position in the interleave's sequence.
         budget: token-budget batches' (`Budgeted`): each group's batch count; ``batches`` and
             ``done`` then count those batches.
+        balanced: balanced batches' (`planning.balanced.Balanced`): the batches it delivers
+            are other streams' (every rank's of its worker), picked by cost.
     """
 
     topology: Topology
@@ -105,6 +108,7 @@ class Stream:
     interleave: Labels | None = None
     first: int = 0
     budget: BudgetPass | None = None
+    balanced: BalancedPass | None = None
 
     @property
     def iteration(self) -> Pass:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
-from ..convert.arrow_values import list_lengths
+from ..convert.arrow_values import list_lengths, null_marked
 from ..errors import DataError
 from ..formats import Format, ReadOptions
 from ..formats.partitions import with_partition
@@ -83,7 +83,7 @@ class ChunkCensus:
         rows: rows after the filter and the transform.
         tokens: values of the token column (with `Tokenize.eos_token`'s).
         documents: rows whose token list is not null.
-        lengths: each row's token count (a null list: 0), int32; ``None`` when not kept.
+        lengths: each row's token count (a null list: -1), int32; ``None`` when not kept.
     """
 
     rows: int
@@ -331,7 +331,7 @@ def count_chunk(
             tokens += int(each.sum())
             documents += len(lists) - lists.null_count
             if lengths:
-                each_row.append(each.astype(np.int32))
+                each_row.append(null_marked(lists))
     if not lengths:
         return ChunkCensus(rows, tokens, documents)
     joined = np.concatenate(each_row) if each_row else np.zeros(rows, np.int32)

@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from ..convert.arrow_values import list_lengths
+from ..convert.arrow_values import null_marked
 from ..formats import Format, ReadOptions
 from ..formats.partitions import with_partition
 from ..fs import FileSystemSpec
@@ -80,11 +80,12 @@ def count_tokens(
 def count_lengths(
     chunks: Sequence[Chunk], fmt: Format, fs: FileSystemSpec, options: ReadOptions, column: str
 ) -> list[np.ndarray]:
-    """The length of each list of ``column`` (a null list: 0) in the rows of each chunk that
-    pass ``options.filter`` (int32; a token budget's length index)."""
+    """The length of each list of ``column`` (a null list: -1, as
+    `planning.pack_lengths.document_tokens` takes it) in the rows of each chunk that pass
+    ``options.filter`` (int32; the length index of a token budget or a balanced packing)."""
 
     def lengths(batch: pa.RecordBatch) -> np.ndarray:
-        return list_lengths(batch.column(column)).astype(np.int32)
+        return null_marked(batch.column(column))
 
     def joined(parts: list[np.ndarray]) -> np.ndarray:
         return np.concatenate(parts) if parts else np.zeros(0, np.int32)

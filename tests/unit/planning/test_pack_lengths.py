@@ -200,8 +200,9 @@ def test_predicted_fragments_are_every_batch_cu_seqlens(
 
 
 def test_planning_length_index_is_the_read_one(data: Path) -> None:
-    """A token budget's planning-time length index (`PlannedSource.row_lengths`) is the index
-    the prediction takes, read from the data here, and over the same chunks."""
+    """A token budget's planning-time length index (`PlannedSource.row_lengths`, a null list's
+    length -1) is the index the prediction takes, read from the data here, and over the same
+    chunks."""
     budget = tdu.create_dataloader(
         str(data), format="parquet", batching=tdu.TokenBudget("tokens", max_tokens=64)
     )
@@ -209,7 +210,7 @@ def test_planning_length_index_is_the_read_one(data: Path) -> None:
     lengths, present, chunk_rows = _index(packed.dataset)  # type: ignore[attr-defined]
     source = budget.dataset.sources[0]  # type: ignore[attr-defined]
     assert list(source.plan.chunks) == list(packed.dataset.sources[0].plan.chunks)  # type: ignore[attr-defined]
-    np.testing.assert_array_equal(source.row_lengths, np.where(present, lengths, 0))
+    np.testing.assert_array_equal(source.row_lengths, np.where(present, lengths, -1))
     np.testing.assert_array_equal(source.plan.chunk_rows, chunk_rows)
     # (An index of one int32 a row tells a null list from an empty one by a negative length.)
     marked = np.where(present, lengths, -1)
