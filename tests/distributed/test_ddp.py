@@ -35,6 +35,7 @@ EPOCHS = 2
 SEED = 3  # the shuffle seed scripts/read_epochs.py uses
 READS = ("workers0", "workers2", "workers2-persistent")
 PACKED = ("packed-workers0", "packed-workers2")
+BALANCED = "packed-balanced"  # packed, Balance(window=4): batches move between ranks
 CASES: list[dict[str, Any]] = [
     {"name": "workers0", "num_workers": 0, "epochs": EPOCHS},
     {"name": "workers2", "num_workers": 2, "epochs": EPOCHS},
@@ -83,6 +84,8 @@ def ddp_run(
     packed = {"data": str(packed_dataset.root), "packing": PACKING, "epochs": EPOCHS}
     for name, workers in zip(PACKED, (0, 2), strict=True):
         cases.append({"batch_size": PACKED_BATCH, "name": name, "num_workers": workers, **packed})
+    balanced = {**packed, "packing": {**PACKING, "balance": {"window": 4, "linear": 2.0}}}
+    cases.append({"batch_size": PACKED_BATCH, "name": BALANCED, "num_workers": 2, **balanced})
     result, _ = run_script(
         "read_epochs.py", world_size, {"data": str(dataset_dir), "out": str(out), "cases": cases}
     )
@@ -107,6 +110,25 @@ def test_every_id_exactly_once_per_epoch(ddp_run: DdpRun, case: str) -> None:
         # "drop": the last rows % world_size rows (tokens) of the epoch's order are not read.
         assert_exactly_once(every, range(rows), missing=rows % world_size)
         assert [len(_flat(b)) for b in per_rank] == [rows // world_size] * world_size
+
+
+def test_balanced_packs_every_token_once_with_equal_batches(ddp_run: DdpRun) -> None:
+    """Balanced, a rank's batches are other ranks' too: every token still once over the
+    ranks, as many batches on each, and the same tokens as the plain packed read."""
+    world_size, rows = ddp_run.world_size, ddp_run.tokens
+    ranks = ddp_run.cases[BALANCED]
+    for epoch in range(EPOCHS):
+        per_rank = _epoch(ranks, epoch)
+        every = ids_of(batch for batches in per_rank for batch in batches)
+        assert_exactly_once(every, range(rows), missing=rows % world_size)
+        plain = _epoch(ddp_run.cases["packed-workers2"], epoch)
+        assert sorted(every) == sorted(ids_of(b for batches in plain for b in batches))
+        assert len({len(batches) for batches in per_rank}) == 1
+        assert all(rank["len"] == len(per_rank[0]) for rank in ranks)
+        # Some batch moved: a rank holds tokens another rank planned.
+        assert any(
+            sorted(_flat(a)) != sorted(_flat(b)) for a, b in zip(per_rank, plain, strict=True)
+        )
 
 
 @pytest.mark.parametrize("case", READS + PACKED)

@@ -7,6 +7,7 @@ grouped by their real cost (read from ``cu_seqlens``), and against the plan-orde
 from __future__ import annotations
 
 import itertools
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -55,6 +56,21 @@ def make(root: Path, rank: int, *, world: int = WORLD, workers: int = 0, **kw: A
         multiprocessing_context=context if workers else None,
         timeout=60,
         **loader,
+    )
+
+
+def forked(data: Any, rank: int, **kw: Any) -> Any:
+    """A shuffled loader of ``data`` (Parquet) on ``rank`` of `WORLD`, 2 forked workers."""
+    return tdu.create_dataloader(
+        data,
+        format="parquet",
+        shuffle=True,
+        rank=rank,
+        world_size=WORLD,
+        num_workers=2,
+        multiprocessing_context="fork",
+        timeout=60,
+        **kw,
     )
 
 
@@ -182,8 +198,13 @@ def test_a_state_saved_without_balance_is_refused(data: tuple[Path, Where]) -> N
     root, _ = data
     loader = make(root, 0, balance=None)
     next(iter(loader))
-    with pytest.raises(StateMismatchError):
+    with pytest.raises(StateMismatchError, match="saved with another balance"):
         make(root, 0).load_state_dict(loader.state_dict())
+    balanced = make(root, 0)
+    next(iter(balanced))
+    saved = re.escape('another balance: fingerprint {"window": 8')
+    with pytest.raises(StateMismatchError, match=saved):
+        make(root, 0, balance=tdu.Balance(window=16)).load_state_dict(balanced.state_dict())
 
 
 def test_rows_at_names_the_documents_of_the_batch_delivered(data: tuple[Path, Where]) -> None:
@@ -236,17 +257,11 @@ def test_token_budget_batches_balanced_read_every_row_once(tmp_path: Path) -> No
         seen: Counter[int] = Counter()
         shapes: list[list[float]] = []
         for rank in range(WORLD):
-            loader = tdu.create_dataloader(
+            loader = forked(
                 str(tmp_path),
-                format="parquet",
+                rank,
                 columns=["id", "tokens"],
                 batching=tdu.TokenBudget("tokens", 64, balance=balance),
-                shuffle=True,
-                rank=rank,
-                world_size=WORLD,
-                num_workers=2,
-                multiprocessing_context="fork",
-                timeout=60,
             )
             mine = []
             for batch in loader:
@@ -271,17 +286,11 @@ def test_a_balanced_mixture_reads_the_tokens_of_the_plain_mixture(tmp_path: Path
         seen: Counter[int] = Counter()
         counts = []
         for rank in range(WORLD):
-            loader = tdu.create_dataloader(
+            loader = forked(
                 [tdu.Source(str(tmp_path / s), weight=1) for s in ("a", "b")],
-                format="parquet",
+                rank,
                 packing=tdu.Packing("tokens", SEQ_LEN, pad_value=PAD, balance=balance),
                 batch_size=BATCH,
-                shuffle=True,
-                rank=rank,
-                world_size=WORLD,
-                num_workers=2,
-                multiprocessing_context="fork",
-                timeout=60,
             )
             batches = list(loader)
             counts.append(len(batches))

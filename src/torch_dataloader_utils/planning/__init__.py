@@ -10,6 +10,7 @@ from .assign import (
     span_pieces,
     worker_span,
 )
+from .balance import batch_costs, linear_coefficient, straggler_overhead
 from .layout import Layout
 from .plan import Chunk, Chunks, Files, Plan
 from .resume import (
@@ -72,6 +73,7 @@ __all__ = [
     "Strategy",
     "Topology",
     "assign_stream",
+    "batch_costs",
     "block_bounds",
     "block_of",
     "block_permutation",
@@ -81,6 +83,7 @@ __all__ = [
     "cut",
     "delivery_order",
     "epoch_sequence",
+    "linear_coefficient",
     "rank_span",
     "remaining",
     "resolve_rank",
@@ -89,6 +92,7 @@ __all__ = [
     "run_pieces",
     "sequence_length",
     "source_order",
+    "straggler_overhead",
     "span_pieces",
     "stream_batches",
     "stream_runs",

@@ -67,8 +67,9 @@ def _plan_facts(plan: Plan) -> dict[str, Any]:
 # What pins the version of a source's data, by its plan details' key (`sources.tables`).
 _PINNED = ("snapshot_id", "version", "commit")
 
-# What a source computes from its rows, by the fingerprint a state names it by.
-_DERIVED = ("tokenizer", "transform")
+# What a source computes from its rows, by the fingerprint a state names it by; and how
+# batches are handed to ranks (`batching.Balance.identity`).
+_DERIVED = ("tokenizer", "transform", "balance")
 
 
 def decode_layout(data: Any, where: str) -> Layout:

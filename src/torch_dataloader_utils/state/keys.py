@@ -69,7 +69,7 @@ LEG_OPTIONAL = frozenset({SKIPS})
 # Hub commit; sources tokenized or transformed in the loader).
 PLAN_KEYS = frozenset({"fingerprint", "rows", "chunks", "files"})
 PLAN_OPTIONAL = frozenset(
-    {"file_versions", "snapshot_id", "version", "commit", "tokenizer", "transform"}
+    {"file_versions", "snapshot_id", "version", "commit", "tokenizer", "transform", "balance"}
 )
 READ_FAILURE_KEYS = frozenset({"failures", "rows"})
 LOADER_KEYS = frozenset({KIND, VERSION, EPOCH, BATCHES, COMPLETE, TOPOLOGY, LAYOUT, LEGS, PLAN})

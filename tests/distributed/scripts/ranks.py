@@ -92,5 +92,10 @@ def batch_ids(batch: dict[str, Any]) -> list[int]:
 
 
 def packing_of(spec: dict[str, Any] | None) -> tdu.Packing | None:
-    """The `tdu.Packing` of a spec's ``packing`` (its keywords), or ``None``."""
-    return tdu.Packing(**spec) if spec else None
+    """The `tdu.Packing` of a spec's ``packing`` (its keywords; ``balance``'s, a
+    `tdu.Balance`'s), or ``None``."""
+    if not spec:
+        return None
+    if spec.get("balance"):
+        spec = {**spec, "balance": tdu.Balance(**spec["balance"])}
+    return tdu.Packing(**spec)

@@ -44,7 +44,8 @@ def test_the_counts_are_the_oracles(corpus: Corpus) -> None:
     source = loader.dataset.sources[0]
     tokens = oracle(corpus, transform=True)
     assert source.plan.num_rows == len(tokens)  # (the rows the transform keeps)
-    lengths = [len(t or ()) for t in tokens.values()]  # (plan order: files, rows)
+    # (Plan order: files, rows; a null list's length -1, as the length index marks it.)
+    lengths = [-1 if t is None else len(t) for t in tokens.values()]
     assert source.row_lengths is not None
     assert source.row_lengths.tolist() == lengths
     per_chunk = np.asarray(source.plan.chunk_rows)
