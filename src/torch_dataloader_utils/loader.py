@@ -19,6 +19,9 @@ from .cache import CacheStats
 from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedError
 from .errors.keywords import refuse_rebatching
 from .errors.on_error import FailureLog, ReadFailure
+from .metrics.clock import DEVICE, MAKE, QUEUE, READ, UNPACK
+from .metrics.report import RankWaits, gather_ranks, loader_metrics
+from .metrics.waits import Waits
 from .state import Readable, read_failures, with_read_failures
 from .state.wrappers import Forwarded, Reader, kept
 from .transport import Unbundler, forget_exited_workers, in_order, init_worker, to_device
@@ -132,6 +135,11 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         self._failures_before = (0, 0)
         # A wrapper reading ahead of the user (Ray Train's default): its batch is not delivered.
         self._reader: Reader | None = None
+        # The pass's exposed waits, the stage clock as it began, and the waits gathered across
+        # ranks (`metrics`).
+        self._waits: Waits | None = None
+        self._since: Any = None
+        self._ranks = RankWaits()
         super().__init__(
             cast("Dataset[Any]", dataset),
             batch_size=None,
@@ -155,6 +163,33 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         # DataLoader warns when more come than that length says.)
         passes = self.dataset.passes
         return super().__len__() - passes.skipped_in(passes.epoch)
+
+    def metrics(self, *, across_ranks: bool = False) -> dict[str, float]:
+        """Where this rank's time went in the current pass (the last one, between passes), as a
+        flat dict of floats for ``log_dict`` (TensorBoard, W&B, Lightning).
+
+        ``wait_s`` is the training loop's exposed wait: the time from asking for a batch to
+        having it, summed over the pass's ``batches``; ``<stage>_s`` the seconds each stage of
+        a batch's life took in this rank's processes (``read``, ``make``, ``queue``,
+        ``unpack``, ``device``; docs/how-to/profile.md), per worker too. Cheap: nothing is
+        exchanged between processes or ranks, and nothing of it is in `state_dict`.
+
+        ``across_ranks=True`` also gathers every rank's wait at each step not gathered yet (one
+        all-gather: every rank must call it at the same step, e.g. every 100 steps) and adds
+        ``rank_wait_slowest_s`` (the sum over those steps of the slowest rank's wait: what a
+        synchronous step waited for data) and ``rank_wait_mean_s``.
+
+        Raises:
+            RuntimeError: ``across_ranks=True`` without torch.distributed initialized.
+        """
+        ranks = None
+        if across_ranks:
+            if self._waits is not None:
+                self._ranks = gather_ranks(self._waits, self._ranks)
+            ranks = self._ranks
+        return loader_metrics(
+            self._waits, self._since, self.dataset, num_workers=self.num_workers, ranks=ranks
+        )
 
     def skip(self, epoch: int, batches: range) -> None:
         """Do not deliver ``batches`` (numbered from the first batch of ``epoch``, as `rows_at`
@@ -379,14 +414,17 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
             batches = self._in_order(batches, counts, done)
         batches = passes.skipping(batches, progress)  # (before any copy to a device)
         if self.device is not None and self.device.type != "cpu":
-            batches = to_device(batches, self.device)
+            copied = to_device(batches, self.device)
+            batches = dataset.clock.timed_less(copied, DEVICE, (READ, MAKE, QUEUE, UNPACK))
         if self._gradient_state is not None:
             batches = self._tracked(batches, self._gradient_state)
         if not self.num_workers:
             batches = _collected(batches, dataset.failure_log, self._read_failures)
         if dataset.cache_stats is not None:
             batches = self._cache_counted(batches, progress.pass_.epoch)
-        counted = passes.counted(batches, progress)
+        # The loop's exposed wait for each batch, and the clock as the pass begins (`metrics`).
+        self._waits, self._since = Waits(progress.pass_.epoch), dataset.clock.seconds()
+        counted = passes.counted(self._waits.timed(batches), progress)
         self._reader = Reader.of(self, sys._getframe(1), counted)
         return counted
 
@@ -406,9 +444,11 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
 
     def _in_order(self, iterator: Any, counts: list[int], done: list[int]) -> Iterator[Any]:
         """The batches of the workers' messages in DataLoader's order (`in_order`)."""
-        unpack = Unbundler(self.dataset.finish, self._read_failures)
+        clock = self.dataset.clock
+        unpack = Unbundler(self.dataset.finish, self._read_failures, clock)
         try:
-            yield from in_order(self._watched(iterator), counts, done, unpack)
+            messages = clock.timed(self._watched(iterator), QUEUE)
+            yield from in_order(messages, counts, done, unpack)
         except Exception:
             # The exception's traceback keeps the iterator alive; without this, its workers
             # would wait for the garbage collector and then 5 s each to be killed.

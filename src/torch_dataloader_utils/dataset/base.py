@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import time
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -18,6 +19,7 @@ from ..convert import Decoding, Output
 from ..errors import InvalidArgumentError
 from ..errors.on_error import FailureLog, OnError
 from ..fs import FileSystemSpec, RetryPolicy
+from ..metrics.clock import MAKE, READ, StageClock
 from ..options import Options, Source
 from ..planning import (
     Layout,
@@ -89,6 +91,9 @@ class PlannedDataset(IterableDataset[Any]):
     def _build(self, sources: Sequence[Source], options: Options) -> None:
         """Plan ``sources`` in one planning step and set up the dataset over them."""
         IterableDataset.__init__(self)
+        started = time.perf_counter()
+        # Where each process's time goes (metrics.clock): shared with the workers.
+        self.clock = StageClock()
         if options.packing is not None:  # (before planning: what a packed batch cannot carry)
             for source in sources:
                 label = source.label if len(sources) > 1 else ""
@@ -164,6 +169,7 @@ class PlannedDataset(IterableDataset[Any]):
         # too) and with the loader: see `Passes`.
         self.passes = Passes(self.plan, self.streams, self._ranks)
         self._convert(options.output)
+        self.planning_s = time.perf_counter() - started  # listing, footers, counting
         logger.info("%s", self.plan.summary())
 
     def _convert(self, output: Output) -> None:
@@ -312,14 +318,17 @@ class PlannedDataset(IterableDataset[Any]):
         collate = self._collate
         if isinstance(collate, Decoding) and self.on_error == "skip":
             collate = dataclasses.replace(collate, failures=self.failure_log)
+        # (A segment is a batch's rows; the time making each from them is `make`'s.)
+        segments = self.clock.timed(self._segments(stream), READ, counts=True)
         messages = worker_messages(
-            self._segments(stream),
+            segments,
             self.converter,
             collate,
             worker=stream.topology.worker,
             batch_size=self.options.batch_size,  # (rows out: a packed batch's sequences)
             failures=None if in_main else self.failure_log,
         )
+        messages = self.clock.timed_less(messages, MAKE, (READ,))
         # Counts messages, which are batches outside a TabularDataLoader's workers (whose
         # loader keeps the state in the main process). In the main process, the first makes
         # the next pass read the next epoch.

@@ -24,6 +24,7 @@ from torch.utils.data import get_worker_info
 from ..cache import CacheStats
 from ..errors import InvalidArgumentError, TorchDataloaderUtilsWarning
 from ..errors.on_error import FailureLog
+from ..metrics.clock import StageClock
 from ..planning import Layout, Leg, Pass, Plan, Ranks, Topology
 from ..planning.streams import Streams
 from .codec import (
@@ -401,6 +402,14 @@ class Readable(Protocol):
     @property
     def cache_stats(self) -> CacheStats | None:
         """What the node-local cache did so far; None without a cache."""
+
+    @property
+    def clock(self) -> StageClock:
+        """The seconds each process spent in each stage (`metrics.clock`)."""
+
+    @property
+    def storage_retries(self) -> int:
+        """Storage requests retried so far, in every process."""
 
     def set_epoch(self, epoch: int) -> None:
         """Set the epoch of the next pass."""

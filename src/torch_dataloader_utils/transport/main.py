@@ -4,12 +4,14 @@ DataLoader's order (`in_order`).
 
 from __future__ import annotations
 
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import DataError
 from ..errors.on_error import ReadFailure, log_failure
+from ..metrics.clock import UNPACK, StageClock
 from ..planning import delivery_order
 from .ipc import ArrowBundle
 from .wire import Bundle, PackedBundle
@@ -24,18 +26,31 @@ class Unbundler:
         finish: applied to each batch unpacked from a `PackedBundle` (the worker could not
             finish those: nested tensors are built after the hop).
         failures: where the reads the workers skipped (``on_error="skip"``) are collected.
+        clock: where the time unpacking is counted (`metrics.clock`).
     """
 
     def __init__(
         self,
         finish: Callable[[dict[str, Any]], dict[str, Any]] | None = None,
         failures: list[ReadFailure] | None = None,
+        clock: StageClock | None = None,
     ) -> None:
         self.finish = finish
         self.failures = failures
+        self.clock = clock
 
     def __call__(self, item: Any) -> list[Any]:
-        """The batches of one message (anything but a bundle is one batch)."""
+        """The batches of one message (anything but a bundle is one batch), the time taken
+        counted in the clock's ``unpack``."""
+        if self.clock is None:
+            return self._unpacked(item)
+        start = time.perf_counter()
+        try:
+            return self._unpacked(item)
+        finally:
+            self.clock.add(UNPACK, time.perf_counter() - start)
+
+    def _unpacked(self, item: Any) -> list[Any]:
         if self.failures is not None and isinstance(item, PackedBundle | ArrowBundle | Bundle):
             for failure in item.failures:
                 log_failure(failure)
