@@ -3,19 +3,28 @@
 
 from __future__ import annotations
 
+import dataclasses
+import logging
 from collections.abc import Callable, Sequence
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 import torch
 
 from .dataset import MixtureDataset, PlannedDataset, StructuredDataset
+from .dataset.measure import batches_here
 from .errors import InvalidArgumentError
 from .formats import Format
 from .fs import Paths
 from .loader import DEFAULT_BUNDLE_ROWS, TabularDataLoader
+from .metrics.workers import choose_workers, cores_per_rank
 from .options import LoaderOptions, Source
+from .state import Readable
 
 __all__ = ["create_dataloader"]
+
+logger = logging.getLogger("torch_dataloader_utils")
+
+_D = TypeVar("_D", bound=Readable)
 
 
 def create_dataloader(
@@ -23,7 +32,7 @@ def create_dataloader(
     *,
     path: Paths | None = None,
     format: str | Format = "parquet",
-    num_workers: int | None = None,
+    num_workers: int | str | None = None,
     pin_memory: bool = False,
     persistent_workers: bool = False,
     prefetch_factor: int | None = None,
@@ -43,7 +52,9 @@ def create_dataloader(
             `Source`, or a list of them: a mixture (`MixtureDataset`).
         path: the same as ``source``, under the name the earlier library used.
         format: format name (``"parquet"``) or a `Format` instance.
-        num_workers: worker processes (default: ``min(4, cpu_count)``; 0 reads in-process).
+        num_workers: worker processes (default: ``min(4, cpu_count)``; 0 reads in-process;
+            ``"auto"``: chosen from the cores, the ranks on the machine and a short measurement
+            of the data, logged at INFO with the reason).
         pin_memory: pin batches for fast host→GPU copies.
         persistent_workers: keep workers alive between epochs (``set_epoch`` still reaches
             them).
@@ -114,5 +125,19 @@ def create_dataloader(
                 f"format={format!r} with a list of tdu.Source: give each Source its own format="
             )
         sources = [data] if isinstance(data, Source) else list(data)
-        return loading.loader(MixtureDataset(sources, **dataset_options))
-    return loading.loader(dataset_class(cast(Paths, data), format, **dataset_options))
+        return _loader(loading, MixtureDataset(sources, **dataset_options))
+    return _loader(loading, dataset_class(cast(Paths, data), format, **dataset_options))
+
+
+def _loader(loading: LoaderOptions, dataset: _D) -> TabularDataLoader[_D]:
+    """The loader of ``dataset``; ``num_workers="auto"`` decided now, from a short measurement
+    of its batches (logged once at INFO with the reason)."""
+    if loading.num_workers == "auto":
+        cores, local = cores_per_rank()
+        made = batches_here(dataset) if isinstance(dataset, PlannedDataset) else None
+        count, why = choose_workers(made, cores=cores, local=local)
+        logger.info("num_workers='auto': %d (%s)", count, why)
+        loading = dataclasses.replace(loading, num_workers=count)
+        if not count:
+            loading = dataclasses.replace(loading, persistent_workers=False)
+    return loading.loader(dataset)

@@ -325,7 +325,7 @@ class LoaderOptions:
         InvalidArgumentError: an option is out of range or of the wrong kind.
     """
 
-    num_workers: int | None = None
+    num_workers: int | str | None = None
     pin_memory: bool = False
     persistent_workers: bool = False
     prefetch_factor: int | None = None
@@ -338,17 +338,27 @@ class LoaderOptions:
 
     def __post_init__(self) -> None:
         check_flags(persistent_workers=self.persistent_workers, pin_memory=self.pin_memory)
-        if self.num_workers is not None and self.num_workers < 0:
-            raise InvalidArgumentError(f"num_workers must be >= 0, got {self.num_workers}")
+        workers: object = self.num_workers
+        auto = workers == "auto"  # (decided once the data is planned: `metrics.workers`)
+        if not auto and workers is not None:
+            if isinstance(workers, bool) or not isinstance(workers, int):
+                raise InvalidArgumentError(f'num_workers must be an int or "auto", got {workers!r}')
+            if workers < 0:
+                raise InvalidArgumentError(f"num_workers must be >= 0, got {workers}")
         if self.bundle_rows < 0:
             raise InvalidArgumentError(f"bundle_rows must be >= 0, got {self.bundle_rows}")
-        if self.persistent_workers and self.workers == 0:
+        if self.persistent_workers and not auto and self.workers == 0:
             raise InvalidArgumentError("persistent_workers=True needs num_workers > 0")
 
     @property
     def workers(self) -> int:
         """Worker processes (default: ``min(4, cpu_count)``)."""
-        return min(4, os.cpu_count() or 1) if self.num_workers is None else self.num_workers
+        if self.num_workers == "auto":
+            raise InvalidArgumentError('num_workers="auto" is decided from the data: see `auto`')
+        if self.num_workers is None:
+            return min(4, os.cpu_count() or 1)
+        assert isinstance(self.num_workers, int)
+        return self.num_workers
 
     def loader(self, dataset: _D) -> TabularDataLoader[_D]:
         """A `TabularDataLoader` over ``dataset`` with these options."""

@@ -15,8 +15,10 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import InvalidArgumentError, TorchDataloaderUtilsError
+from ..metrics.clock import STAGES
 from .explain import add_explain
 from .explain import explain as explain_batch
+from .profile import add_profile, profile
 
 __all__ = ["main", "parser"]
 
@@ -101,9 +103,21 @@ def _demo(args: argparse.Namespace) -> int:
             f"rows/s; first batch after {first or 0:.3f} s (planning included); "
             f"every row exactly once: {'yes' if exact else 'NO'}"
         )
+        print(f"  where the time went: {time_went(loader.metrics(), elapsed)}")
         if not exact:
             return 1
     return 0
+
+
+def time_went(metrics: dict[str, float], elapsed: float) -> str:
+    """One line of where a pass's time went (`TabularDataLoader.metrics`)."""
+    parts = [f"the loop waited {metrics['wait_s']:.2f} s of {elapsed:.2f} s for batches"]
+    busy = {s: metrics[f"{s}_s"] for s in STAGES if metrics[f"{s}_s"] > 0.0005}
+    if busy:
+        spent = ", ".join(f"{stage} {seconds:.2f} s" for stage, seconds in busy.items())
+        parts.append(f"its processes spent {spent}")
+    parts.append(f"planning {metrics['planning_s']:.2f} s")
+    return "; ".join(parts)
 
 
 def _plan(args: argparse.Namespace) -> int:
@@ -295,6 +309,11 @@ def parser() -> argparse.ArgumentParser:
     )
     add_explain(explain)
     explain.set_defaults(run=explain_batch)
+    profiling = command(
+        "profile", "run the loader per worker count: where the time goes, and the advice"
+    )
+    add_profile(profiling)
+    profiling.set_defaults(run=profile)
     cache = command("cache", "show or clear a node-local cache")
     cache.add_argument(
         "action", nargs="?", choices=["show", "clear"], default="show", help="what to do"
