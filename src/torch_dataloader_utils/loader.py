@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import sys
+import time
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any, Generic, TypeVar, cast
 
@@ -20,10 +21,9 @@ from .errors import InvalidArgumentError, TorchDataloaderUtilsError, WorkerDiedE
 from .errors.keywords import refuse_rebatching
 from .errors.on_error import FailureLog, ReadFailure
 from .metrics.clock import DEVICE, MAKE, QUEUE, READ, UNPACK
-from .metrics.report import RankWaits, gather_ranks, loader_metrics
-from .metrics.waits import Waits
+from .metrics.report import LoaderMetrics
 from .state import Readable, read_failures, with_read_failures
-from .state.wrappers import Forwarded, Reader, kept
+from .state.wrappers import Forwarded, Reader, gradient_state, kept, tracked
 from .transport import Unbundler, forget_exited_workers, in_order, init_worker, to_device
 from .transport.deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
@@ -121,7 +121,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         if device is None and accelerator is not None:
             device = accelerator.device
         self.device = torch.device(device) if device is not None else None
-        self._gradient_state = _gradient_state() if accelerator is not None else None
+        self._gradient_state = gradient_state() if accelerator is not None else None
         # Read by accelerate's GradientState while this loader is iterated (gradient
         # accumulation syncs on the last batch; gather_for_metrics reads the remainder).
         self.end_of_dataloader = False
@@ -135,11 +135,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         self._failures_before = (0, 0)
         # A wrapper reading ahead of the user (Ray Train's default): its batch is not delivered.
         self._reader: Reader | None = None
-        # The pass's exposed waits, the stage clock as it began, and the waits gathered across
-        # ranks (`metrics`).
-        self._waits: Waits | None = None
-        self._since: Any = None
-        self._ranks = RankWaits()
+        self._metrics = LoaderMetrics()  # the pass's exposed waits (`metrics`)
         super().__init__(
             cast("Dataset[Any]", dataset),
             batch_size=None,
@@ -165,30 +161,18 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         return super().__len__() - passes.skipped_in(passes.epoch)
 
     def metrics(self, *, across_ranks: bool = False) -> dict[str, float]:
-        """Where this rank's time went in the current pass (the last one, between passes), as a
-        flat dict of floats for ``log_dict`` (TensorBoard, W&B, Lightning).
-
-        ``wait_s`` is the training loop's exposed wait: the time from asking for a batch to
-        having it, summed over the pass's ``batches``; ``<stage>_s`` the seconds each stage of
-        a batch's life took in this rank's processes (``read``, ``make``, ``queue``,
-        ``unpack``, ``device``; docs/how-to/profile.md), per worker too. Cheap: nothing is
-        exchanged between processes or ranks, and nothing of it is in `state_dict`.
-
-        ``across_ranks=True`` also gathers every rank's wait at each step not gathered yet (one
-        all-gather: every rank must call it at the same step, e.g. every 100 steps) and adds
-        ``rank_wait_slowest_s`` (the sum over those steps of the slowest rank's wait: what a
-        synchronous step waited for data) and ``rank_wait_mean_s``.
+        """Where this rank's time went in the current pass (or the last one), a flat dict of
+        floats for ``log_dict``: ``wait_s``, the loop's exposed wait over the pass's
+        ``batches``, and the seconds each stage took (`metrics.report.loader_metrics` lists
+        the keys). Nothing is exchanged and nothing of it is in `state_dict`;
+        ``across_ranks=True`` (one all-gather: call it on every rank at the same step) adds
+        the slowest and the mean rank's wait summed over the steps.
 
         Raises:
             RuntimeError: ``across_ranks=True`` without torch.distributed initialized.
         """
-        ranks = None
-        if across_ranks:
-            if self._waits is not None:
-                self._ranks = gather_ranks(self._waits, self._ranks)
-            ranks = self._ranks
-        return loader_metrics(
-            self._waits, self._since, self.dataset, num_workers=self.num_workers, ranks=ranks
+        return self._metrics.of(
+            self.dataset, num_workers=self.num_workers, across_ranks=across_ranks
         )
 
     def skip(self, epoch: int, batches: range) -> None:
@@ -398,6 +382,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         return iterator
 
     def __iter__(self) -> Iterator[Any]:  # type: ignore[override]
+        started = time.perf_counter()  # (the loop waits from here: `metrics`)
         dataset = self.dataset
         if self._iterator is not None:  # persistent workers: one may have died since
             self._waiting(self._iterator, lambda: None)
@@ -417,30 +402,16 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
             copied = to_device(batches, self.device)
             batches = dataset.clock.timed_less(copied, DEVICE, (READ, MAKE, QUEUE, UNPACK))
         if self._gradient_state is not None:
-            batches = self._tracked(batches, self._gradient_state)
+            batches = tracked(self, batches, self._gradient_state)
         if not self.num_workers:
             batches = _collected(batches, dataset.failure_log, self._read_failures)
         if dataset.cache_stats is not None:
             batches = self._cache_counted(batches, progress.pass_.epoch)
         # The loop's exposed wait for each batch, and the clock as the pass begins (`metrics`).
-        self._waits, self._since = Waits(progress.pass_.epoch), dataset.clock.seconds()
-        counted = passes.counted(self._waits.timed(batches), progress)
+        waits = self._metrics.begin(progress.pass_.epoch, started, dataset)
+        counted = passes.counted(waits.timed(batches), progress)
         self._reader = Reader.of(self, sys._getframe(1), counted)
         return counted
-
-    def _tracked(self, batches: Iterator[Any], state: Any) -> Iterator[Any]:
-        """Tell accelerate's GradientState when the last batch comes (one batch look-ahead)."""
-        self.end_of_dataloader, self.remainder = False, -1
-        state._add_dataloader(self)
-        try:
-            current = next(batches, _END)
-            while current is not _END:
-                following = next(batches, _END)
-                self.end_of_dataloader = following is _END
-                yield current
-                current = following
-        finally:
-            state._remove_dataloader(self)
 
     def _in_order(self, iterator: Any, counts: list[int], done: list[int]) -> Iterator[Any]:
         """The batches of the workers' messages in DataLoader's order (`in_order`)."""
@@ -460,12 +431,6 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
 
 
 _END = object()
-
-
-def _gradient_state() -> Any:
-    from accelerate.state import GradientState
-
-    return GradientState()
 
 
 def _collected(

@@ -158,7 +158,7 @@ def test_the_traceback_on_request(tmp_path: Path, args: list[str], env: dict[str
 def test_every_option_shows_its_default() -> None:
     top = parser()
     subcommands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
-    assert sorted(subcommands) == ["cache", "demo", "explain", "index", "plan", "read"]
+    assert sorted(subcommands) == ["cache", "demo", "explain", "index", "plan", "profile", "read"]
     for name, sub in [("tdu", top), *subcommands.items()]:
         formatter = sub._get_formatter()
         for action in sub._actions:

@@ -56,6 +56,7 @@ TESTED_IN: dict[str, str] = {
     "create.py": "tests/unit/test_api.py",
     "dataset/balancing.py": "tests/multiproc/test_balance.py",
     "dataset/base.py": "tests/unit/test_dataset.py",
+    "dataset/measure.py": "tests/multiproc/test_metrics.py",
     "delta/format.py": (
         "tests/delta/test_tables.py, tests/delta/test_loader.py, tests/delta/test_interop.py"
     ),
@@ -129,6 +130,7 @@ TESTED_IN: dict[str, str] = {
     "iceberg/snapshots.py": "tests/iceberg/test_snapshots.py",
     "iceberg/storage.py": "tests/iceberg/test_storage.py",
     "iceberg/table.py": "tests/iceberg/test_read.py, tests/unit/iceberg/test_expressions.py",
+    "metrics/page.py": "tests/unit/cli/test_profile.py",
     "planning/balanced.py": "tests/multiproc/test_balance.py",
     "planning/interleave.py": "tests/unit/planning/test_mixture.py, tests/unit/stream/test_mix.py",
     "planning/layout.py": "tests/unit/planning/test_streams.py, tests/unit/planning/test_resume.py",

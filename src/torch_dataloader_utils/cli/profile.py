@@ -84,7 +84,7 @@ def run_one(args: argparse.Namespace, workers: int, prefetch: int | None = None)
             rows.append(_rows(batch))
             if time.perf_counter() - reading >= args.seconds:
                 break
-        pass_ = loader._waits
+        pass_ = loader._metrics.waits
         if pass_ is not None:
             waits.extend(pass_.each)
             at.extend(offset + t for t in pass_.at)

@@ -14,7 +14,7 @@ import torch
 from .clock import BATCHES, STAGES
 from .waits import Waits
 
-__all__ = ["RankWaits", "gather_ranks", "loader_metrics"]
+__all__ = ["LoaderMetrics", "RankWaits", "gather_ranks", "loader_metrics"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -26,6 +26,28 @@ class RankWaits:
     steps: int = 0
     slowest_s: float = 0.0
     mean_s: float = 0.0
+
+
+class LoaderMetrics:
+    """What a loader keeps for `TabularDataLoader.metrics`: the pass's waits, the stage clock
+    as the pass began, and the steps gathered across ranks."""
+
+    def __init__(self) -> None:
+        self.waits: Waits | None = None
+        self.since: np.ndarray | None = None
+        self.ranks = RankWaits()
+
+    def begin(self, epoch: int, started: float, dataset: Any) -> Waits:
+        """A pass begins (``started``: when ``iter(loader)`` was called); its waits."""
+        self.waits, self.since = Waits(epoch, started), dataset.clock.seconds()
+        return self.waits
+
+    def of(self, dataset: Any, *, num_workers: int, across_ranks: bool) -> dict[str, float]:
+        """`loader_metrics` of the pass (``across_ranks``: gathered first)."""
+        ranks = None
+        if across_ranks:
+            self.ranks = ranks = gather_ranks(self.waits or Waits(), self.ranks)
+        return loader_metrics(self.waits, self.since, dataset, num_workers=num_workers, ranks=ranks)
 
 
 def loader_metrics(

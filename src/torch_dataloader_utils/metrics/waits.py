@@ -16,11 +16,13 @@ _T = TypeVar("_T")
 
 class Waits:
     """One pass's exposed waits: each batch's (seconds) and when it was handed out (seconds
-    since the pass began), 12 bytes a batch."""
+    since the pass began), 12 bytes a batch. The first batch's wait includes the pass's start
+    (``iter(loader)``: workers started) and the total the last call, which ends the pass
+    (workers stopped): the loop waits through both."""
 
-    def __init__(self, epoch: int = 0) -> None:
+    def __init__(self, epoch: int = 0, started: float | None = None) -> None:
         self.epoch = epoch
-        self.started = time.perf_counter()
+        self.started = time.perf_counter() if started is None else started
         self.each = array("f")
         self.at = array("d")
         self.total = 0.0
@@ -34,11 +36,14 @@ class Waits:
     def timed(self, batches: Iterator[_T]) -> Iterator[_T]:
         """``batches``, each one's wait recorded."""
         clock = time.perf_counter
+        first = True
         while True:
-            start = clock()
+            start = self.started if first else clock()
+            first = False
             try:
                 batch = next(batches)
             except StopIteration:
+                self.total += clock() - start
                 return
             end = clock()
             waited = end - start

@@ -14,7 +14,8 @@ loader alive through the call as any bound method does.
 
 Lightning prefetches only from loaders without a length (ours has one), and torchdata's
 ``StatefulDataLoader`` snapshots its workers' states batch by batch: neither holds a batch the
-state counts.
+state counts. HF Accelerate's ``GradientState`` is told which batch is a pass's last
+(`tracked`).
 """
 
 from __future__ import annotations
@@ -22,13 +23,13 @@ from __future__ import annotations
 import types
 import warnings
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Any
 
 from ..errors import TorchDataloaderUtilsWarning
 
-__all__ = ["Forwarded", "Reader", "kept"]
+__all__ = ["Forwarded", "Reader", "gradient_state", "kept", "tracked"]
 
 # Readers known to hold one batch ahead, by module and class: what they hold is read from
 # their attributes (`Reader.held`).
@@ -125,3 +126,29 @@ class kept:  # noqa: N801 - used as a decorator, like property
 
     def __set__(self, instance: Any, value: Any) -> None:
         instance.__dict__[self.name] = value
+
+
+_END = object()
+
+
+def gradient_state() -> Any:
+    """Accelerate's ``GradientState`` (imported only for a loader given an accelerator)."""
+    from accelerate.state import GradientState
+
+    return GradientState()
+
+
+def tracked(loader: Any, batches: Iterator[Any], state: Any) -> Iterator[Any]:
+    """``batches``, telling accelerate's GradientState ``state`` when the last comes (one
+    batch look-ahead; ``loader.end_of_dataloader`` as accelerate's own loaders set it)."""
+    loader.end_of_dataloader, loader.remainder = False, -1
+    state._add_dataloader(loader)
+    try:
+        current = next(batches, _END)
+        while current is not _END:
+            following = next(batches, _END)
+            loader.end_of_dataloader = following is _END
+            yield current
+            current = following
+    finally:
+        state._remove_dataloader(loader)
