@@ -14,9 +14,12 @@ Arrow bytes) are the warm second epoch's, time to first batch the cold first epo
 start excluded, planning and worker start included). CPU per row is the warm epoch's process
 CPU time (user + system) over its rows: the main process's, and the total with the workers'.
 
+The ``narrow`` dataset is issue 47's second shape: the tabular columns with a 32-float
+embedding and strings of 15-25 characters.
+
 Usage::
 
-    python benchmarks/throughput.py                 # tabular + token datasets
+    python benchmarks/throughput.py                 # tabular, narrow and token datasets
     python benchmarks/throughput.py --rows 500000   # smaller
 """
 
@@ -41,9 +44,11 @@ HERE = Path(__file__).resolve().parent
 DATA = HERE / ".data"
 
 
-def make_tabular(root: Path, rows: int, files: int = 8) -> Path:
-    """8 float32, 2 int64, a 20-char string, a 64-float embedding (docs/benchmarks.md, tabular)."""
-    out = root / f"tabular-{rows}"
+def make_tabular(root: Path, rows: int, files: int = 8, *, narrow: bool = False) -> Path:
+    """8 float32, 2 int64, a 20-char string, a 64-float embedding (docs/benchmarks.md,
+    tabular); ``narrow`` (issue 47's second shape): a 32-float embedding and strings of 15-25
+    characters, so a row is half the bytes and per-row costs weigh twice as much."""
+    out = root / f"tabular{'-narrow' if narrow else ''}-{rows}"
     if (out / "_done").exists():
         return out
     out.mkdir(parents=True, exist_ok=True)
@@ -56,9 +61,14 @@ def make_tabular(root: Path, rows: int, files: int = 8) -> Path:
         for j in range(8):
             cols[f"f{j}"] = pa.array(rng.random(n, dtype=np.float32))
         cols["i1"] = pa.array(rng.integers(0, 1000, n))
-        cols["s"] = pa.array([f"{i:020d}" for i in ids])
-        emb = pa.array(rng.random(n * 64, dtype=np.float32))
-        cols["emb"] = pa.FixedSizeListArray.from_arrays(emb, 64)
+        if narrow:
+            widths = rng.integers(15, 26, n)
+            cols["s"] = pa.array([f"{i:025d}"[: int(w)] for i, w in zip(ids, widths, strict=True)])
+        else:
+            cols["s"] = pa.array([f"{i:020d}" for i in ids])
+        size = 32 if narrow else 64
+        emb = pa.array(rng.random(n * size, dtype=np.float32))
+        cols["emb"] = pa.FixedSizeListArray.from_arrays(emb, size)
         pq.write_table(pa.table(cols), out / f"part-{f:03d}.parquet", row_group_size=131_072)
     (out / "_done").touch()
     return out
@@ -278,7 +288,7 @@ def main() -> None:
     parser.add_argument("--token-rows", type=int, default=125_000)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--repeat", type=int, default=2, help="runs per config; best is kept")
-    parser.add_argument("--only", help="the one dataset to run (tabular, tokens)")
+    parser.add_argument("--only", help="the one dataset to run (tabular, narrow, tokens)")
     parser.add_argument("--one", help=argparse.SUPPRESS)
     parser.add_argument("--data", help=argparse.SUPPRESS)
     parser.add_argument("--list-format", default="padded", help=argparse.SUPPRESS)
@@ -291,6 +301,9 @@ def main() -> None:
     if args.only in (None, "tabular"):
         tabular = make_tabular(DATA, args.rows)
         cases.append(("tabular", tabular, "padded", [*raws, "ours-w0", "ours-w2", "ours-w2-arrow"]))
+    if args.only in (None, "narrow"):
+        narrow = make_tabular(DATA, args.rows, narrow=True)
+        cases.append(("tabular narrow", narrow, "padded", [*raws, "ours-w0", "ours-w2"]))
     if args.only in (None, "tokens"):
         tokens = make_tokens(DATA, args.token_rows)
         cases.append(("tokens (padded)", tokens, "padded", [*raws, "ours-w0", "ours-w2"]))
