@@ -393,6 +393,10 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         batches: Iterator[Any]
         if self._iterator is not None:  # resets the persistent workers: waits on them
             batches = self._waiting(self._iterator, super().__iter__)
+        elif not self.num_workers and not self.pin_memory:
+            # In one process the dataset's own batches: torch's iterator only adds a profiler
+            # range and a sampler step a batch, ~65 µs (docs/benchmarks.md#one-process).
+            batches = iter(dataset)
         else:
             batches = super().__iter__()
         if self.num_workers:
