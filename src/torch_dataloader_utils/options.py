@@ -9,6 +9,7 @@ before anything is listed or read. Nothing here reads storage.
 from __future__ import annotations
 
 import dataclasses
+import numbers
 import os
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -341,7 +342,7 @@ class LoaderOptions:
         workers: object = self.num_workers
         auto = workers == "auto"  # (decided once the data is planned: `metrics.workers`)
         if not auto and workers is not None:
-            if isinstance(workers, bool) or not isinstance(workers, int):
+            if isinstance(workers, bool) or not isinstance(workers, numbers.Integral):
                 raise InvalidArgumentError(f'num_workers must be an int or "auto", got {workers!r}')
             if workers < 0:
                 raise InvalidArgumentError(f"num_workers must be >= 0, got {workers}")
@@ -354,11 +355,10 @@ class LoaderOptions:
     def workers(self) -> int:
         """Worker processes (default: ``min(4, cpu_count)``)."""
         if self.num_workers == "auto":
-            raise InvalidArgumentError('num_workers="auto" is decided from the data: see `auto`')
+            raise InvalidArgumentError('num_workers="auto" is decided by create_dataloader, from the data')
         if self.num_workers is None:
             return min(4, os.cpu_count() or 1)
-        assert isinstance(self.num_workers, int)
-        return self.num_workers
+        return int(self.num_workers)
 
     def loader(self, dataset: _D) -> TabularDataLoader[_D]:
         """A `TabularDataLoader` over ``dataset`` with these options."""

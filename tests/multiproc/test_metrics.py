@@ -138,3 +138,11 @@ def test_auto_workers_is_within_10_percent_of_the_best_count(tmp_path: Path) -> 
             rows = sum(len(b["id"]) for b in loader)
             best[w] = max(best[w], rows / (time.perf_counter() - start))
     assert best[picked] >= 0.9 * max(best.values()), (picked, best)
+
+
+def test_a_numpy_integer_is_a_worker_count(demo: Path) -> None:
+    import numpy as np
+
+    loader = tdu.create_dataloader(str(demo), batch_size=1024, num_workers=np.int64(0))
+    assert loader.num_workers == 0
+    assert ids_of(loader) == Counter(range(ROWS))
