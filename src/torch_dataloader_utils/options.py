@@ -355,7 +355,7 @@ class LoaderOptions:
     def workers(self) -> int:
         """Worker processes (default: ``min(4, cpu_count)``)."""
         if self.num_workers == "auto":
-            raise InvalidArgumentError('num_workers="auto" is decided by create_dataloader, from the data')
+            raise InvalidArgumentError('num_workers="auto" is decided by create_dataloader')
         if self.num_workers is None:
             return min(4, os.cpu_count() or 1)
         return int(self.num_workers)
