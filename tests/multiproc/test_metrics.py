@@ -146,3 +146,17 @@ def test_a_numpy_integer_is_a_worker_count(demo: Path) -> None:
     loader = tdu.create_dataloader(str(demo), batch_size=1024, num_workers=np.int64(0))
     assert loader.num_workers == 0
     assert ids_of(loader) == Counter(range(ROWS))
+
+
+def test_forked_workers_of_a_later_pass_record_in_their_own_rows(demo: Path) -> None:
+    """Workers forked again for a second pass (not persistent) inherit the main process's
+    clock object: each still records in its own row, not in the main process's."""
+    loader = tdu.create_dataloader(
+        str(demo), batch_size=1024, num_workers=2, multiprocessing_context="fork"
+    )
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        assert ids_of(loader) == Counter(range(ROWS))
+        metrics = loader.metrics()
+        assert metrics["main_batches"] == 0 and metrics["main_read_s"] == 0
+        assert metrics["worker0_batches"] + metrics["worker1_batches"] == len(loader)

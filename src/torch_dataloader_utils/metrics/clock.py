@@ -16,6 +16,7 @@ The stages, in a batch's order (each process records those it runs):
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Iterator
 from typing import TypeVar
@@ -47,13 +48,15 @@ class StageClock:
         self._tensor = torch.zeros((_SLOTS, len(STAGES) + 1), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
         self._view: np.ndarray | None = None
         self._slot: int | None = None
+        self._pid = 0
 
     def _row(self) -> np.ndarray:
         if self._view is None:
             self._view = self._tensor.numpy()
-        if self._slot is None:
+        # (Per process: a forked worker inherits the main process's slot with the object.)
+        if self._slot is None or self._pid != os.getpid():
             info = get_worker_info()
-            self._slot = 0 if info is None else (info.id + 1) % _SLOTS
+            self._slot, self._pid = 0 if info is None else (info.id + 1) % _SLOTS, os.getpid()
         row: np.ndarray = self._view[self._slot]
         return row
 
@@ -82,14 +85,14 @@ class StageClock:
         """``items``, the time spent getting each counted in ``stage`` less what this process
         counted in the stages ``less`` meanwhile (those nested inside: each second once)."""
         clock = time.perf_counter
-        row = self._row()
+        row, nested_in = self._row(), list(less)
         while True:
-            start, inner = clock(), int(row[list(less)].sum())
+            start, inner = clock(), int(row[nested_in].sum())
             try:
                 item = next(items)
             except StopIteration:
                 return
-            nested = (int(row[list(less)].sum()) - inner) / 1e9
+            nested = (int(row[nested_in].sum()) - inner) / 1e9
             self.add(stage, max(0.0, clock() - start - nested))
             yield item
 
@@ -109,3 +112,4 @@ class StageClock:
         self._tensor = tensor
         self._view = None
         self._slot = None
+        self._pid = 0

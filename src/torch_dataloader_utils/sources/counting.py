@@ -20,7 +20,7 @@ from ..fs import FileSystemSpec
 from ..fs.threads import COUNT_THREADS
 from ..planning import Chunk
 
-__all__ = ["count_lengths", "count_rows", "count_tokens", "in_threads"]
+__all__ = ["count_lengths", "count_rows", "count_tokens", "in_threads", "tokens_of_lengths"]
 
 _T = TypeVar("_T")
 _I = TypeVar("_I")
@@ -91,6 +91,14 @@ def count_lengths(
         return np.concatenate(parts) if parts else np.zeros(0, np.int32)
 
     return _each_chunk(chunks, fmt, fs, options, lengths, combine=joined)
+
+
+def tokens_of_lengths(lengths: Sequence[np.ndarray], *, eos: bool = False) -> list[int]:
+    """Each chunk's tokens (`count_tokens`' counts) from its rows' lengths (`count_lengths`':
+    a null list -1), so a column whose lengths are read anyway is not read twice."""
+    return [
+        int(np.maximum(one, 0).sum()) + (int((one >= 0).sum()) if eos else 0) for one in lengths
+    ]
 
 
 def _each_chunk(

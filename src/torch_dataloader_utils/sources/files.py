@@ -24,7 +24,7 @@ from ..planning import Chunk, Chunks, Plan
 from ..tokenizing import Derivation
 from ..tokenizing.derive import TOKEN_TYPE
 from .census import Census, census_counts
-from .counting import count_lengths, count_rows, count_tokens
+from .counting import count_lengths, count_rows, count_tokens, tokens_of_lengths
 from .prepare import Prepared
 
 __all__ = [
@@ -125,16 +125,20 @@ def count_chunks(
         # Count the rows that pass, reading only the filter's columns: equal batch counts
         # per rank and resuming at a batch need them (docs/concepts/model.md).
         rows = count_rows(picked, fmt, fs, reading())
+    each = None
+    if lengths is not None:
+        # A token budget's batches (or a balanced packing's costs) are made from every row's
+        # length, before any stream.
+        each = count_lengths(picked, fmt, fs, reading(lengths), lengths)
     counted = None
-    if tokens is not None:
+    if tokens is not None and tokens == lengths:  # (the lengths hold the tokens: no new read)
+        assert each is not None
+        counted = tokens_of_lengths(each, eos=bool(counting["eos"]))
+    elif tokens is not None:
         # A packed dataset's order is one of tokens: each chunk's, exact, before any stream.
         counted = count_tokens(
             picked, fmt, fs, reading(tokens), tokens, eos=counting["eos"], told=told
         )
-    each = None
-    if lengths is not None:
-        # A token budget's batches are made from every row's length, before any stream.
-        each = count_lengths(picked, fmt, fs, reading(lengths), lengths)
     return rows, counted, each
 
 

@@ -24,7 +24,7 @@ from ..fs import FileSystemSpec
 from ..planning import Chunk, Chunks, Plan
 from ..tokenizing import Derivation
 from .census import Census, census_counts
-from .counting import count_lengths, count_rows, count_tokens
+from .counting import count_lengths, count_rows, count_tokens, tokens_of_lengths
 from .files import Planned, decoded_row_bytes, derived_schema
 from .filters import filter_columns
 from .prepare import check_derived, check_tokens
@@ -250,12 +250,15 @@ def _counts(
     filtered_rows = chunk_tokens = row_lengths = None
     if options.filter is not None:
         filtered_rows = tuple(count_rows(chunks, fmt, fs, reading()))
-    if request.tokens is not None:
+    parts = None
+    if request.lengths is not None:  # a token budget's (or balance's) index, every live row's
+        parts = count_lengths(chunks, fmt, fs, reading(request.lengths), request.lengths)
+        row_lengths = np.concatenate(parts) if parts else np.zeros(0, np.int32)
+    if request.tokens is not None and parts is not None and request.tokens == request.lengths:
+        chunk_tokens = tuple(tokens_of_lengths(parts, eos=request.eos))  # (no second read)
+    elif request.tokens is not None:
         counted = count_tokens(
             chunks, fmt, fs, reading(request.tokens), request.tokens, eos=request.eos
         )
         chunk_tokens = tuple(counted)
-    if request.lengths is not None:  # a token budget's length index, every live row's
-        parts = count_lengths(chunks, fmt, fs, reading(request.lengths), request.lengths)
-        row_lengths = np.concatenate(parts) if parts else np.zeros(0, np.int32)
     return filtered_rows, chunk_tokens, row_lengths
