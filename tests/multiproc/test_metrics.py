@@ -5,6 +5,7 @@ and ``num_workers="auto"``. Every test that reads checks the row ids."""
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from collections import Counter
 from pathlib import Path
@@ -78,7 +79,8 @@ def test_the_stage_split_adds_up_to_the_wait(demo: Path) -> None:
 def test_a_fast_source_reports_a_wait_near_zero(demo: Path) -> None:
     """Workers ahead of a loop that works 10 ms a step: after each worker's first batch (the
     workers starting) the loop waits for a batch no more than it takes to receive one, a
-    tenth of its step."""
+    tenth of its step (the median: on a loaded machine a few waits are the scheduler's), and
+    all of them together a tenth of the wall clock."""
     loader = tdu.create_dataloader(str(demo), batch_size=1024, num_workers=2)
     start = time.perf_counter()
     assert ids_of(loader, step=0.01) == Counter(range(ROWS))
@@ -87,8 +89,8 @@ def test_a_fast_source_reports_a_wait_near_zero(demo: Path) -> None:
     each = list(loader._metrics.waits.each)
     assert metrics["wait_s"] >= sum(each)  # (and the pass's end: the workers stopping)
     after_first = sum(each[2:])
-    per_batch = after_first / (len(each) - 2)
-    assert per_batch < 0.1 * 0.01 and after_first < 0.1 * wall, (per_batch, after_first, wall)
+    typical = statistics.median(each[2:])
+    assert typical < 0.1 * 0.01 and after_first < 0.1 * wall, (typical, after_first, wall)
 
 
 def test_nothing_of_the_metrics_is_in_the_state(demo: Path) -> None:
