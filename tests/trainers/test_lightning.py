@@ -4,8 +4,8 @@ Lightning owns the epoch loop: it never calls ``loader.set_epoch``, only
 ``loader.sampler.set_epoch``; with ``ddp_spawn`` it pickles a loader built in the parent into
 the ranks; it saves the loader's state in its checkpoints and rebuilds the loader from its
 attributes for ``predict``. Every case reads every row once per epoch, a new order each epoch,
-equal batches per rank; fit, resume and predict also over packed sequences (``--packed``:
-every token once).
+equal batches per rank; fit (the plain run the resumed runs are compared with, batch for
+batch), resume and predict also over packed sequences (``--packed``: every token once).
 """
 
 from __future__ import annotations
@@ -70,12 +70,10 @@ def _assert_exactly_once_and_reshuffled(report: dict, epochs: int, data: Data = 
 @pytest.mark.parametrize(
     ("options", "epochs", "data"),
     [
-        ([], 3, ROWS_DATA),
         (["--set-epoch"], 2, ROWS_DATA),
         (["--strategy", "ddp_spawn"], 2, ROWS_DATA),
-        ([], 2, PACKED),
     ],
-    ids=["ddp", "ddp-user-set-epoch", "ddp_spawn-loader-built-in-parent", "ddp-packed"],
+    ids=["ddp-user-set-epoch", "ddp_spawn-loader-built-in-parent"],
 )
 def test_fit_reads_every_row_once_per_epoch_in_a_new_order(
     tmp_path: Path, options: list[str], epochs: int, data: Data
@@ -90,10 +88,13 @@ def test_fit_reads_every_row_once_per_epoch_in_a_new_order(
 def test_fit_resumes_exactly_mid_epoch_and_from_the_last_step_of_an_epoch(
     tmp_path: Path, data: Data
 ) -> None:
-    # One run of epoch 0 saves every 4 steps: step 20 is mid-epoch, the last step ends it.
+    # One plain run of 3 epochs (Lightning's own loop, never set_epoch: every row once per
+    # epoch, a new order each) saves every 4 steps: step 20 is mid-epoch, BATCHES ends epoch 0.
     every = ["--save-every", "4", *data.options]
-    run_example("train_lightning.py", *_options(tmp_path, "--epochs", "1", *every, "--tag", "a"))
-    first = read_ranks(tmp_path / "out", "a")
+    run_example("train_lightning.py", *_options(tmp_path, "--epochs", "3", *every, "--tag", "a"))
+    whole = read_ranks(tmp_path / "out", "a")
+    _assert_exactly_once_and_reshuffled(epoch_report(whole, data.rows), 3, data)
+    first = {rank: [r for r in records if r["epoch"] == 0] for rank, records in whole.items()}
     middle, end = (tmp_path / "ckpt" / f"step={step}.ckpt" for step in (20, BATCHES))
     assert middle.is_file() and end.is_file()
 
@@ -108,12 +109,30 @@ def test_fit_resumes_exactly_mid_epoch_and_from_the_last_step_of_an_epoch(
     assert all(r["step"] >= 20 for records in second.values() for r in records)
     report = epoch_report(merge(before, second), data.rows)
     _assert_exactly_once_and_reshuffled(report, 2, data)
+    # Exactly: the resumed run's batches are the plain run's, step for step.
+    assert _batches(second) == _batches(whole, below_epoch=2, from_step=20)
 
     # From the epoch's last step: the checkpoint holds a complete epoch, so epoch 1 is read.
     run_example("train_lightning.py", *_options(tmp_path, *resume, str(end), "--tag", "c"))
     third = read_ranks(tmp_path / "out", "c")
     assert {r["epoch"] for records in third.values() for r in records} == {1}
     _assert_exactly_once_and_reshuffled(epoch_report(merge(first, third), data.rows), 2, data)
+    assert _batches(third) == _batches(whole, below_epoch=2, from_step=BATCHES)
+
+
+def _batches(
+    ranks: dict[int, list[dict]], *, below_epoch: int = 10**9, from_step: int = 0
+) -> dict[int, list[tuple[int, int, list[int]]]]:
+    """Per rank, its batches' (epoch, step, ids) from global step ``from_step`` on, in epochs
+    below ``below_epoch``."""
+    return {
+        rank: [
+            (r["epoch"], r["step"], r["ids"])
+            for r in records
+            if r["epoch"] < below_epoch and r["step"] >= from_step
+        ]
+        for rank, records in ranks.items()
+    }
 
 
 @DATA
