@@ -38,6 +38,19 @@ def test_batches_dearer_than_their_crossing_get_a_worker_a_core() -> None:
     assert count == 3 and "ms to make" in why
 
 
+def test_the_first_blocks_reading_counts_in_a_batchs_cost() -> None:
+    """The first batch waits for the first block (read once, then batches made from it
+    cheaply): workers would read it too, so it counts, spread over the batches measured."""
+
+    def reading_first() -> Iterator[dict[str, torch.Tensor]]:
+        time.sleep(0.03)
+        for _ in range(20):
+            yield {"x": torch.zeros(4)}
+
+    count, why = choose_workers(reading_first(), cores=2, local=1)
+    assert count == 2 and "ms to make" in why, why
+
+
 def test_too_few_batches_decide_from_the_cores() -> None:
     assert choose_workers(iter([{"x": torch.zeros(1)}]), cores=2, local=1)[0] == 2
 
