@@ -44,6 +44,7 @@ from ..transport import bundle_rows, worker_messages
 from ..transport.worker import Converts
 from .balancing import balanced, with_balance
 from .chunk_rows import ChunkRows
+from .collection import paused_collection
 from .conversion import conversion
 from .keywords import check_dataset_keywords
 from .lookup import Lookup
@@ -88,6 +89,7 @@ class PlannedDataset(IterableDataset[Any]):
 
     # --- the one body: plan the sources, combine them, cut the epochs ---------------------------
 
+    @paused_collection()
     def _build(self, sources: Sequence[Source], options: Options) -> None:
         """Plan ``sources`` in one planning step and set up the dataset over them."""
         IterableDataset.__init__(self)
