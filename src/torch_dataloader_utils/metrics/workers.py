@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -83,22 +84,29 @@ def _measure(batches: Iterator[Any]) -> tuple[float, int] | None:
     The first batch is counted: it waits for the first block's reading, which a worker would
     do too, and the batches after it are made from that block without reading. Leaving it
     out measured the making alone, near the crossing's cost on the demo data: the pick
-    flipped between 0 and 2 workers from run to run, where 2 read 25% faster."""
+    flipped between 0 and 2 workers from run to run, where 2 read 25% faster. The batches
+    after it count at their median: one step the scheduler held up on a loaded machine
+    (a few ms, more than eight cheap batches together) would otherwise decide alone."""
     try:
         start = time.perf_counter()
         first = next(batches, None)
         if first is None:
             return None
-        made, nbytes = 1, _bytes(first)
-        while made <= MEASURE_BATCHES and time.perf_counter() - start < MEASURE_S:
+        then = time.perf_counter()
+        first_s, nbytes = then - start, _bytes(first)
+        rest: list[float] = []
+        while len(rest) < MEASURE_BATCHES and then - start < MEASURE_S:
             batch = next(batches, None)
             if batch is None:
                 break
-            made += 1
+            now = time.perf_counter()
+            rest.append(now - then)
+            then = now
             nbytes += _bytes(batch)
-        if made < 2:
+        if not rest:
             return None
-        return (time.perf_counter() - start) / made, nbytes // made
+        made = 1 + len(rest)
+        return (first_s + len(rest) * statistics.median(rest)) / made, nbytes // made
     finally:
         close = getattr(batches, "close", None)
         if close is not None:
