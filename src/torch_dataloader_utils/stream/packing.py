@@ -20,6 +20,7 @@ import numpy as np
 import torch
 
 from ..convert import Field, Written
+from . import pack_kernel
 from .best_fit import place, sequences_for
 from .fragments import TOKENS_PER_COPY, Fragments, goes_on
 
@@ -67,15 +68,22 @@ def pack(
     (a static shape: whole sequences of padding after the tokens, a fragment each). Boundaries
     come from the fragments (the list offsets), never from a token's value; ``positions``
     as `batching.Packing` says."""
+    n = fragments.num_rows
+    size = _size(n, seq_len, rows)
+    made = pack_kernel.concat(
+        fragments, seq_len, size, pad_value=pad_value, by_fragment=positions == "fragment"
+    )
+    if made is not None:  # (one compiled pass, where numba is loaded: the same arrays)
+        ids, position_ids, documents = made.input_ids, made.position_ids, made.document_ids
+        return _packed(seq_len, ids, position_ids, documents, made.cu_seqlens, made.source_ids, n)
     concat = _Concat(fragments, seq_len, pad_value, positions=positions, rows=rows)
     arrays = []
-    for dtype, write in concat.writers():
-        out = np.empty(concat.size, dtype)
-        write(out)
-        arrays.append(out)
+    for dtype, write in concat.writers(sources=True):
+        arrays.append(np.empty(size, dtype))
+        write(arrays[-1])
     ids, position_ids, documents, *sources = arrays
     source_ids = next(iter(sources), None)
-    return _packed(seq_len, ids, position_ids, documents, concat.cu_seqlens, source_ids, concat.n)
+    return _packed(seq_len, ids, position_ids, documents, concat.cu_seqlens, source_ids, n)
 
 
 class _Concat:
@@ -96,8 +104,14 @@ class _Concat:
         self.pad_value = pad_value
         self.by_fragment = positions == "fragment"
         self.n = n = fragments.num_rows
-        self.size = size = (-(-n // seq_len) if rows is None else rows) * seq_len
-        assert n <= size, "more tokens than the sequences hold"
+        self.size = size = _size(n, seq_len, rows)
+        self.seq_len = seq_len
+        # Where numba is loaded (`pack_kernel`), the boundaries now and the arrays in one
+        # compiled pass once every one's place is given (`writers`).
+        self.compiled = pack_kernel.cuts(fragments, seq_len, size)
+        if self.compiled is not None:
+            self.cu_seqlens = self.compiled
+            return
         self.lengths = lengths = fragments.end - fragments.begin
         starts = fragments.stops - lengths
         # A token's position: its place in the batch less this (its fragment's shift).
@@ -115,15 +129,26 @@ class _Concat:
         # is one more.
         self.cu_seqlens = _distinct(starts, np.arange(0, size, seq_len), [n, size])
 
-    def writers(self) -> list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]]:
-        """The dtype and writer of ``input_ids``, ``position_ids``, ``document_ids`` and (a
-        mixture's) ``source_ids``; a writer takes an array of ``size`` values (any shape)."""
+    def writers(self, sources: bool) -> list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]]:
+        """The dtype and writer of ``input_ids``, ``position_ids``, ``document_ids`` and, with
+        ``sources`` (a mixture's), ``source_ids``; a writer takes an array of ``size`` values
+        (any shape). Every writer given must be called (the compiled pass runs at the last)."""
+        sources = sources and self.fragments.source is not None
+        if self.compiled is not None:
+            return pack_kernel.writers(
+                self.fragments,
+                self.seq_len,
+                self.size,
+                pad_value=self.pad_value,
+                by_fragment=self.by_fragment,
+                sources=sources,
+            )
         out: list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]] = [
             (_wide(self.fragments.values.dtype), self._ids),
             (np.dtype(np.int32), self._positions),
             (np.dtype(np.int32), self._documents),
         ]
-        if self.fragments.source is not None:
+        if sources:
             out.append((np.dtype(np.int32), self._sources))
         return out
 
@@ -301,6 +326,13 @@ def _counting(n: int) -> np.ndarray:
 _COUNTING = np.arange(0, dtype=np.int32)
 
 
+def _size(tokens: int, seq_len: int, rows: int | None) -> int:
+    """A batch's slots: its tokens' sequences, or ``rows`` of them (a static shape)."""
+    size = (-(-tokens // seq_len) if rows is None else rows) * seq_len
+    assert tokens <= size, "more tokens than the sequences hold"
+    return size
+
+
 def _fragment_positions(cu_seqlens: np.ndarray, out: np.ndarray) -> None:
     """Each token's place in its fragment of ``cu_seqlens`` (which span ``out``), into
     ``out``: the positions no attention implementation misreads (docs/adr/0026)."""
@@ -332,6 +364,10 @@ class PackedConverter:
     batch_size: int = 1
     batch_tokens: int = 1
 
+    def __post_init__(self) -> None:
+        if self.method == "concat":  # (now, where the dataset is made: forked workers have it)
+            pack_kernel.load()
+
     def fields(self, batch: Fragments, rows: None = None) -> list[Field]:
         """The packed batch's fields (``max_seqlen`` a Python int). Concat's arrays are
         written where they go (`convert.Written`: a worker's transport buffer)."""
@@ -352,7 +388,7 @@ class PackedConverter:
             cu_seqlens, max_seqlen = concat.cu_seqlens, _longest(concat.cu_seqlens)
             out = [
                 Field(key, Written(dtype, write), shape)
-                for key, (dtype, write) in zip(keys, concat.writers(), strict=False)
+                for key, (dtype, write) in zip(keys, concat.writers(len(keys) > 3), strict=True)
             ]
         out[3:3] = [
             Field("cu_seqlens", cu_seqlens, cu_seqlens.shape),

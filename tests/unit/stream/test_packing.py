@@ -7,14 +7,17 @@ import itertools
 
 import numpy as np
 import pyarrow as pa
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.stream.checks import check_positions, triples
+from torch_dataloader_utils.stream import pack_kernel
 from torch_dataloader_utils.stream.fragments import Fragments
 from torch_dataloader_utils.stream.packing import pack
 
 
+@pytest.mark.parametrize("compiled", [True, False])
 @settings(max_examples=300, deadline=None)
 @given(
     docs=st.lists(st.lists(st.integers(0, 1000), min_size=1, max_size=7), max_size=10),
@@ -24,11 +27,23 @@ from torch_dataloader_utils.stream.packing import pack
     positions=st.sampled_from(["fragment", "document"]),
 )
 def test_sequences_hold_every_token_once_with_boundaries_from_the_documents(
-    docs: list[list[int]], seq_len: int, skip: int, dtype: pa.DataType, positions: str
+    compiled: bool,
+    docs: list[list[int]],
+    seq_len: int,
+    skip: int,
+    dtype: pa.DataType,
+    positions: str,
 ) -> None:
+    """With the compiled kernel (`stream.pack_kernel`) and with numpy alone."""
     fragments = Fragments.from_lists(pa.array(docs, pa.list_(dtype)), 0).slice(skip)
     every = triples(fragments)
-    packed = pack(fragments, seq_len, pad_value=-7, positions=positions)
+    assert pack_kernel.load()
+    kernel = pack_kernel._state.kernel
+    pack_kernel._state.kernel = kernel if compiled else None
+    try:
+        packed = pack(fragments, seq_len, pad_value=-7, positions=positions)
+    finally:
+        pack_kernel._state.kernel = kernel
     n = len(every)
     flat = packed.input_ids.reshape(-1)
     assert flat[:n].tolist() == [t for t, _, _ in every]
