@@ -201,11 +201,11 @@ class ColumnRules:
         if array.null_count and self.null_policy == "error":
             self._nulls(name, array)
         if rows is not None and (
-            self.null_policy == "mask" or array.null_count or array.flatten().null_count
+            self.null_policy == "mask" or array.null_count or _flat(array, size).null_count
         ):
             # (Masks and filled values are made for the batch's rows, not the whole block.)
             array, rows = take(array, rows), None
-        values = array.flatten()  # .values would ignore the slice offset; nulls: zeros
+        values = _flat(array, size)  # (a null row's values: zeros, filled below)
         masks: list[Field] = self._row_mask(name, array, n)
         values_valid: np.ndarray | None = None
         if array.null_count:  # a null row's values are filled, like a null value
@@ -278,3 +278,12 @@ class ColumnRules:
                 Field(f"{name}_values_valid", ListRows(valid, starts, lengths, False), shape),
             ]
         return fields
+
+
+def _flat(array: pa.FixedSizeListArray, size: int) -> pa.Array:
+    """The values of ``array``'s rows (its slice of the child): what ``flatten()`` gives
+    without nulls, in a quarter of its 4 µs a call (through pyarrow's compute), paid each
+    batch for a block's whole column."""
+    if array.null_count:
+        return array.flatten()  # (skips null rows' values, as `fixed_values` expects)
+    return array.values.slice(array.offset * size, len(array) * size)

@@ -7,7 +7,6 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
-from numpy.lib.stride_tricks import sliding_window_view
 
 from .arrow_values import arrow_of, valid_view
 
@@ -108,9 +107,22 @@ def pad_rows(
         # overlapping view (len(values) x longest elements).
         whole = starts <= len(values) - longest
         if len(values) >= longest:
-            windows = sliding_window_view(values, longest)
-            padded[whole] = windows[starts[whole]]
+            padded[whole] = _windows(values, longest)[starts[whole]]
         for i in np.flatnonzero(~whole):  # lists too near the end for a full view row
             padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
         padded[np.arange(longest) >= lengths[:, None]] = pad
     return padded
+
+
+def _windows(values: np.ndarray, width: int) -> np.ndarray:
+    """Every run of ``width`` values of ``values`` (1-D), as rows of a read-only strided view:
+    numpy's ``sliding_window_view`` builds the same view in 10 µs a call, this in 0.5 for
+    contiguous values (a batch of 32 rows with a list column takes about 190 µs in all,
+    `benchmarks/mixing.py`)."""
+    step = values.strides[0]
+    shape = (len(values) - width + 1, width)
+    if not values.flags.c_contiguous:
+        return np.lib.stride_tricks.as_strided(values, shape, (step, step), writeable=False)
+    view: np.ndarray = np.ndarray(shape, values.dtype, values, 0, (step, step))
+    view.flags.writeable = False
+    return view
