@@ -76,8 +76,12 @@ class ReaderProcess:
         assert process.stdout is not None
         try:
             frame: tuple[str, Any] = pickle.load(process.stdout)
-        except EOFError:
-            code = process.wait()
+        except (EOFError, pickle.UnpicklingError):  # (the pipe ended, or ended mid-frame)
+            try:
+                code = process.wait(timeout=5)
+            except subprocess.TimeoutExpired:  # (a frame garbled by a process still running)
+                process.kill()
+                code = process.wait()
             raise StorageError(
                 f"{where}: this worker's Lance reader process exited (code {code}) before it "
                 "answered; its error, if any, is on stderr"

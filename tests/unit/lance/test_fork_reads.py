@@ -60,10 +60,22 @@ def test_reads_stop_early_fail_and_restart(uri: str) -> None:
     reader.close()  # (twice: nothing to stop)
 
 
-def test_a_reader_process_that_dies_mid_answer_is_a_storage_error(uri: str) -> None:
+@pytest.fixture(scope="module")
+def wide_uri(tmp_path_factory: pytest.TempPathFactory) -> str:
+    """Rows of 16 KiB: an answer of 200 of them (3.2 MiB) never fits in the pipe, so the reader
+    process is still writing it when it is killed (50 small rows fitted, and a loaded machine
+    let it write them all first)."""
+    path = str(tmp_path_factory.mktemp("fork-reads-wide") / "w.lance")
+    blob = b"x" * 16_384
+    lance.write_dataset(pa.table({"id": list(range(200)), "blob": [blob] * 200}), path)
+    return path
+
+
+def test_a_reader_process_that_dies_mid_answer_is_a_storage_error(wide_uri: str) -> None:
     reader = ReaderProcess()
     try:
-        answer = reader.read(_request(uri, batch_rows=1), "here")
+        request = {"uri": wide_uri, "version": 1, "fragment": 0, "columns": ["id", "blob"]}
+        answer = reader.read({**request, "batch_rows": 1, "offset": 0, "limit": 200}, "here")
         next(answer)
         reader._started().kill()
         with pytest.raises(StorageError, match="here: this worker's Lance reader process exited"):
