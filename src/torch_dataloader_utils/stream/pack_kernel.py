@@ -319,7 +319,10 @@ def _compiled() -> dict[np.dtype[Any], Callable[..., tuple[int, int]]] | None:
                     written,  # cuts
                 )
             )
-        kernel = numba.njit(signatures, cache=True, nogil=True)(concat_kernel)
+        try:
+            kernel = numba.njit(signatures, cache=True, nogil=True)(concat_kernel)
+        except RuntimeError:  # (no writable place for numba's cache: compiled each process)
+            kernel = numba.njit(signatures, nogil=True)(concat_kernel)
     except Exception as error:  # (ImportError, or a numba that cannot compile here)
         logger.debug("packing with numpy: the compiled kernel did not load (%s)", error)
         return None
