@@ -2,14 +2,14 @@
 extra): `concat`, which `stream.packing.pack` uses when it is loaded.
 
 numpy makes a packed batch in several passes (the tokens copied fragment by fragment, then
-positions and document ids each through `np.repeat`, then the boundaries sorted): 66-67 µs a
+positions and document ids each through `np.repeat`, then the boundaries sorted): 65-67 µs a
 batch of 8 x 2,048 tokens, each pass at numpy's floor. One compiled pass writes them all in
 28-29 µs (docs/adr/0034-a-compiled-packing-kernel.md). Without numba, or with
 ``TDU_COMPILED=0``, `concat` returns ``None`` and packing stays numpy's; both give the same
 arrays (tests/unit/stream/test_pack_kernel.py).
 
 Loading imports numba and compiles or loads the kernel from numba's cache: about 0.4 s once a
-process (2 s the first time on a machine), so it happens once, when a packed dataset is made
+process (2-3 s the first time on a machine), so it happens once, when a packed dataset is made
 (forked workers inherit it) or at a spawned worker's first batch.
 """
 

@@ -388,7 +388,7 @@ class PackedConverter:
             cu_seqlens, max_seqlen = concat.cu_seqlens, _longest(concat.cu_seqlens)
             out = [
                 Field(key, Written(dtype, write), shape)
-                for key, (dtype, write) in zip(keys, concat.writers(len(keys) > 3), strict=True)
+                for key, (dtype, write) in zip(keys, concat.writers(len(keys) > 3), strict=False)
             ]
         out[3:3] = [
             Field("cu_seqlens", cu_seqlens, cu_seqlens.shape),
