@@ -65,10 +65,9 @@ def concat(
     if kernel is None:
         return None
     if into is None:
-        new = np.empty(size, np.int32)
         into = (
             np.empty(size, fragments.values.dtype),
-            new,
+            np.empty(size, np.int32),
             np.empty(size, np.int32),
             None if fragments.source is None else np.empty(size, np.int32),
         )
@@ -229,25 +228,21 @@ def concat_kernel(  # noqa: PLR0917 (numba's arguments are positional)
             t += piece
             run += piece
             at += piece
-    run = 0
-    while t < size:  # the padding: a fragment in each sequence it fills
-        if t == next_sequence or made == 0 or cuts[made - 1] != t:
-            if made == 0 or cuts[made - 1] != t:
-                cuts[made] = t
-                made += 1
-            run = 0
-            if t == next_sequence:
-                next_sequence += seq_len
+    while t < size:  # the padding: a fragment in each sequence it fills, each piece one
+        if made == 0 or cuts[made - 1] != t:
+            cuts[made] = t
+            made += 1
+        if t == next_sequence:
+            next_sequence += seq_len
         piece = min(size, next_sequence) - t
         if write:
             for k in range(piece):
                 ids[t + k] = pad_value
-                positions[t + k] = run + k
+                positions[t + k] = k
                 documents[t + k] = -1
             if has_source:
                 sources[t : t + piece] = -1
         t += piece
-        run += piece
     if made == 0 or cuts[made - 1] != size:
         cuts[made] = size
         made += 1
