@@ -4,8 +4,10 @@ the same run.
 
 Data (written once under ``benchmarks/.data`` by benchmarks/throughput.py's ``make_tabular`` and
 ``make_tokens``): ``tabular``, 2M rows (``--rows``) of an ``int64`` id, 8 float32, an int64, a
-20-char string and a 64-float ``fixed_size_list`` embedding, 8 files; ``tokens``, 125k rows
+20-char string and a 64-float ``fixed_size_list`` embedding, 8 files; ``narrow``, the same with a
+32-float embedding and strings of 15-25 characters (half the bytes a row); ``tokens``, 125k rows
 (``--token-rows``) of an id and a ``list<int32>`` of 32..992 tokens, 4 files. Ids run from 0.
+``--datasets`` picks among them (all three by default).
 
 Configurations, each in its own subprocess, batch size 1024, two epochs each (epoch 2 timed):
 
@@ -528,6 +530,11 @@ def main() -> None:
         default=",".join(["ours", *PEER_PACKAGES]),
         help=f"comma-separated of ours, {', '.join(PEER_PACKAGES)}",
     )
+    parser.add_argument(
+        "--datasets",
+        default="tabular,narrow,tokens",
+        help="comma-separated of tabular, narrow (issue 47's second shape), tokens",
+    )
     parser.add_argument("--skip-setup", action="store_true", help="do not run peers/setup.sh")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds a run, at most")
     parser.add_argument("--json", help="write the results to this file")
@@ -547,10 +554,15 @@ def main() -> None:
         f"Python {platform.python_version()}, torch {torch.__version__}, {os.cpu_count()} CPUs; "
         f"batch size {BATCH_SIZE}, {EPOCHS} epochs a run (the last timed), best of {args.repeat}"
     )
-    datasets = [
-        ("tabular", make_tabular(DATA, args.rows), False),
-        ("tokens", make_tokens(DATA, args.token_rows), True),
-    ]
+    makers = {
+        "tabular": lambda: (make_tabular(DATA, args.rows), False),
+        "narrow": lambda: (make_tabular(DATA, args.rows, narrow=True), False),
+        "tokens": lambda: (make_tokens(DATA, args.token_rows), True),
+    }
+    chosen = [name.strip() for name in args.datasets.split(",") if name.strip()]
+    if set(chosen) - set(makers):
+        parser.error(f"--datasets: unknown {', '.join(sorted(set(chosen) - set(makers)))}")
+    datasets = [(name, *makers[name]()) for name in chosen]
     peers: dict[str, tuple[str | None, str]] = {}
     wanted = [p for p in PEER_PACKAGES if p in only]
     if wanted and not args.skip_setup:

@@ -25,6 +25,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+# numpy loads its random module at its first use, 14 ms: here that is the first epoch's first
+# batch (docs/benchmarks.md#first-batch), so it is loaded with the library instead.
+import numpy.random
+
 from ..errors import InvalidArgumentError
 from .layout import Layout
 
