@@ -19,7 +19,7 @@ from __future__ import annotations
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -150,7 +150,7 @@ class Reader:
 
     def read(
         self, runs: Iterable[tuple[list[Piece], np.ndarray | None]]
-    ) -> Iterator[pa.RecordBatch]:
+    ) -> Generator[pa.RecordBatch, None, None]:
         """The rows of ``runs`` in order: each run is its pieces, and which of their rows to
         take (``None``: all).
 

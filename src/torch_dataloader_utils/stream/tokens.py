@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 
 import numpy as np
@@ -54,33 +55,48 @@ class TokenReader:
         """The tokens of ``runs``: each run is its pieces in tokens, and which of their tokens
         to take (``None``: all; a `DocumentRest`: worked out from the documents read)."""
         for pieces, select in runs:
-            if select is None:  # (each piece as read: the block joins them, one copy)
-                yield from map(self._piece, pieces)
+            if select is None:  # (each piece's parts as read: the block joins them, one copy)
+                for piece in pieces:
+                    yield from self._piece(piece)
                 continue
             assert isinstance(select, DocumentRest), "packed runs take pieces or a rest"
             # What an earlier leg left of a block: the block again, as that leg had it.
-            rows = Fragments.concat([self._piece(piece) for piece in pieces])
+            rows = Fragments.concat([part for piece in pieces for part in self._piece(piece)])
             order = select.permutation(len(rows.begin))
             left = rows.permuted(order).slice(select.read).in_values_order()
             yield left.slice(select.first, select.last - select.first)
 
-    def _piece(self, piece: Piece) -> Fragments:
+    def _piece(self, piece: Piece) -> list[Fragments]:
+        """The piece's tokens, in parts: its chunk's documents as each decoded batch holds them,
+        not joined, so that a block's tokens are copied once, when the block joins its parts
+        (joining each chunk's batches first was a second copy of every token, about 15% of a
+        packed stream's reading: docs/benchmarks.md#packing-reads-each-token-once)."""
         whole = Piece(piece.chunk, 0, int(self.chunk_rows[piece.chunk]))
         document = int(self.first_document[piece.chunk])
-        read = []
-        for batch in self.reader.read([([whole], None)]):
-            tokens = batch.column(self.column)
-            read.append(Fragments.from_lists(tokens, document, self.eos, self.source))
-            document += batch.num_rows
-        fragments = Fragments.concat(read)
+        # The chunk's rest after the piece is not decoded (a stream ending inside a chunk: the
+        # next stream's) unless the census's count of the whole chunk is checked, or rows
+        # that fail are replaced (`on_error="skip"` settles them at the chunk's end).
+        stop = piece.stop if self.chunk_tokens is None and self.reader.on_error == "raise" else -1
+        read: list[Fragments] = []
+        tokens = 0
+        with contextlib.closing(self.reader.read([([whole], None)])) as batches:
+            for batch in batches:
+                part = Fragments.from_lists(
+                    batch.column(self.column), document, self.eos, self.source
+                )
+                read.append(part)
+                document += batch.num_rows
+                tokens += len(part)
+                if 0 <= stop <= tokens:
+                    break
         if self.chunk_tokens is not None:
-            self._check(piece.chunk, fragments)
-        return fragments.slice(piece.start, piece.stop - piece.start)
+            self._check(piece.chunk, sum(len(part) for part in read))
+        return _sliced(read, piece.start, piece.stop)
 
-    def _check(self, index: int, fragments: Fragments) -> None:
-        """Refuse a chunk whose tokens are not as many as the census counted."""
+    def _check(self, index: int, read: int) -> None:
+        """Refuse a chunk whose tokens (``read``) are not as many as the census counted."""
         assert self.chunk_tokens is not None
-        counted, read = int(self.chunk_tokens[index]), len(fragments)
+        counted = int(self.chunk_tokens[index])
         if read != counted:
             chunk = self.reader.chunks[index]
             raise DataError(
@@ -98,3 +114,19 @@ class TokenReader:
     def local(self) -> bool:
         """Whether the files are on a local filesystem."""
         return self.reader.local
+
+
+def _sliced(parts: list[Fragments], start: int, stop: int) -> list[Fragments]:
+    """Tokens ``[start, stop)`` of ``parts`` one after the other, as the parts' slices (an
+    empty range: one empty part, as a piece always read as one)."""
+    out = []
+    at = 0
+    for part in parts:
+        n = len(part)
+        lo, hi = max(start, at), min(stop, at + n)
+        if lo < hi:
+            out.append(part.slice(lo - at, hi - lo))
+        at += n
+        if at >= stop:
+            break
+    return out or [part.slice(0, 0) for part in parts[:1]]
