@@ -31,17 +31,16 @@ Usage::
 from __future__ import annotations
 
 import argparse
-import contextlib
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
 import pyarrow as pa
 import pyarrow.parquet as pq
 import torch
 
 import torch_dataloader_utils as tdu
+from throughput import cpu_seconds  # this folder
 from torch_dataloader_utils.planning.shuffle import document_permutation
 from torch_dataloader_utils.stream.fragments import Fragments
 from torch_dataloader_utils.stream.packing import pack, pack_best_fit
@@ -204,23 +203,13 @@ def _epochs(loader: tdu.TabularDataLoader, count: object) -> tuple[float, float]
     best, least = 0.0, float("inf")
     for epoch in range(1 + EPOCHS):
         loader.set_epoch(epoch)
-        cpu = _cpu()
+        cpu = sum(cpu_seconds())
         start = time.perf_counter()
         tokens = sum(count(b) for b in loader)  # type: ignore[operator]
         if epoch:
             best = max(best, tokens / (time.perf_counter() - start))
-            least = min(least, (_cpu() - cpu) / tokens * 1e6)
+            least = min(least, (sum(cpu_seconds()) - cpu) / tokens * 1e6)
     return best, least
-
-
-def _cpu() -> float:
-    """CPU seconds so far of this process and its live children (the persistent workers)."""
-    seconds = time.process_time()
-    for child in psutil.Process().children(recursive=True):
-        with contextlib.suppress(psutil.NoSuchProcess):
-            times = child.cpu_times()
-            seconds += times.user + times.system
-    return seconds
 
 
 # Epochs timed after the first, the best kept.

@@ -161,6 +161,24 @@ def _raw_convert(batch: pa.RecordBatch, list_format: str = "offsets") -> dict[st
     return out
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """CPU seconds so far of this process and of its live children (the workers).
+
+    This process's from ``time.process_time`` (nanoseconds): psutil's count in ticks of
+    10 ms, a third of a token epoch's main-process CPU (0.08 µs a row a tick)."""
+    import psutil
+
+    own = time.process_time()
+    workers = 0.0
+    for child in psutil.Process().children(recursive=True):
+        try:
+            times = child.cpu_times()
+        except psutil.NoSuchProcess:
+            continue
+        workers += times.user + times.system
+    return own, workers
+
+
 def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[str, float]:
     """Run one configuration in this process for two epochs; returns its measurements.
 
@@ -208,28 +226,9 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
             for batch in loader:
                 yield len(batch["id"]), 0
 
-    import psutil
-
-    me = psutil.Process()
-
-    def cpu() -> tuple[float, float]:
-        """CPU seconds so far of this process and of its live children (the workers).
-
-        This process's from ``time.process_time`` (nanoseconds): psutil's count in ticks of
-        10 ms, a third of a token epoch's main-process CPU (0.08 µs a row a tick)."""
-        own = time.process_time()
-        workers = 0.0
-        for child in me.children(recursive=True):
-            try:
-                times = child.cpu_times()
-            except psutil.NoSuchProcess:
-                continue
-            workers += times.user + times.system
-        return own, workers
-
     first = float("nan")
     for number in range(2):
-        cpu_start = cpu()
+        cpu_start = cpu_seconds()
         start = time.perf_counter()
         rows = nbytes = 0
         for n, b in epoch():
@@ -238,7 +237,7 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
             rows += n
             nbytes += b
         elapsed = time.perf_counter() - start
-        cpu_end = cpu()
+        cpu_end = cpu_seconds()
     main_cpu = cpu_end[0] - cpu_start[0]
     workers_cpu = cpu_end[1] - cpu_start[1]
     del epoch
