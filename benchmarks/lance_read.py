@@ -20,11 +20,11 @@ import time
 import warnings
 from pathlib import Path
 
+import lance
 import numpy as np
 import pyarrow as pa
 import torch
 
-import lance
 import torch_dataloader_utils as tdu
 
 

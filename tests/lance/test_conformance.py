@@ -9,10 +9,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import lance
 import pyarrow.compute as pc
 import pytest
 
-import lance
 from tests.lance.data import append, live_ids, oracle, overwrite, write_dataset
 from torch_dataloader_utils import (
     InvalidArgumentError,

@@ -12,11 +12,11 @@ from itertools import islice
 from pathlib import Path
 from typing import Any
 
+import lance
 import numpy as np
 import pyarrow as pa
 import pytest
 
-import lance
 import torch_dataloader_utils as tdu
 from tests.conftest import write_parquet
 from tests.lance.data import append, live_ids, oracle, write_dataset

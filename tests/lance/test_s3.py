@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import lance
 import pytest
 
-import lance
 import torch_dataloader_utils as tdu
 from tests.lance.data import live_ids, write_dataset
 from tests.remote.conftest import seaweedfs  # noqa: F401  (the session's server)

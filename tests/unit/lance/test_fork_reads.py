@@ -8,10 +8,10 @@ import os
 from itertools import islice
 from pathlib import Path
 
+import lance
 import pyarrow as pa
 import pytest
 
-import lance
 from torch_dataloader_utils import CorruptFileError, StorageError, StorageNotFoundError
 from torch_dataloader_utils.lance import fork_reads
 from torch_dataloader_utils.lance.fork_reads import ReaderProcess, forked_after_lance, read_forked

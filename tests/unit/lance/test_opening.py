@@ -11,10 +11,10 @@ import time
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import lance
 import pyarrow as pa
 import pytest
 
-import lance
 from torch_dataloader_utils import (
     InvalidArgumentError,
     MissingDependencyError,

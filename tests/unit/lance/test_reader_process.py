@@ -8,9 +8,9 @@ import pickle
 from pathlib import Path
 from typing import Any
 
+import lance
 import pyarrow as pa
 
-import lance
 from torch_dataloader_utils.lance.reader_process import serve
 
 
