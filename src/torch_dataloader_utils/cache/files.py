@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 
 from ..fs.forks import ProcessLocal
 from ..fs.identity import Identity, check_identity
@@ -125,6 +126,9 @@ class CachingFileSystem(FileSystemSpec):
         """Reads check each file's identity themselves, before its first download (a reader
         need not check it again)."""
         return True
+
+    def native_reads(self) -> pafs.FileSystem | None:
+        return None  # (pyarrow's own readers would bypass the cache)
 
     def read_range(self, path: str, offset: int, size: int) -> bytes:
         key = self.key(path)

@@ -333,6 +333,16 @@ class FileSystemSpec:
         not): False here."""
         return False
 
+    def native_reads(self) -> pafs.FileSystem | None:
+        """pyarrow's native filesystem over this object store, for pyarrow's own C++ readers to
+        read files whose size the caller knows: a `pyarrow.dataset` fragment made with its
+        ``file_size`` reads a footer in one ranged GET, no metadata request. None where reads
+        go another way: local files, fsspec, the Hub, and a filesystem that serves reads from
+        elsewhere (the node-local cache's)."""
+        if self.is_local or not self.native or self.protocol not in NATIVE_PROTOCOLS:
+            return None
+        return self.arrow()
+
     def _native_file(self, path: str) -> pa.NativeFile | None:
         """This process's native handle of ``path``: kept, or opened now (a HEAD request);
         None when none is kept and the size is known (a listing's, an earlier open's): a

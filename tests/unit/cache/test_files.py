@@ -37,3 +37,12 @@ def test_a_read_cache_pickles(tmp_path: Path) -> None:
     copy = pickle.loads(pickle.dumps(cache))
     assert copy.config == cache.config
     assert isinstance(copy.wrap(FileSystemSpec("memory"), FILES), CachingFileSystem)
+
+
+def test_pyarrow_never_reads_past_the_cache(tmp_path: Path) -> None:
+    """A footer read by pyarrow's own reader (`FileSystemSpec.native_reads`) would not be
+    cached: through the cache, planning reads bytes as they are."""
+    remote = FileSystemSpec("s3", {"key": "AK", "secret": "SK", "region_name": "us-east-1"})
+    assert remote.native_reads() is not None
+    wrapped = ReadCache(CacheConfig(str(tmp_path)), CacheCounter()).wrap(remote, FILES)
+    assert wrapped.native_reads() is None

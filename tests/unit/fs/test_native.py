@@ -291,6 +291,18 @@ def test_spec_arrow_backend_refuses_untranslatable_and_fsspec_backend_never_nati
         FileSystemSpec("memory", backend="arrow").arrow()
 
 
+def test_native_reads_only_where_reads_go_native_to_an_object_store() -> None:
+    """`FileSystemSpec.native_reads`: the filesystem pyarrow's own readers may read through."""
+    assert isinstance(
+        FileSystemSpec("s3", {"key": "AK", "secret": SECRET}).native_reads(), pafs.S3FileSystem
+    )
+    assert FileSystemSpec("s3", {"key": "AK"}, backend="fsspec").native_reads() is None
+    untranslated = FileSystemSpec("s3", {"anon": True, "client_kwargs": {"verify": False}})
+    assert untranslated.native_reads() is None
+    assert FileSystemSpec("file").native_reads() is None  # (local footers: read as they are)
+    assert FileSystemSpec("memory").native_reads() is None
+
+
 def test_s3_addressing_style_translates_with_an_endpoint() -> None:
     path = {"config_kwargs": {"s3": {"addressing_style": "path"}}}
     # pyarrow addresses by path only with an endpoint; on AWS itself it uses virtual hosts.

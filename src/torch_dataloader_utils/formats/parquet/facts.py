@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from ...errors import CorruptFileError, SchemaMismatchError
@@ -17,7 +18,7 @@ from ..base import ReadOptions
 from ..magic import refuse_other_format
 from ..names import unique_schema
 from ..opening import open_input, parsing
-from .footer import MAGIC, Footer, footer_file, read_footer
+from .footer import MAGIC, Footer, footer_file, parse_footer, read_footer
 from .leafless import check_empty_structs, leaf_count, unreadable_columns
 from .tokens import TokenLeaf, Told, row_group_tokens, token_leaf
 
@@ -55,6 +56,8 @@ def read_facts(
     partition: tuple[tuple[str, object], ...],
     fs: FileSystemSpec,
     options: ReadOptions,
+    *,
+    native: pafs.FileSystem | None = None,
 ) -> FileFacts:
     """Read ``f``'s footer (checked), and keep the row groups the row filter may match, with
     the compressed and uncompressed bytes of the columns read; and, without a filter, the
@@ -62,7 +65,8 @@ def read_facts(
 
     The footer is read once and walked once (`footer`); pyarrow parses it only to turn
     a schema not seen before into an Arrow schema (`_arrow_schema`), and, with a row filter,
-    to prune row groups by their statistics.
+    to prune row groups by their statistics. ``native``: ``fs``'s `FileSystemSpec.native_reads`,
+    to read the footer through pyarrow's C++ reader (`_native_footer`).
 
     Raises:
         CorruptFileError: the footer cannot be parsed, or disagrees with the schema.
@@ -76,6 +80,13 @@ def read_facts(
     filtered = options.filter is not None
 
     def footer() -> tuple[Footer, _Schema, ds.ParquetFileFragment | None]:
+        read = None if native is None else _native_footer(f, partition, native, filtered)
+        if read is not None:
+            thrift, fragment = read
+            with parsing(url):
+                checked = parse_footer(thrift, url, f.size)
+                schema = _arrow_schema(checked, thrift)
+            return checked, schema, fragment if schema.renamed is None else None
         with open_input(f.path, fs) as source, parsing(url):
             size = source.size()
             checked, thrift, start = read_footer(source, size, url)
@@ -144,6 +155,37 @@ def read_facts(
         if leaf is not None:
             told.append(row_group_tokens(leaf, rows, chunks[leaf.index], checked.thrift))
     return FileFacts(schema, row_groups, renamed, None if leaf is None else tuple(told))
+
+
+def _native_footer(
+    f: ListedFile,
+    partition: tuple[tuple[str, object], ...],
+    native: pafs.FileSystem,
+    filtered: bool,
+) -> tuple[bytes, ds.ParquetFileFragment | None] | None:
+    """``f``'s footer bytes (Thrift) read by pyarrow's C++ reader through ``native``, and with
+    a row filter the fragment that prunes its row groups; None where pyarrow fails.
+
+    A fragment made with the listing's size reads in one ranged GET, as `read_tail` does, at
+    about a third of a request's CPU through botocore (docs/adr/0024-planning-at-scale.md);
+    pyarrow writes the footer it parsed back byte for byte. Where it fails (a file it cannot
+    parse, a failed request), the bytes are read again as they are, and their error named.
+    """
+    # (Imported here: pyarrow.dataset imports pandas, 0.5 s; `planning.read_all` says when.)
+    import pyarrow.dataset as ds
+
+    where = _partition_expression(partition) if filtered else None
+    fragment = ds.ParquetFileFormat().make_fragment(
+        f.path, native, partition_expression=where, file_size=f.size
+    )
+    sink = pa.BufferOutputStream()
+    try:
+        fragment.ensure_complete_metadata()
+        fragment.metadata.write_metadata_file(sink)
+    except (pa.ArrowException, OSError):
+        return None
+    written = sink.getvalue().to_pybytes()  # MAGIC, the footer, its length, MAGIC
+    return written[len(MAGIC) : -8], fragment if filtered else None
 
 
 class _Schema(NamedTuple):

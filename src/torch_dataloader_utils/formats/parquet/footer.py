@@ -43,7 +43,14 @@ from .thrift import (
     zigzag,
 )
 
-__all__ = ["ColumnFacts", "Footer", "file_metadata", "footer_file", "read_footer"]
+__all__ = [
+    "ColumnFacts",
+    "Footer",
+    "file_metadata",
+    "footer_file",
+    "parse_footer",
+    "read_footer",
+]
 
 MAGIC = b"PAR1"
 ENCRYPTED_MAGIC = b"PARE"
