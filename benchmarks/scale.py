@@ -797,9 +797,7 @@ def run_files(args: argparse.Namespace) -> bool:
         # pyarrow's fragments keep the footers they parsed: the dataset above reads them in
         # its first epoch only. A new one reads them again, as our workers do every epoch.
         fresh, raw_rows = timed(
-            lambda: sum(
-                b.num_rows for b in ds.dataset(str(root), format="parquet").to_batches()
-            ),
+            lambda: sum(b.num_rows for b in ds.dataset(str(root), format="parquet").to_batches()),
             limit=None,
         )
         assert raw_rows == total, (raw_rows, total)

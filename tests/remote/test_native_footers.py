@@ -20,6 +20,8 @@ import pytest
 import torch_dataloader_utils as tdu
 from tests.corpus.cases import ROOT as CORPUS
 from tests.services.seaweedfs import SeaweedFS
+from torch_dataloader_utils.formats.parquet.footer import file_metadata
+from torch_dataloader_utils.fs import FileSystemSpec
 
 from .conftest import MakeProxy
 
@@ -174,3 +176,25 @@ def test_a_file_that_is_not_parquet_is_named_as_the_byte_path_names_it(
     assert done.stdout.startswith(f"s3://{bad}: not Parquet: this looks like CSV/JSON text"), (
         done.stdout
     )
+
+
+def test_a_table_files_footer_is_read_by_pyarrow_at_the_size_its_table_told(
+    seaweedfs: SeaweedFS, many: str, fault_proxy: MakeProxy
+) -> None:
+    """`footer.file_metadata` of an Iceberg or Delta data file, whose size the table's metadata
+    tells: one GET by pyarrow's client; at a wrong size, read again as bytes at the size the store
+    tells."""
+    import pyarrow.dataset  # noqa: F401  (the table kinds load it; only then is it used)
+
+    proxy = _recording(fault_proxy)
+    fs = FileSystemSpec("s3", seaweedfs.s3fs_options(endpoint_url=proxy.endpoint_url))
+    path = f"{BUCKET}/many/part-0007.parquet"
+    size = seaweedfs.filesystem().info(path)["size"]
+    expected = pq.ParquetFile(pa.BufferReader(seaweedfs.filesystem().cat_file(path))).metadata
+    proxy.agents.clear()
+    assert file_metadata(path, fs, size).equals(expected)
+    assert _clients(proxy) == Counter({("GET", "pyarrow"): 1}), _clients(proxy)
+    proxy.agents.clear()
+    assert file_metadata(path, fs, size + 10).equals(expected)
+    # pyarrow's read failed; the bytes were read at the size the store told (a HEAD).
+    assert _clients(proxy) == Counter({("GET", "pyarrow"): 2, ("HEAD", "pyarrow"): 1})

@@ -148,7 +148,7 @@ class DeltaTable:
         read: set[str],
     ) -> TableFile:
         path = self._data_path(action["path"], fs)
-        footer = file_metadata(path, fs)
+        footer = file_metadata(path, fs, int(action["size_bytes"]))
         groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
         rows = tuple(g.num_rows for g in groups)
         records = action.get("num_records")

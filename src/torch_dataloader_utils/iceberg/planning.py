@@ -56,7 +56,7 @@ def _row_groups(data: DataFile, path: str, fs: FileSystemSpec) -> tuple[list[int
     offsets = valid_split_offsets(data.split_offsets, size)
     if offsets is not None and len(offsets) == 1:
         return [int(data.record_count)], [size - offsets[0]]
-    footer = file_metadata(path, fs)
+    footer = file_metadata(path, fs, size)
     groups = [footer.row_group(i) for i in range(footer.num_row_groups)]
     rows = [g.num_rows for g in groups]
     if sum(rows) != data.record_count:

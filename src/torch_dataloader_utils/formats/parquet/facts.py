@@ -18,7 +18,7 @@ from ..base import ReadOptions
 from ..magic import refuse_other_format
 from ..names import unique_schema
 from ..opening import open_input, parsing
-from .footer import MAGIC, Footer, footer_file, parse_footer, read_footer
+from .footer import MAGIC, Footer, footer_file, native_fragment, parse_footer, read_footer
 from .leafless import check_empty_structs, leaf_count, unreadable_columns
 from .tokens import TokenLeaf, Told, row_group_tokens, token_leaf
 
@@ -163,24 +163,16 @@ def _native_footer(
     native: pafs.FileSystem,
     filtered: bool,
 ) -> tuple[bytes, ds.ParquetFileFragment | None] | None:
-    """``f``'s footer bytes (Thrift) read by pyarrow's C++ reader through ``native``, and with
-    a row filter the fragment that prunes its row groups; None where pyarrow fails.
-
-    A fragment made with the listing's size reads in one ranged GET, as `read_tail` does, at
-    about a third of a request's CPU through botocore (docs/adr/0024-planning-at-scale.md);
-    pyarrow writes the footer it parsed back byte for byte. Where it fails (a file it cannot
-    parse, a failed request), the bytes are read again as they are, and their error named.
-    """
-    # (Imported here: pyarrow.dataset imports pandas, 0.5 s; `planning.read_all` says when.)
-    import pyarrow.dataset as ds
-
+    """``f``'s footer bytes (Thrift) read by pyarrow's C++ reader (`footer.native_fragment`),
+    and with a row filter the fragment that prunes its row groups; None where pyarrow fails.
+    pyarrow writes back the footer it parsed, byte for byte for the files it writes; the walk
+    goes on from those bytes."""
     where = _partition_expression(partition) if filtered else None
-    fragment = ds.ParquetFileFormat().make_fragment(
-        f.path, native, partition_expression=where, file_size=f.size
-    )
+    fragment = native_fragment(f.path, f.size, native, where)
+    if fragment is None:
+        return None
     sink = pa.BufferOutputStream()
     try:
-        fragment.ensure_complete_metadata()
         fragment.metadata.write_metadata_file(sink)
     except (pa.ArrowException, OSError):
         return None
