@@ -1,6 +1,7 @@
 """Parquet footers read through pyarrow's C++ reader while planning (`facts._native_footer`):
-one ranged GET a file by pyarrow's own S3 client, no metadata request, the plan the byte path
-makes, real-world files' facts unchanged, and a bad file named as the byte path names it."""
+one ranged GET a file by pyarrow's own S3 client (and its GCS client), no metadata request, the
+plan the byte path makes, real-world files' facts unchanged, a bad file named as the byte path
+names it, and a table's data files read at the size its metadata tells."""
 
 from __future__ import annotations
 
@@ -20,6 +21,7 @@ import pytest
 import torch_dataloader_utils as tdu
 from tests.corpus.cases import ROOT as CORPUS
 from tests.services.seaweedfs import SeaweedFS
+from torch_dataloader_utils.formats.parquet import facts as parquet_facts
 from torch_dataloader_utils.formats.parquet.footer import file_metadata
 from torch_dataloader_utils.fs import FileSystemSpec
 
@@ -198,3 +200,41 @@ def test_a_table_files_footer_is_read_by_pyarrow_at_the_size_its_table_told(
     assert file_metadata(path, fs, size + 10).equals(expected)
     # pyarrow's read failed; the bytes were read at the size the store told (a HEAD).
     assert _clients(proxy) == Counter({("GET", "pyarrow"): 2, ("HEAD", "pyarrow"): 1})
+
+
+def test_many_footers_on_gcs_are_read_by_pyarrow_and_plan_alike(
+    request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Through pyarrow's GCS client (fake-gcs-server; the proxy cannot stand in front of it,
+    so the footers read natively are counted where they are read)."""
+    server = request.getfixturevalue("gcs_server")
+    bucket = "tdu-native-footers-gcs"
+    server.create_bucket(bucket)
+    fs = server.filesystem()
+    for i in range(FILES):
+        with fs.open(f"{bucket}/many/part-{i:04d}.parquet", "wb") as out:
+            pq.write_table(_table(i), out, row_group_size=16)
+    read = Counter[bool]()
+    native_footer = parquet_facts._native_footer
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        found = native_footer(*args, **kwargs)
+        read[found is not None] += 1
+        return found
+
+    monkeypatch.setattr(parquet_facts, "_native_footer", counted)
+    url = f"gs://{bucket}/many"
+    loaders = [
+        tdu.create_dataloader(
+            url,
+            storage_options=server.gcsfs_options(),
+            storage_backend=backend,
+            batch_size=64,
+            num_workers=0,
+        )
+        for backend in ("auto", "fsspec")
+    ]
+    assert read == Counter({True: FILES}), read  # (through fsspec: read as bytes)
+    assert loaders[0].dataset.plan.fingerprint == loaders[1].dataset.plan.fingerprint
+    got = Counter(i for batch in loaders[0] for i in batch["id"].tolist())
+    assert got == Counter(range(FILES * ROWS))
