@@ -128,7 +128,7 @@ class CachingFileSystem(FileSystemSpec):
         return True
 
     def native_reads(self) -> pafs.FileSystem | None:
-        return None  # (pyarrow's own readers would bypass the cache)
+        return None  # (pyarrow's own readers would bypass the cache: read bytes through it)
 
     def read_range(self, path: str, offset: int, size: int) -> bytes:
         key = self.key(path)

@@ -329,19 +329,13 @@ class FileSystemSpec:
 
     @property
     def checks_identity(self) -> bool:
-        """Whether reads check each file's pinned identity themselves (a reader then need
-        not): False here."""
+        """Whether reads check each file's pinned identity themselves: False here."""
         return False
 
     def native_reads(self) -> pafs.FileSystem | None:
-        """pyarrow's native filesystem over this object store, for pyarrow's own C++ readers to
-        read files whose size the caller knows: a `pyarrow.dataset` fragment made with its
-        ``file_size`` reads a footer in one ranged GET, no metadata request. None where reads
-        go another way: local files, fsspec, the Hub, and a filesystem that serves reads from
-        elsewhere (the node-local cache's)."""
-        if self.is_local or not self.native or self.protocol not in NATIVE_PROTOCOLS:
-            return None
-        return self.arrow()
+        """pyarrow's filesystem for its own readers (a remote store read natively) or None."""
+        remote = not self.is_local and self.protocol in NATIVE_PROTOCOLS
+        return self.arrow() if remote and self.native else None
 
     def _native_file(self, path: str) -> pa.NativeFile | None:
         """This process's native handle of ``path``: kept, or opened now (a HEAD request);
@@ -437,10 +431,8 @@ class FileSystemSpec:
         return f"protocol={self.protocol!r}, storage_options={shown}, {backend}"
 
     def __repr__(self) -> str:
-        if callable(self._source):
-            options = "<function>"
-        else:
-            options = "<" + (", ".join(sorted(self._source)) or "none") + ">"
+        source = self._source
+        options = "<function>" if callable(source) else f"<{', '.join(sorted(source)) or 'none'}>"
         return (
             f"FileSystemSpec(protocol={self.protocol!r}, storage_options={options}, "
             f"backend={self.backend!r})"
