@@ -30,10 +30,6 @@ from ...errors import CorruptFileError, UnsupportedFileError
 from ...fs import FileSystemSpec
 from ...fs.ranges import RangeFile
 from ..opening import open_input, parsing
-
-if TYPE_CHECKING:
-    import pyarrow.compute as pc
-    import pyarrow.dataset as ds
 from .thrift import (
     BINARY,
     FALSE,
@@ -48,6 +44,10 @@ from .thrift import (
     varint,
     zigzag,
 )
+
+if TYPE_CHECKING:
+    import pyarrow.compute as pc
+    import pyarrow.dataset as ds
 
 __all__ = [
     "ColumnFacts",
