@@ -807,6 +807,12 @@ def run_files(args: argparse.Namespace) -> bool:
     floor_start = min((f for f in floors if f is not None), default=None)
     over = None if floor_start is None else first - floor_start
 
+    def past_floor(label: str, limit: float, name: str) -> list[str]:
+        """The row of our epoch less the start-up floor, against ``limit`` (called ``name``)."""
+        if floor_start is None:
+            return [label, "n/a", "n/a", ""]
+        return [label, secs(epoch - floor_start), f"{ratio(epoch - floor_start, limit)} {name}", ""]
+
     table(
         ["measure", "time / size", "ratio", "target"],
         [
@@ -837,12 +843,7 @@ def run_files(args: argparse.Namespace) -> bool:
                 f"{ratio(epoch, raw)} raw",
                 "<= 1.2x raw",
             ],
-            [
-                "epoch past the start-up floor (reading, once the workers run)",
-                "n/a" if floor_start is None else secs(epoch - floor_start),
-                "n/a" if floor_start is None else f"{ratio(epoch - floor_start, raw)} raw",
-                "",
-            ],
+            past_floor("epoch past the start-up floor (reading, once the workers run)", raw, "raw"),
             ["raw pyarrow.dataset to_batches() epoch", secs(raw), "1.00x", ""],
             [
                 "raw, a new pyarrow.dataset each epoch (its footers read again, as ours are)",
@@ -850,12 +851,7 @@ def run_files(args: argparse.Namespace) -> bool:
                 f"{ratio(fresh, raw)} raw",
                 "",
             ],
-            [
-                "epoch past the start-up floor, against that",
-                "n/a" if floor_start is None else secs(epoch - floor_start),
-                "n/a" if floor_start is None else f"{ratio(epoch - floor_start, fresh)} new raw",
-                "",
-            ],
+            past_floor("epoch past the start-up floor, against that", fresh, "new raw"),
             *pickles,
         ],
         align="lrrr",

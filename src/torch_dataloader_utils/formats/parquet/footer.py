@@ -402,11 +402,9 @@ def file_metadata(path: str, fs: FileSystemSpec, size: int | None = None) -> pq.
         CorruptFileError: it is not a Parquet file.
         StorageError: the storage failed.
     """
-    native = None
-    if size is not None and "pyarrow.dataset" in sys.modules:
-        native = fs.native_reads()
-    if native is not None:
-        fragment = native_fragment(path, size or 0, native)
+    native = fs.native_reads() if size is not None and "pyarrow.dataset" in sys.modules else None
+    if native is not None and size is not None:
+        fragment = native_fragment(path, size, native)
         if fragment is not None:
             return fragment.metadata
     url = fs.url(path)
