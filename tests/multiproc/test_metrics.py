@@ -119,29 +119,6 @@ def test_auto_workers_logs_its_reason_and_reads_every_row(
         tdu.create_dataloader(str(demo), num_workers="many")
 
 
-def test_auto_workers_is_within_10_percent_of_the_best_count(tmp_path: Path) -> None:
-    """On the demo data, the count "auto" picks reads within 10% of the best of 0, 1 and 2
-    workers (each the best of 3 interleaved rounds of a whole epoch, workers started)."""
-    root = make_demo_dataset(tmp_path, 300_000)
-    picked = tdu.create_dataloader(str(root), batch_size=1024, num_workers="auto").num_workers
-    loaders = {
-        w: tdu.create_dataloader(
-            str(root), batch_size=1024, shuffle=True, num_workers=w, persistent_workers=w > 0
-        )
-        for w in sorted({0, 1, 2, picked})
-    }
-    for loader in loaders.values():
-        assert ids_of(loader) == Counter(range(300_000))  # (workers started, cache warm)
-    best = dict.fromkeys(loaders, 0.0)
-    for epoch in range(1, 4):
-        for w, loader in loaders.items():
-            loader.set_epoch(epoch)
-            start = time.perf_counter()
-            rows = sum(len(b["id"]) for b in loader)
-            best[w] = max(best[w], rows / (time.perf_counter() - start))
-    assert best[picked] >= 0.9 * max(best.values()), (picked, best)
-
-
 def test_a_numpy_integer_is_a_worker_count(demo: Path) -> None:
     import numpy as np
 
