@@ -218,6 +218,11 @@ class Format(ABC):
         """A hint: ``read`` of these rows comes next. Remote formats start fetching their bytes
         (bounded); the default does nothing."""
 
+    def quick_start(self, rows: int) -> None:  # noqa: B027 - optional hook
+        """A hint: the first ``rows`` of the next ``read`` are wanted at once (a stream's
+        first block, which the first batch waits for): a format may decode them in smaller
+        batches. `close` forgets it; the default does nothing."""
+
     def file_rows(
         self, chunk: Chunk, fs: FileSystemSpec, options: ReadOptions
     ) -> np.ndarray | None:

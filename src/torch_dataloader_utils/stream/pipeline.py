@@ -100,8 +100,11 @@ def _read_ahead(
     # (map binds this source's epoch now.)
     pieces = map(rows.order.run_pieces, cut(rows.runs, first, rows.length))
     pass_ = stream.pass_
+    # The first batch waits for the pass's first block (unshuffled: its own rows); a format
+    # may decode those sooner (docs/adr/0020-measurements-behind-constants.md#first-blocks).
+    soon = layout.batch_size if not layout.shuffle else 0 if rows.start else layout.first_block_rows
     blocks = shuffled_blocks(
-        reader.read(pieces),
+        reader.read(pieces, first_rows=soon),
         rows.length,
         layout,
         epoch=pass_.epoch,

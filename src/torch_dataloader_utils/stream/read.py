@@ -52,8 +52,11 @@ class Reads(Protocol):
     """What the pipeline reads a stream's rows of one source with (`Reader`, or a packed
     dataset's `stream.tokens.TokenReader`)."""
 
-    def read(self, runs: Iterable[tuple[list[Piece], Any]]) -> Iterator[pa.RecordBatch]:
-        """The rows of ``runs`` in order (each run: its pieces, and which of their rows)."""
+    def read(
+        self, runs: Iterable[tuple[list[Piece], Any]], first_rows: int = 0
+    ) -> Iterator[pa.RecordBatch]:
+        """The rows of ``runs`` in order (each run: its pieces, and which of their rows);
+        ``first_rows``: how many of the first are wanted at once (`Format.quick_start`)."""
 
     def recent_files(self) -> list[str]:
         """The URLs of the last files read."""
@@ -149,10 +152,11 @@ class Reader:
         return chunk
 
     def read(
-        self, runs: Iterable[tuple[list[Piece], np.ndarray | None]]
+        self, runs: Iterable[tuple[list[Piece], np.ndarray | None]], first_rows: int = 0
     ) -> Generator[pa.RecordBatch, None, None]:
         """The rows of ``runs`` in order: each run is its pieces, and which of their rows to
-        take (``None``: all).
+        take (``None``: all); ``first_rows``: how many of the first are wanted at once (the
+        stream's first block: `Format.quick_start`).
 
         Under ``on_error="skip"`` as many rows come out as the pieces hold: rows that cannot be
         read are replaced by copies of rows read before them (see `skipping`).
@@ -177,6 +181,8 @@ class Reader:
                 threads=READ_THREADS,
             )
         )
+        if first_rows:
+            self.fmt.quick_start(first_rows)
         try:
             while (run := ahead.next_run()) is not None:
                 pieces, select = run

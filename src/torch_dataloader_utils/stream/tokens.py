@@ -50,10 +50,13 @@ class TokenReader:
         self.first_document = np.cumsum(self.chunk_rows) - self.chunk_rows
 
     def read(
-        self, runs: Iterable[tuple[list[Piece], np.ndarray | DocumentRest | None]]
+        self,
+        runs: Iterable[tuple[list[Piece], np.ndarray | DocumentRest | None]],
+        first_rows: int = 0,
     ) -> Iterator[Fragments]:
         """The tokens of ``runs``: each run is its pieces in tokens, and which of their tokens
-        to take (``None``: all; a `DocumentRest`: worked out from the documents read)."""
+        to take (``None``: all; a `DocumentRest`: worked out from the documents read).
+        ``first_rows`` is not used: a packed stream's blocks are counted in tokens."""
         for pieces, select in runs:
             if select is None:  # (each piece's parts as read: the block joins them, one copy)
                 for piece in pieces:

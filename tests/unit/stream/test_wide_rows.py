@@ -16,8 +16,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
-from torch_dataloader_utils.formats.parquet import ParquetFormat
-from torch_dataloader_utils.formats.parquet import format as parquet_module
+from torch_dataloader_utils.formats.parquet import ParquetFormat, row_groups
 from torch_dataloader_utils.fs import FileSystemSpec
 from torch_dataloader_utils.sources import files as planner
 from torch_dataloader_utils.sources.broadcast import Spread
@@ -84,7 +83,7 @@ def test_a_wide_row_group_is_read_in_batches_of_bounded_bytes(tmp_path: Path, pa
     planned = plan(path, fmt)
     (chunk,) = planned.plan.chunks
     fs = FileSystemSpec.for_path(str(path))
-    cap = parquet_module._READ_BATCH_BYTES // VALUE_BYTES
+    cap = row_groups._READ_BATCH_BYTES // VALUE_BYTES
     try:
         for start, stop in [(0, ROWS), (5, 40), (33, 34)]:
             batches = list(fmt.read(chunk, start, stop, fs, planned.read_options))

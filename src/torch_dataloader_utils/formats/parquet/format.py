@@ -20,18 +20,16 @@ from ..handles import HandleCache
 from ..magic import refuse_other_format
 from ..names import unique_schema
 from ..opening import open_input, parsing, slice_batches
-from .facts import chunk_ranges, leaf_owners
+from .facts import chunk_ranges
 from .footer import Footer, footer_file, read_footer
 from .leafless import ParquetReadOptions, put_back
 from .planning import assemble, read_all
 from .renaming import Renaming, asked
+from .row_groups import batch_rows, quick_rows, row_group_spans
 
 __all__ = ["ParquetFormat"]
 
 # Why each value below, with the numbers measured: docs/adr/0019-format-measurements.md.
-# A decoded batch's most rows, and about its most bytes: it keeps all pyarrow decoded alive.
-_READ_BATCH_ROWS = 16_384
-_READ_BATCH_BYTES = 8 << 20
 # Open files per worker: one holds its pre-buffered row group, and shuffles rarely come back.
 _OPEN_FILES = 1
 # Remote: footers kept per worker (~40 KB each), and row groups fetched ahead of the one decoded.
@@ -90,6 +88,7 @@ class ParquetFormat(Format):
         self._footers: OrderedDict[str, _Remote] = OrderedDict()
         self._ahead: ReadsAhead[tuple[str, int], dict[int, bytes | bytearray]] = ReadsAhead(_AHEAD)
         self._fetcher: RangeFetcher | None = None
+        self._quick = 0  # rows of a stream's first block, wanted soon (`quick_start`)
 
     def __reduce__(self) -> tuple[Any, tuple[()]]:
         # Open files stay behind: each process opens its own.
@@ -195,14 +194,16 @@ class ParquetFormat(Format):
         columns: list[str] | None,
     ) -> Iterator[pa.RecordBatch]:
         """`_decode` of a local file: each row group through the open file."""
-        for rg, lo, hi, _ in _row_group_spans(chunk, row_start, row_stop):
+        for rg, lo, hi, _ in row_group_spans(chunk, row_start, row_stop):
             handle = self._file(chunk.path, fs)[0]  # (opened again if a read between closed it)
             where = f"{chunk.path} row group {rg} (rows {lo}:{hi})"
+            rows = batch_rows(handle.metadata, rg, columns)
+            rows, self._quick = quick_rows(rows, self._quick, lo, hi), 0
             with parsing(where):
                 # One thread: pyarrow's column threads cost more than they give here
                 # (docs/adr/0019-format-measurements.md); workers are processes anyway.
                 batches = handle.iter_batches(
-                    batch_size=_batch_rows(handle.metadata, rg, columns),
+                    batch_size=rows,
                     row_groups=[rg],
                     columns=columns,
                     use_threads=False,
@@ -220,7 +221,7 @@ class ParquetFormat(Format):
         """Rows ``[row_start, row_stop)`` of a remote ``chunk``, of the file's columns
         ``columns``."""
         url = fs.url(chunk.path)
-        spans = list(_row_group_spans(chunk, row_start, row_stop))
+        spans = list(row_group_spans(chunk, row_start, row_stop))
         for k, (rg, lo, hi, rg_rows) in enumerate(spans):
             where = f"{url} row group {rg} (rows {lo}:{hi})"
             yield from self._read_remote(
@@ -246,7 +247,7 @@ class ParquetFormat(Format):
         """Start fetching the first row group of rows ``[row_start, row_stop)`` (remote)."""
         if fs.is_local:
             return
-        for rg, lo, hi, rg_rows in _row_group_spans(chunk, row_start, row_stop):
+        for rg, lo, hi, rg_rows in row_group_spans(chunk, row_start, row_stop):
             if not _head_only(lo, hi, rg_rows):
                 renaming = self._footer(chunk.path, fs).renaming  # read next anyway
                 self._fetch_ahead(chunk.path, rg, asked(renaming, options.columns), fs)
@@ -396,51 +397,24 @@ class ParquetFormat(Format):
                 coerce_int96_timestamp_unit=self.int96_unit,
             )
             batches = handle.iter_batches(
-                batch_size=_batch_rows(metadata, rg, columns),
+                batch_size=batch_rows(metadata, rg, columns),
                 row_groups=[rg],
                 columns=columns,
                 use_threads=False,
             )
             yield from slice_batches(batches, lo, hi, where)
 
+    def quick_start(self, rows: int) -> None:
+        # (A local read only: a remote one's first batch waits on its fetch.)
+        self._quick = rows
+
     def close(self) -> None:
+        self._quick = 0
         self._open.clear()
         self._ahead.close()
         if self._fetcher is not None:
             self._fetcher.close()
             self._fetcher = None
-
-
-def _row_group_spans(
-    chunk: Chunk, row_start: int, row_stop: int
-) -> Iterator[tuple[int, int, int, int]]:
-    """``(row group, first row, stop row, rows)`` of each row group of ``chunk`` that rows
-    ``[row_start, row_stop)`` touch, rows counted inside the row group."""
-    first = 0  # row of the chunk where the current row group starts
-    for rg, rg_rows in zip(range(chunk.start, chunk.stop), chunk.unit_rows, strict=True):
-        lo, hi = max(row_start, first), min(row_stop, first + rg_rows)
-        if lo < hi:
-            yield rg, lo - first, hi - first, rg_rows
-        first += rg_rows
-        if first >= row_stop:
-            return
-
-
-def _batch_rows(metadata: pq.FileMetaData, rg: int, columns: Sequence[str] | None) -> int:
-    """Rows per decoded batch of row group ``rg``: about `_READ_BATCH_BYTES` of the columns
-    read (the footer's uncompressed sizes), at most `_READ_BATCH_ROWS`."""
-    row_group = metadata.row_group(rg)
-    rows = int(row_group.num_rows)
-    if row_group.total_byte_size * _READ_BATCH_ROWS <= _READ_BATCH_BYTES * max(rows, 1):
-        return _READ_BATCH_ROWS  # narrow rows, whatever the projection: no column walk
-    owners = leaf_owners(metadata.schema.to_arrow_schema())
-    wanted = set(columns) if columns is not None else None
-    nbytes = sum(
-        int(row_group.column(j).total_uncompressed_size)
-        for j, owner in enumerate(owners)
-        if wanted is None or owner in wanted
-    )
-    return max(1, min(_READ_BATCH_ROWS, _READ_BATCH_BYTES * rows // max(nbytes, 1)))
 
 
 def _head_only(lo: int, hi: int, rows: int) -> bool:

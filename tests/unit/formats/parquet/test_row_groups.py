@@ -1,0 +1,135 @@
+"""`formats.parquet.row_groups`: rows per decoded batch, and a stream's first block decoded in
+batches of its own size (`Format.quick_start`), with the same rows in the same order."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+import torch_dataloader_utils as tdu
+from torch_dataloader_utils.formats import Listing, ReadOptions
+from torch_dataloader_utils.formats.parquet import ParquetFormat, row_groups
+from torch_dataloader_utils.formats.parquet import format as format_module
+from torch_dataloader_utils.fs import FileSystemSpec, list_files
+
+ROWS, ROW_GROUP, TOKENS = 6_000, 3_000, 600
+
+
+def _wide(root: Path, files: int = 2) -> Path:
+    """``files`` files of token lists of ~2.4 KB a row: a decoded batch is ~3,400 rows."""
+    root.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(0)
+    for f in range(files):
+        ids = np.arange(f * ROWS, (f + 1) * ROWS)
+        lengths = rng.integers(TOKENS // 2, TOKENS * 3 // 2, ROWS)
+        offsets = np.concatenate([[0], np.cumsum(lengths)]).astype(np.int32)
+        values = rng.integers(0, 50_000, int(offsets[-1]), dtype=np.int32)
+        tokens = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+        table = pa.table({"id": pa.array(ids), "tokens": tokens})
+        pq.write_table(table, root / f"part-{f}.parquet", row_group_size=ROW_GROUP)
+    return root
+
+
+def test_quick_rows_only_for_a_first_block_smaller_than_a_batch() -> None:
+    assert row_groups.quick_rows(3_400, 0, 0, 3_000) == 3_400  # not wanted soon
+    assert row_groups.quick_rows(3_400, 256, 0, 3_000) == 256
+    assert row_groups.quick_rows(3_400, 4_096, 0, 3_000) == 3_400  # a batch holds the block
+    blocks = row_groups.QUICK_BLOCKS
+    assert row_groups.quick_rows(3_400, 256, 0, blocks * 256) == 256
+    assert row_groups.quick_rows(3_400, 256, 0, blocks * 256 + 1) == 3_400  # its parts: copied
+
+
+def test_rows_per_batch_from_the_footer(tmp_path: Path) -> None:
+    path = _wide(tmp_path / "wide", files=1) / "part-0.parquet"
+    metadata = pq.ParquetFile(path).metadata
+    rows = row_groups.batch_rows(metadata, 0, None)
+    assert 1_000 < rows < 16_384  # ~8 MiB of the footer's uncompressed bytes
+    assert row_groups.batch_rows(metadata, 0, ["id"]) == 16_384  # narrow: the most rows
+    narrow = tmp_path / "narrow.parquet"
+    pq.write_table(pa.table({"id": np.arange(100)}), narrow)
+    assert row_groups.batch_rows(pq.ParquetFile(narrow).metadata, 0, None) == 16_384
+
+
+def _first_read(fmt: ParquetFormat, root: Path) -> tuple[list[list[int]], list[int]]:
+    """Each read's batch sizes, of two reads of the first chunk; and the ids read."""
+    fs = FileSystemSpec.for_path(str(root))
+    planned = fmt.plan(Listing.of(list_files(str(root), fs)), fs, ReadOptions(split_rows=ROWS))
+    chunk, options = planned.chunks[0], planned.read_options or ReadOptions()
+    sizes: list[list[int]] = []
+    ids: list[int] = []
+    for _ in range(2):
+        batches = list(fmt.read(chunk, 0, chunk.num_rows, fs, options))
+        sizes.append([b.num_rows for b in batches])
+        ids += [i for b in batches for i in b.column("id").to_pylist()]
+        fmt.close()  # (a stream's end)
+    return sizes, ids
+
+
+def test_a_quick_start_decodes_the_first_row_group_in_the_blocks_size(tmp_path: Path) -> None:
+    root = _wide(tmp_path / "wide", files=1)
+    fmt = ParquetFormat()
+    fmt.quick_start(256)
+    (quick, after), ids = _first_read(fmt, root)
+    # The first row group in batches of 256 rows; the second, and the next read, as before.
+    assert quick[: -(-ROW_GROUP // 256)] == [256] * (ROW_GROUP // 256) + [ROW_GROUP % 256]
+    assert max(quick[-(-ROW_GROUP // 256) :]) > 256
+    assert min(after[:-1]) > 256
+    assert ids == list(range(ROWS)) * 2
+
+
+def test_close_forgets_a_quick_start(tmp_path: Path) -> None:
+    root = _wide(tmp_path / "wide", files=1)
+    fmt = ParquetFormat()
+    fmt.quick_start(256)
+    fmt.close()
+    (first, _), _ = _first_read(fmt, root)
+    assert min(first[:-1]) > 256
+
+
+def _order(root: Path, workers: int) -> list[int]:
+    loader = tdu.create_dataloader(
+        str(root),
+        batch_size=64,
+        shuffle=True,
+        shuffle_seed=3,
+        shuffle_block_size=256,
+        num_workers=workers,
+        multiprocessing_context="fork" if workers else None,
+    )
+    order: list[int] = []
+    for epoch in (0, 1):
+        loader.set_epoch(epoch)
+        epoch_ids = [i for batch in loader for i in batch["id"].tolist()]
+        assert Counter(epoch_ids) == Counter(range(2 * ROWS))
+        order += epoch_ids
+    return order
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_loader_reads_the_same_order_with_a_quick_first_block(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+) -> None:
+    """Blocks sit at fixed stream positions: smaller decoded batches change no row's place.
+    The quick batches are taken (a fork worker's are counted in its own process, so in-process
+    only)."""
+    root = _wide(tmp_path / "wide")
+    taken: list[Any] = []
+
+    def recorded(rows: int, quick: int, lo: int, hi: int) -> int:
+        made = row_groups.quick_rows(rows, quick, lo, hi)
+        taken.append(made < rows)
+        return made
+
+    monkeypatch.setattr(format_module, "quick_rows", recorded)
+    quick = _order(root, workers)
+    assert workers or any(taken)
+    monkeypatch.setattr(row_groups, "QUICK_BLOCKS", 0)  # (never quick)
+    taken.clear()
+    assert quick == _order(root, workers)
+    assert not any(taken)
