@@ -176,6 +176,9 @@ class DeltaFormat(TableFormat[DeltaReadOptions]):
                     )
             yield pa.RecordBatch.from_arrays(arrays, schema=target)
 
+    def quick_start(self, rows: int) -> None:
+        self._parquet.quick_start(rows)  # (its data files' first row group)
+
     def close(self) -> None:
         self._parquet.close()
         self._columns.clear()

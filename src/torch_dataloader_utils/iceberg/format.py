@@ -187,6 +187,9 @@ class IcebergFormat(TableFormat[IcebergReadOptions]):
                     where=where,
                 )
 
+    def quick_start(self, rows: int) -> None:
+        self._parquet.quick_start(rows)  # (its data files' first row group)
+
     def close(self) -> None:
         self._parquet.close()
         self._deleted.clear()
