@@ -121,10 +121,10 @@ def make_images(root: Path, samples: int, kb: int) -> Path:
 
 def largest_page(data: Path) -> int:
     """Bytes of the largest page (compressed or decompressed, the larger) of any file."""
-    # The page headers' Thrift is walked with the footer reader's compact-protocol parser.
-    from torch_dataloader_utils.formats.parquet.footer import _STRUCT, _struct_of
+    # The page headers' Thrift is walked with the footer reader's compact-protocol parser:
+    # a PageHeader's fields 2 and 3 are its uncompressed and compressed sizes.
+    from torch_dataloader_utils.formats.parquet.thrift import integer_field
 
-    header = _struct_of({1: None, 2: None, 3: None})  # type, uncompressed, compressed sizes
     largest = 0
     for path in sorted(data.glob("*.parquet")):
         md = pq.read_metadata(path)
@@ -136,9 +136,12 @@ def largest_page(data: Path) -> int:
                     end = pos + column.total_compressed_size
                     while pos < end:
                         f.seek(pos)
-                        fields, length = header(f.read(1024), 0, _STRUCT, 0)
-                        largest = max(largest, fields[2], fields[3])
-                        pos += length + fields[3]
+                        head = f.read(1024)
+                        uncompressed, _ = integer_field(head, 0, 2, 0)
+                        compressed, length = integer_field(head, 0, 3, 0)
+                        assert uncompressed is not None and compressed is not None, path
+                        largest = max(largest, uncompressed, compressed)
+                        pos += length + compressed
     return largest
 
 
