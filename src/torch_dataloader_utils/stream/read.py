@@ -181,7 +181,9 @@ class Reader:
                 threads=READ_THREADS,
             )
         )
-        if first_rows:
+        # (Not where chunks are read whole, filtered or transformed: decoded as the census
+        # counted them, in the same batches.)
+        if first_rows and not self._whole:
             self.fmt.quick_start(first_rows)
         try:
             while (run := ahead.next_run()) is not None:

@@ -9,6 +9,7 @@ from typing import Any
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 import pytest
 
@@ -133,3 +134,30 @@ def test_the_loader_reads_the_same_order_with_a_quick_first_block(
     taken.clear()
     assert quick == _order(root, workers)
     assert not any(taken)
+
+
+def test_chunks_read_whole_keep_their_batches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A filtered (or transformed) stream reads each chunk whole and counts its rows after the
+    filter, as planning did: its batches stay the ones planning read (no quick batches)."""
+    root = _wide(tmp_path / "wide")
+    taken: list[bool] = []
+
+    def recorded(rows: int, quick: int, lo: int, hi: int) -> int:
+        made = row_groups.quick_rows(rows, quick, lo, hi)
+        taken.append(made < rows)
+        return made
+
+    monkeypatch.setattr(format_module, "quick_rows", recorded)
+    loader = tdu.create_dataloader(
+        str(root),
+        batch_size=64,
+        shuffle=True,
+        shuffle_block_size=256,
+        filters=pc.field("id") >= 100,
+        num_workers=0,
+    )
+    ids = [i for batch in loader for i in batch["id"].tolist()]
+    assert Counter(ids) == Counter(range(100, 2 * ROWS))
+    assert taken and not any(taken)
