@@ -143,3 +143,32 @@ def first_error(loader: Any) -> BaseException:
         traceback.clear_frames(exc.__traceback__)
         return exc
     pytest.fail("the loader read the source without an error")
+
+
+class QuickBatches:
+    """Which Parquet row groups were decoded in a first block's quick batches
+    (`Format.quick_start`), in this process; `never()` turns quick batches off."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        from torch_dataloader_utils.formats.parquet import format as parquet_format
+        from torch_dataloader_utils.formats.parquet import row_groups
+
+        self._monkeypatch, self._row_groups = monkeypatch, row_groups
+        self.taken: list[bool] = []
+
+        def recorded(rows: int, quick: int, lo: int, hi: int) -> int:
+            made = row_groups.quick_rows(rows, quick, lo, hi)
+            self.taken.append(made < rows)
+            return made
+
+        monkeypatch.setattr(parquet_format, "quick_rows", recorded)
+
+    def never(self) -> None:
+        """No block is quick from here on; forget what was taken."""
+        self._monkeypatch.setattr(self._row_groups, "QUICK_BLOCKS", 0)
+        self.taken.clear()
+
+
+@pytest.fixture
+def quick_batches(monkeypatch: pytest.MonkeyPatch) -> QuickBatches:
+    return QuickBatches(monkeypatch)

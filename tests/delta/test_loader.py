@@ -18,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
+from tests.conftest import QuickBatches
 from tests.delta.tables import DV_PARTS, HandTable, make_rows, write_dv_table
 from torch_dataloader_utils import StateMismatchError
 from torch_dataloader_utils.testing import check_elastic_resume, check_resume
@@ -182,32 +183,21 @@ def test_the_node_cache_reads_the_same_rows_again(
 
 
 def test_the_first_block_is_decoded_in_its_own_batches(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, quick_batches: QuickBatches
 ) -> None:
     """The table's format passes the first block's rows on to its Parquet reads
     (`Format.quick_start`): the first row group is decoded in batches of that size, and the
     rows come in the same order as without."""
     from deltalake import write_deltalake
 
-    from torch_dataloader_utils.formats.parquet import format as parquet_format
-    from torch_dataloader_utils.formats.parquet import row_groups
-
     write_deltalake(str(tmp_path / "t"), pa.table(make_rows(range(1000))))
-    taken: list[bool] = []
-
-    def recorded(rows: int, quick: int, lo: int, hi: int) -> int:
-        made = row_groups.quick_rows(rows, quick, lo, hi)
-        taken.append(made < rows)
-        return made
 
     def order() -> list[int]:
         ids = _ids(list(_loader(tmp_path / "t", shuffle_block_size=128, num_workers=0)))
         assert Counter(ids) == Counter(range(1000))
         return ids
 
-    monkeypatch.setattr(parquet_format, "quick_rows", recorded)
     quick = order()
-    assert any(taken)
-    monkeypatch.setattr(row_groups, "QUICK_BLOCKS", 0)  # (never quick)
-    taken.clear()
-    assert order() == quick and not any(taken)
+    assert any(quick_batches.taken)
+    quick_batches.never()
+    assert order() == quick and not any(quick_batches.taken)

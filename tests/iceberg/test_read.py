@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 
+from tests.conftest import QuickBatches
 from tests.iceberg.conftest import GROUP_ROWS, Catalog, batch_ids, data_files, flat, loader
 from torch_dataloader_utils import (
     IcebergDataset,
@@ -203,21 +204,12 @@ def test_clear_errors_for_bad_arguments(catalog: Catalog, events: str) -> None:
 
 
 def test_the_first_block_is_decoded_in_its_own_batches(
-    catalog: Catalog, monkeypatch: pytest.MonkeyPatch
+    catalog: Catalog, quick_batches: QuickBatches
 ) -> None:
     """The table's format passes the first block's rows on to its Parquet reads
     (`Format.quick_start`): the first row group is decoded in batches of that size, and the
     rows come in the same order as without."""
-    from torch_dataloader_utils.formats.parquet import format as parquet_format
-    from torch_dataloader_utils.formats.parquet import row_groups
-
     catalog.create("quick", [range(1000)])
-    taken: list[bool] = []
-
-    def recorded(rows: int, quick: int, lo: int, hi: int) -> int:
-        made = row_groups.quick_rows(rows, quick, lo, hi)
-        taken.append(made < rows)
-        return made
 
     def order() -> list[int]:
         load, _ = loader(catalog, "quick", shuffle=True, shuffle_block_size=32, batch_size=16)
@@ -225,9 +217,7 @@ def test_the_first_block_is_decoded_in_its_own_batches(
         assert Counter(ids) == Counter(range(1000))
         return ids
 
-    monkeypatch.setattr(parquet_format, "quick_rows", recorded)
     quick = order()
-    assert any(taken)
-    monkeypatch.setattr(row_groups, "QUICK_BLOCKS", 0)  # (never quick)
-    taken.clear()
-    assert order() == quick and not any(taken)
+    assert any(quick_batches.taken)
+    quick_batches.never()
+    assert order() == quick and not any(quick_batches.taken)

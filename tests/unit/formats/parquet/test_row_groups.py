@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections import Counter
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -14,9 +13,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import torch_dataloader_utils as tdu
+from tests.conftest import QuickBatches
 from torch_dataloader_utils.formats import Listing, ReadOptions
 from torch_dataloader_utils.formats.parquet import ParquetFormat, row_groups
-from torch_dataloader_utils.formats.parquet import format as format_module
 from torch_dataloader_utils.fs import FileSystemSpec, list_files
 
 ROWS, ROW_GROUP, TOKENS = 6_000, 3_000, 600
@@ -114,42 +113,23 @@ def _order(root: Path, workers: int) -> list[int]:
 
 @pytest.mark.parametrize("workers", [0, 2])
 def test_the_loader_reads_the_same_order_with_a_quick_first_block(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, workers: int
+    tmp_path: Path, quick_batches: QuickBatches, workers: int
 ) -> None:
     """Blocks sit at fixed stream positions: smaller decoded batches change no row's place.
     The quick batches are taken (a fork worker's are counted in its own process, so in-process
     only)."""
     root = _wide(tmp_path / "wide")
-    taken: list[Any] = []
-
-    def recorded(rows: int, quick: int, lo: int, hi: int) -> int:
-        made = row_groups.quick_rows(rows, quick, lo, hi)
-        taken.append(made < rows)
-        return made
-
-    monkeypatch.setattr(format_module, "quick_rows", recorded)
     quick = _order(root, workers)
-    assert workers or any(taken)
-    monkeypatch.setattr(row_groups, "QUICK_BLOCKS", 0)  # (never quick)
-    taken.clear()
+    assert workers or any(quick_batches.taken)
+    quick_batches.never()
     assert quick == _order(root, workers)
-    assert not any(taken)
+    assert not any(quick_batches.taken)
 
 
-def test_chunks_read_whole_keep_their_batches(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
+def test_chunks_read_whole_keep_their_batches(tmp_path: Path, quick_batches: QuickBatches) -> None:
     """A filtered (or transformed) stream reads each chunk whole and counts its rows after the
     filter, as planning did: its batches stay the ones planning read (no quick batches)."""
     root = _wide(tmp_path / "wide")
-    taken: list[bool] = []
-
-    def recorded(rows: int, quick: int, lo: int, hi: int) -> int:
-        made = row_groups.quick_rows(rows, quick, lo, hi)
-        taken.append(made < rows)
-        return made
-
-    monkeypatch.setattr(format_module, "quick_rows", recorded)
     loader = tdu.create_dataloader(
         str(root),
         batch_size=64,
@@ -160,4 +140,4 @@ def test_chunks_read_whole_keep_their_batches(
     )
     ids = [i for batch in loader for i in batch["id"].tolist()]
     assert Counter(ids) == Counter(range(100, 2 * ROWS))
-    assert taken and not any(taken)
+    assert quick_batches.taken and not any(quick_batches.taken)
