@@ -24,7 +24,14 @@ from .metrics.clock import DEVICE, MAKE, QUEUE, READ, UNPACK
 from .metrics.report import LoaderMetrics
 from .state import Readable, read_failures, with_read_failures
 from .state.wrappers import Forwarded, Reader, gradient_state, kept, tracked
-from .transport import Unbundler, forget_exited_workers, in_order, init_worker, to_device
+from .transport import (
+    Unbundler,
+    forget_exited_workers,
+    in_order,
+    init_worker,
+    starting_workers,
+    to_device,
+)
 from .transport.deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
 
 __all__ = [
@@ -374,6 +381,7 @@ class TabularDataLoader(DataLoader[Any], Generic[_D]):
         user_init = self.worker_init_fn
         rows = max(1, self._bundle_rows)  # 1 row: one batch per message
         self.worker_init_fn = functools.partial(init_worker, rows, user_init)
+        starting_workers()
         try:
             iterator = super()._get_iterator()
         finally:

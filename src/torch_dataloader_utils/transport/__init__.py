@@ -33,7 +33,7 @@ from .wire import (
     pack,
     packed_nbytes,
 )
-from .worker import bundle_rows, enable_bundles, init_worker, worker_messages
+from .worker import bundle_rows, enable_bundles, init_worker, starting_workers, worker_messages
 
 __all__ = [
     "BUNDLE_BYTES",
@@ -53,6 +53,7 @@ __all__ = [
     "pack",
     "pack_arrow",
     "packed_nbytes",
+    "starting_workers",
     "to_device",
     "worker_messages",
 ]

@@ -38,6 +38,7 @@ __all__ = [
     "bundle_rows",
     "enable_bundles",
     "init_worker",
+    "starting_workers",
     "worker_messages",
 ]
 
@@ -118,6 +119,16 @@ def _keep_freed_memory() -> None:
 
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD = -1, -3  # from glibc's malloc.h
+
+
+def starting_workers() -> None:
+    """Give back the memory pyarrow's pool keeps freed in this process, before workers fork.
+
+    A forked worker's pool reuses it, and each page it writes is first copied from the
+    parent's (copy on write): new pages cost the worker less
+    (docs/adr/0020-measurements-behind-constants.md#a-workers-first-batch).
+    """
+    pa.default_memory_pool().release_unused()
 
 
 def _small_pages() -> None:
