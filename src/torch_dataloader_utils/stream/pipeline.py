@@ -102,7 +102,9 @@ def _read_ahead(
     pass_ = stream.pass_
     # The first batch waits for the pass's first block (unshuffled: its own rows); a format
     # may decode those sooner (docs/adr/0020-measurements-behind-constants.md#first-blocks).
-    soon = layout.batch_size if not layout.shuffle else 0 if rows.start else layout.first_block_rows
+    soon = layout.batch_size
+    if layout.shuffle:  # (a resumed pass's first block is not the first one: none)
+        soon = 0 if rows.start else layout.first_block_rows
     blocks = shuffled_blocks(
         reader.read(pieces, first_rows=soon),
         rows.length,
