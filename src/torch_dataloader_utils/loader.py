@@ -24,15 +24,9 @@ from .metrics.clock import DEVICE, MAKE, QUEUE, READ, UNPACK
 from .metrics.report import LoaderMetrics
 from .state import Readable, read_failures, with_read_failures
 from .state.wrappers import Forwarded, Reader, gradient_state, kept, tracked
-from .transport import (
-    Unbundler,
-    forget_exited_workers,
-    in_order,
-    init_worker,
-    starting_workers,
-    to_device,
-)
+from .transport import Unbundler, forget_exited_workers, in_order, init_worker, to_device
 from .transport.deaths import DEATH_GRACE_S, deaths, died_error, release, shut_down, watching
+from .transport.worker import starting_workers
 
 __all__ = [
     "DEFAULT_BUNDLE_ROWS",

@@ -158,7 +158,6 @@ TESTED_IN: dict[str, str] = {
     "transport/deaths.py": "tests/multiproc/test_killed_workers.py",
     "transport/descriptors.py": "tests/multiproc/test_long_tmpdir.py",
     "transport/device.py": "tests/multiproc/test_device.py",
-    "transport/worker.py": "tests/unit/test_loader.py, tests/multiproc/test_workers.py",
     "webdataset/arrays.py": "tests/unit/webdataset/test_index.py",
     "webdataset/headers.py": "tests/unit/webdataset/test_reading.py",
     "webdataset/loading.py": "tests/unit/webdataset/test_index.py",
