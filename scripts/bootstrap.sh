@@ -15,3 +15,8 @@ if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q -c constraints.txt -e ".[$extras]"
   echo "$want" >"$stamp"
 fi
+# The package's bytecode, as pip writes it for an installed package: with PYTHONDONTWRITEBYTECODE
+# set (this kind of machine sets it), every new process (a spawn worker, a rank, a test's
+# subprocess) would compile the editable sources again, ~0.4 s each (docs/benchmarks.md, a
+# spawned worker's start). Only what changed is compiled; a stale file is never used.
+.venv/bin/python -m compileall -q src
