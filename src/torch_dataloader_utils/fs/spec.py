@@ -23,6 +23,7 @@ from .options import StorageOptions, merge_options
 from .ranges import RangeFile
 from .reported import native_info
 from .retry import RetryCounter, RetryPolicy, is_refused, retrying
+from .s3_timestamps import quick_timestamps
 
 __all__ = ["STORAGE_BACKENDS", "FileSystemSpec", "StorageBackend", "StorageOptions"]
 
@@ -173,9 +174,8 @@ class FileSystemSpec:
         found = clients.fsspec
         if found is None:
             with clients.build_lock:
-                if clients.fsspec is None:
-                    # (fsspec.filesystem's own steps, its class's import error translated)
-                    clients.fsspec = self.fsspec_class()(**self.storage_options)
+                if clients.fsspec is None:  # (fsspec.filesystem's steps; an import error told)
+                    clients.fsspec = quick_timestamps(self.fsspec_class()(**self.storage_options))
                 found = clients.fsspec
         return found
 
