@@ -152,6 +152,28 @@ def test_a_second_plan_reads_no_footer(
     assert _epoch(loader, 0) == Counter(s3_data.ids)
 
 
+@pytest.mark.parametrize("backend", ["auto", "fsspec"])
+def test_planning_downloads_each_footer_into_the_cache_once(
+    s3_data: RemoteData, fault_proxy: MakeProxy, tmp_path: Path, backend: str
+) -> None:
+    """Natively (pyarrow's client, outside the GIL), an open and a ranged read per file; through
+    s3fs, one ranged read (docs/benchmarks.md, cached downloads opened natively)."""
+    proxy = fault_proxy()
+    loader = _loader(s3_data, proxy.endpoint_url, tmp_path, num_workers=0, storage_backend=backend)
+    files = {p.name for p in s3_data.local.glob("*.parquet")}
+    asked: dict[str, Counter[str]] = {}
+    for method, target, _ in proxy.events:
+        name = target.split("?")[0].rsplit("/", 1)[-1]
+        if name in files:  # (not the listing, nor the HEAD asking what the prefix is)
+            asked.setdefault(name, Counter())[method] += 1
+    want = Counter({"HEAD": 1, "GET": 1}) if backend == "auto" else Counter({"GET": 1})
+    assert asked == {name: want for name in files}, asked
+    stats = loader.cache_stats
+    assert stats is not None and stats.misses == len(files)
+    assert stats.requests == sum(want.values()) * len(files)
+    assert _epoch(loader, 0) == Counter(s3_data.ids)
+
+
 def test_a_restart_rereads_the_footer_of_a_changed_file_alone(
     s3_data: RemoteData, fault_proxy: MakeProxy, tmp_path: Path
 ) -> None:

@@ -178,14 +178,24 @@ class CachingFileSystem(FileSystemSpec):
         return FileSystemSpec.read_range(self, path, offset, size)
 
     def _check(self, path: str) -> None:
-        """The file is still what the plan pinned (once per process and file): an entry is
-        only ever written under the identity the store reported."""
-        if self._trusted or path in self._checked:
+        """The file is still what the plan pinned (once per process and file, before its first
+        download): an entry is only ever written under the identity the store reported.
+
+        Trusted (the listing just told the identity), a file on a store read natively is still
+        opened natively here (a HEAD, its handle kept for the downloads): otherwise each
+        download of a file of known size is one ranged GET through fsspec, whose botocore
+        costs 4.2 ms of CPU under the GIL against 1.4 ms outside it for the native HEAD and
+        GET (docs/benchmarks.md#cached-downloads-opened-natively).
+        """
+        if path in self._checked:
             return
         pinned = self._files.get(path)
-        if pinned is not None:
+        if not self._trusted and pinned is not None:
             self.counter.add(requests=1)
-            check_identity(path, pinned, self._inner)
+            check_identity(path, pinned, self._inner)  # (natively, also an open: `head`)
+        elif FileSystemSpec.native_reads(self) is not None:
+            self.counter.add(requests=1)
+            self.head(path)
         with self._keys_lock:
             self._checked.add(path)
 

@@ -34,8 +34,9 @@ _LOCAL_PROTOCOLS = frozenset({"file", "local"})
 StorageBackend = Literal["auto", "arrow", "fsspec"]
 STORAGE_BACKENDS: tuple[str, ...] = ("auto", "arrow", "fsspec")
 
-# Open native files kept per process for range reads (a native open costs a HEAD request).
-_OPEN_FILES = 8
+# Open native files kept per process for range reads (a native open costs a HEAD request): more
+# than planning's threads (`fs.threads.PLAN_THREADS`), each of which opens one before it reads.
+_OPEN_FILES = 64
 
 # The Azure C++ SDK keeps its connection pool in a process-wide global, which a fork copies:
 # forked workers received each other's responses (docs/adr/0006-object-storage-reads.md).
@@ -338,9 +339,8 @@ class FileSystemSpec:
         return self.arrow() if remote and self.native else None
 
     def _native_file(self, path: str) -> pa.NativeFile | None:
-        """This process's native handle of ``path``: kept, or opened now (a HEAD request);
-        None when none is kept and the size is known (a listing's, an earlier open's): a
-        ranged GET through fsspec then needs no HEAD."""
+        """This process's native handle of ``path``: kept, or opened now (a HEAD); None when
+        none is kept and the size is known (a listing's, an open's): a GET through fsspec."""
         clients = self._local.get()
         with clients.lock:
             handle = clients.files.get(path)

@@ -22,6 +22,7 @@ from torch.utils.data import DataLoader, IterableDataset, get_worker_info
 
 from torch_dataloader_utils.errors import InvalidArgumentError, StorageError
 from torch_dataloader_utils.fs import FileSystemSpec, RetryPolicy
+from torch_dataloader_utils.fs import spec as spec_module
 
 SECRET = "s3cr3t-value-never-shown"
 FAST = RetryPolicy(max_attempts=3, initial_delay=0.001, max_delay=0.001)
@@ -348,12 +349,14 @@ def test_refused_credential_with_mapping_fails_at_once(
 def test_native_local_read_range_caches_a_few_open_files(tmp_path: Path) -> None:
     spec = FileSystemSpec("file")
     paths = []
-    for i in range(10):
+    kept = spec_module._OPEN_FILES
+    for i in range(kept + 2):
         path = tmp_path / f"{i}.bin"
-        path.write_bytes(bytes([i]) * 64)
+        path.write_bytes(bytes([i % 256]) * 64)
         paths.append(str(path))
     for i, path in enumerate(paths):
-        assert spec.read_range(path, 10, 3) == bytes([i]) * 3
-    assert list(spec._local.get().files) == paths[-8:]  # at most 8, least recently used dropped
+        assert spec.read_range(path, 10, 3) == bytes([i % 256]) * 3
+    # At most `_OPEN_FILES`, the least recently used dropped.
+    assert list(spec._local.get().files) == paths[-kept:]
     with pytest.raises(FileNotFoundError):
         spec.read_range(str(tmp_path / "missing.bin"), 0, 1)
