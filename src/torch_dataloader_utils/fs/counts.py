@@ -23,6 +23,9 @@ class SharedCounts:
 
     def __init__(self, width: int = 1) -> None:
         self._counts = torch.zeros((_SLOTS, width), dtype=torch.int64).share_memory_()  # type: ignore[no-untyped-call]
+        # Written through numpy (the same memory): an add 0.3 µs against torch's 10-25 µs, a
+        # few for each range a cached read fetches (docs/benchmarks.md, cached downloads).
+        self._view = self._counts.numpy()
         # Per process (`fs.forks`): a fork may have copied the lock held.
         self._lock: ProcessLocal[threading.Lock] = ProcessLocal(threading.Lock)
 
@@ -31,7 +34,7 @@ class SharedCounts:
         info = get_worker_info()
         slot = 0 if info is None else (info.id + 1) % _SLOTS
         with self._lock.get():
-            row = self._counts[slot]
+            row = self._view[slot]
             for column, n in counts.items():
                 row[column] += n
 
@@ -46,4 +49,5 @@ class SharedCounts:
         counts = state["counts"]
         assert isinstance(counts, torch.Tensor)
         self._counts = counts
+        self._view = counts.numpy()
         self._lock = ProcessLocal(threading.Lock)
