@@ -80,7 +80,8 @@ def test_a_fast_source_reports_a_wait_near_zero(demo: Path) -> None:
     """Workers ahead of a loop that works 10 ms a step: after each worker's first batch (the
     workers starting) the loop waits for a batch no more than it takes to receive one, a
     tenth of its step (the median: on a loaded machine a few waits are the scheduler's), and
-    all of them together a tenth of the wall clock."""
+    nine waits in ten are shorter than a step. (Not their sum against the wall clock: one
+    stall of the scheduler, 150 ms while the other test process started its own, broke it.)"""
     loader = tdu.create_dataloader(str(demo), batch_size=1024, num_workers=2)
     start = time.perf_counter()
     assert ids_of(loader, step=0.01) == Counter(range(ROWS))
@@ -88,9 +89,10 @@ def test_a_fast_source_reports_a_wait_near_zero(demo: Path) -> None:
     metrics = loader.metrics()
     each = list(loader._metrics.waits.each)
     assert metrics["wait_s"] >= sum(each)  # (and the pass's end: the workers stopping)
-    after_first = sum(each[2:])
-    typical = statistics.median(each[2:])
-    assert typical < 0.1 * 0.01 and after_first < 0.1 * wall, (typical, after_first, wall)
+    after_first = each[2:]
+    typical = statistics.median(after_first)
+    most = statistics.quantiles(after_first, n=10)[-1]  # (the 90th percentile)
+    assert typical < 0.1 * 0.01 and most < 0.01, (typical, most, sum(after_first), wall)
 
 
 def test_nothing_of_the_metrics_is_in_the_state(demo: Path) -> None:
