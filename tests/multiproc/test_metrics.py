@@ -79,9 +79,10 @@ def test_the_stage_split_adds_up_to_the_wait(demo: Path) -> None:
 def test_a_fast_source_reports_a_wait_near_zero(demo: Path) -> None:
     """Workers ahead of a loop that works 10 ms a step: after each worker's first batch (the
     workers starting) the loop waits for a batch no more than it takes to receive one, a
-    tenth of its step (the median: on a loaded machine a few waits are the scheduler's), and
-    nine waits in ten are shorter than a step. (Not their sum against the wall clock: one
-    stall of the scheduler, 150 ms while the other test process started its own, broke it.)"""
+    tenth of its step. The median only: with the other test process busy on these two cores,
+    the longest tenth of the waits (the scheduler's, a few ms each) summed to 0.1-0.18 s of a
+    1.0-1.4 s pass, at this commit and at the one before this stop alike (two busy loops beside
+    it), so neither their sum nor their 90th percentile says anything about the loader."""
     loader = tdu.create_dataloader(str(demo), batch_size=1024, num_workers=2)
     start = time.perf_counter()
     assert ids_of(loader, step=0.01) == Counter(range(ROWS))
@@ -91,8 +92,7 @@ def test_a_fast_source_reports_a_wait_near_zero(demo: Path) -> None:
     assert metrics["wait_s"] >= sum(each)  # (and the pass's end: the workers stopping)
     after_first = each[2:]
     typical = statistics.median(after_first)
-    most = statistics.quantiles(after_first, n=10)[-1]  # (the 90th percentile)
-    assert typical < 0.1 * 0.01 and most < 0.01, (typical, most, sum(after_first), wall)
+    assert typical < 0.1 * 0.01, (typical, sum(after_first), wall)
 
 
 def test_nothing_of_the_metrics_is_in_the_state(demo: Path) -> None:
