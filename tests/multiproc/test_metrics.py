@@ -79,10 +79,9 @@ def test_the_stage_split_adds_up_to_the_wait(demo: Path) -> None:
 def test_a_fast_source_reports_a_wait_near_zero(demo: Path) -> None:
     """Workers ahead of a loop that works 10 ms a step: after each worker's first batch (the
     workers starting) the loop waits for a batch no more than it takes to receive one, a
-    tenth of its step. The median only: with the other test process busy on these two cores,
-    the longest tenth of the waits (the scheduler's, a few ms each) summed to 0.1-0.18 s of a
-    1.0-1.4 s pass, at this commit and at the one before this stop alike (two busy loops beside
-    it), so neither their sum nor their 90th percentile says anything about the loader."""
+    tenth of its step. The median only: the longest waits are the scheduler's (a few ms each
+    when another process keeps both cores busy), so their sum or their 90th percentile measures
+    the machine's load, not the loader."""
     loader = tdu.create_dataloader(str(demo), batch_size=1024, num_workers=2)
     start = time.perf_counter()
     assert ids_of(loader, step=0.01) == Counter(range(ROWS))
