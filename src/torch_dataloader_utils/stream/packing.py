@@ -75,7 +75,8 @@ def pack(
     )
     if made is not None:  # (one compiled pass, where numba is loaded: the same arrays)
         ids, position_ids, documents = made.input_ids, made.position_ids, made.document_ids
-        return _packed(seq_len, ids, position_ids, documents, made.cu_seqlens, made.source_ids, n)
+        cuts = made.cu_seqlens, made.max_seqlen
+        return _packed(seq_len, ids, position_ids, documents, cuts, made.source_ids, n)
     concat = _Concat(fragments, seq_len, pad_value, positions=positions, rows=rows)
     arrays = []
     for dtype, write in concat.writers(sources=True):
@@ -83,7 +84,8 @@ def pack(
         write(arrays[-1])
     ids, position_ids, documents, *sources = arrays
     source_ids = next(iter(sources), None)
-    return _packed(seq_len, ids, position_ids, documents, concat.cu_seqlens, source_ids, n)
+    cuts = concat.cu_seqlens, concat.max_seqlen
+    return _packed(seq_len, ids, position_ids, documents, cuts, source_ids, n)
 
 
 class _Concat:
@@ -110,7 +112,7 @@ class _Concat:
         # compiled pass once every one's place is given (`writers`).
         self.compiled = pack_kernel.cuts(fragments, seq_len, size)
         if self.compiled is not None:
-            self.cu_seqlens = self.compiled
+            self.cu_seqlens, self.max_seqlen = self.compiled
             return
         self.lengths = lengths = fragments.end - fragments.begin
         starts = fragments.stops - lengths
@@ -128,6 +130,7 @@ class _Concat:
         # Fragments start at each document and at each sequence; the padding of each sequence
         # is one more.
         self.cu_seqlens = _distinct(starts, np.arange(0, size, seq_len), [n, size])
+        self.max_seqlen = _longest(self.cu_seqlens)
 
     def writers(self, sources: bool) -> list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]]:
         """The dtype and writer of ``input_ids``, ``position_ids``, ``document_ids`` and, with
@@ -257,7 +260,8 @@ def pack_best_fit(
         real = (np.arange(seq_len) < filled[:, None]).reshape(-1)
         order = np.argsort(where.start, kind="stable")
         sources[real] = np.repeat(source[where.item][order], where.length[order])
-    return _packed(seq_len, ids, position_ids, document_ids, cu_seqlens, sources, n)
+    cuts = cu_seqlens, _longest(cu_seqlens)
+    return _packed(seq_len, ids, position_ids, document_ids, cuts, sources, n)
 
 
 def _packed(  # noqa: PLR0917 (the batch's arrays, in `Packed`'s order)
@@ -265,18 +269,18 @@ def _packed(  # noqa: PLR0917 (the batch's arrays, in `Packed`'s order)
     ids: np.ndarray,
     positions: np.ndarray,
     documents: np.ndarray,
-    cu_seqlens: np.ndarray,
+    cuts: tuple[np.ndarray, int],
     sources: np.ndarray | None,
     tokens: int,
 ) -> Packed:
-    """The batch's flat arrays as sequences of ``seq_len`` (``tokens`` of them real)."""
+    """The batch's flat arrays as sequences of ``seq_len`` (``tokens`` of them real), with
+    their ``cu_seqlens`` and ``max_seqlen`` (``cuts``)."""
     shape = (-1, seq_len)
     return Packed(
         ids.reshape(shape),
         positions.reshape(shape),
         documents.reshape(shape),
-        cu_seqlens,
-        _longest(cu_seqlens),
+        *cuts,
         len(ids) - tokens,
         None if sources is None else sources.reshape(shape),
     )
@@ -385,7 +389,7 @@ class PackedConverter:
         else:
             concat = self._concat(batch)
             shape = (concat.size // self.seq_len, self.seq_len)
-            cu_seqlens, max_seqlen = concat.cu_seqlens, _longest(concat.cu_seqlens)
+            cu_seqlens, max_seqlen = concat.cu_seqlens, concat.max_seqlen
             out = [
                 Field(key, Written(dtype, write), shape)
                 for key, (dtype, write) in zip(keys, concat.writers(len(keys) > 3), strict=False)
