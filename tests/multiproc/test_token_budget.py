@@ -94,6 +94,26 @@ def test_every_row_once_within_its_budget_with_equal_batches(
     assert (orders[0] != orders[1]) == shuffle
 
 
+def test_a_workers_messages_hold_about_bundle_rows_rows(
+    data: tuple[Path, dict[int, int]],
+) -> None:
+    """A worker's message holds about ``bundle_rows`` rows: budget batches hold a few rows
+    each (here about 6), and counting them as the planner's groups (96 rows) sent one batch
+    a message, each with the main process's cost of a message."""
+    from torch_dataloader_utils.transport import buffers
+
+    root, lengths = data
+    received = buffers._received
+    before = received.carried + received.named
+    loader = make(root, num_workers=2, bundle_rows=96)
+    batches = [ids_of(b, lengths) for b in loader]
+    messages = received.carried + received.named - before
+    assert Counter(i for ids in batches for i in ids) == Counter(set(lengths))
+    # Each worker's messages ramp up 1, 2, 4 ... batches to its bundle_rows' worth.
+    rows_a_message = sum(map(len, batches)) / messages
+    assert rows_a_message >= 96 / 4, (messages, len(batches))
+
+
 def test_spawned_workers_read_every_row_once(data: tuple[Path, dict[int, int]]) -> None:
     root, lengths = data
     loader = make(root, num_workers=2, multiprocessing_context="spawn")

@@ -32,7 +32,7 @@ from ..planning import (
     Topology,
     strategy_of,
 )
-from ..planning.budget import group_rows
+from ..planning.budget import group_rows, mean_batch_rows
 from ..planning.streams import OneSource, Stream, Streams
 from ..sources.planned import PlannedSource, plan_sources, planned_source
 from ..state import Passes, Progress
@@ -161,6 +161,9 @@ class PlannedDataset(IterableDataset[Any]):
             chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
             group=None if lengths is None else group_rows(lengths),
         )
+        # Rows a batch delivers, about (a packed batch's: its sequences; a budget's: its
+        # budget over the mean row): a worker's messages are sized by it.
+        self.rows_out = options.batch_size if lengths is None else mean_batch_rows(lengths)
         strategy_of(self.layout.strategy).check(self.layout, self._ranks)
         self.streams: Streams = combined.streams(self.layout)
         if budget is not None and lengths is not None:
@@ -327,7 +330,7 @@ class PlannedDataset(IterableDataset[Any]):
             self.converter,
             collate,
             worker=stream.topology.worker,
-            batch_size=self.options.batch_size,  # (rows out: a packed batch's sequences)
+            batch_size=self.rows_out,
             failures=None if in_main else self.failure_log,
         )
         messages = self.clock.timed_less(messages, MAKE, (READ,))

@@ -35,6 +35,7 @@ __all__ = [
     "BudgetRows",
     "Lengths",
     "equalised",
+    "mean_batch_rows",
     "group_batches",
     "group_counts",
     "group_rows",
@@ -92,6 +93,12 @@ class BudgetPass:
 _BATCHES_PER_GROUP = 16
 
 
+def mean_batch_rows(lengths: Lengths) -> int:
+    """Rows of a budget batch, about (``group_rows`` over the batches a group makes): what a
+    worker's messages are sized by (`transport.worker_messages`)."""
+    return max(1, group_rows(lengths) // _BATCHES_PER_GROUP)
+
+
 def group_rows(lengths: Lengths) -> int:
     """Rows of a group (the planner's batch) for ``lengths``: about `_BATCHES_PER_GROUP`
     batches of rows of the mean length."""
@@ -108,8 +115,11 @@ def group_batches(lengths: np.ndarray, max_tokens: int) -> tuple[np.ndarray, lis
     bounds = [0]
     at, n = 0, len(ordered)
     while at < n:
-        # (rows x longest) only grows along the sorted rows: count those within the budget.
-        fits = np.count_nonzero(np.arange(1, n - at + 1) * ordered[at:] <= max_tokens)
+        # (rows x longest) only grows along the sorted rows: count those within the budget,
+        # among the rows that could fit at the shortest's length (not all the rows left: a
+        # group of 12,500 rows 7.2 -> 3.9 ms, 100,000 rows 229 -> 32 ms).
+        window = min(n - at, max_tokens // int(ordered[at]))
+        fits = np.count_nonzero(np.arange(1, window + 1) * ordered[at : at + window] <= max_tokens)
         at += max(1, int(fits))
         bounds.append(at)
     return order, bounds
