@@ -35,11 +35,11 @@ __all__ = [
     "BudgetRows",
     "Lengths",
     "equalised",
-    "mean_batch_rows",
     "group_batches",
     "group_counts",
     "group_rows",
     "group_table",
+    "mean_batch_rows",
 ]
 
 
