@@ -156,14 +156,15 @@ class PlannedDataset(IterableDataset[Any]):
         self.plan: Plan = with_balance(combined.plan, options)
         budget = options.batching
         lengths = None if budget is None else length_index(self.sources, self.plan, budget)
+        group = None if lengths is None else group_rows(lengths)
         self.layout = options.layout(
             row_bytes=combined.row_bytes,
             chunk_rows=self.plan.num_rows / max(len(self.plan.chunks), 1),
-            group=None if lengths is None else group_rows(lengths),
+            group=group,
         )
         # Rows a batch delivers, about (a packed batch's: its sequences; a budget's: its
         # budget over the mean row): a worker's messages are sized by it.
-        self.rows_out = options.batch_size if lengths is None else mean_batch_rows(lengths)
+        self.rows_out = options.batch_size if group is None else mean_batch_rows(group)
         strategy_of(self.layout.strategy).check(self.layout, self._ranks)
         self.streams: Streams = combined.streams(self.layout)
         if budget is not None and lengths is not None:

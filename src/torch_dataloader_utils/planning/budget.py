@@ -93,10 +93,10 @@ class BudgetPass:
 _BATCHES_PER_GROUP = 16
 
 
-def mean_batch_rows(lengths: Lengths) -> int:
-    """Rows of a budget batch, about (``group_rows`` over the batches a group makes): what a
+def mean_batch_rows(group: int) -> int:
+    """Rows of a budget batch, about, in groups of ``group`` rows (`group_rows`): what a
     worker's messages are sized by (`transport.worker_messages`)."""
-    return max(1, group_rows(lengths) // _BATCHES_PER_GROUP)
+    return max(1, group // _BATCHES_PER_GROUP)
 
 
 def group_rows(lengths: Lengths) -> int:
