@@ -15,7 +15,10 @@ start excluded, planning and worker start included). CPU per row is the warm epo
 CPU time (user + system) over its rows: the main process's, and the total with the workers'.
 
 The ``narrow`` dataset is issue 47's second shape: the tabular columns with a 32-float
-embedding and strings of 15-25 characters.
+embedding and strings of 15-25 characters. On both, ``ours-mix3-w0`` reads the same rows as a
+mixture of three sources (the files split 4/2/2, hard links in ``<data>-mix3/``), weights by
+size and no ``epoch_rows`` (every row once), random mixing, in one process; its ratio to
+``ours-w0`` is printed.
 
 Usage::
 
@@ -161,6 +164,22 @@ def _raw_convert(batch: pa.RecordBatch, list_format: str = "offsets") -> dict[st
     return out
 
 
+def mixture_sources(data: Path) -> list[tuple[Path, int]]:
+    """``data``'s files as three sources (4/2/2 of its 8 files, hard links beside it) and
+    each one's rows (its weight: every row once an epoch)."""
+    files = sorted(data.glob("*.parquet"))
+    split = [files[:4], files[4:6], files[6:]]
+    out = []
+    for i, part in enumerate(split):
+        folder = data.with_name(f"{data.name}-mix3") / f"src{i}"
+        folder.mkdir(parents=True, exist_ok=True)
+        for f in part:
+            if not (folder / f.name).exists():
+                os.link(f, folder / f.name)
+        out.append((folder, sum(pq.ParquetFile(f).metadata.num_rows for f in part)))
+    return out
+
+
 def cpu_seconds() -> tuple[float, float]:
     """CPU seconds so far of this process and of its live children (the workers).
 
@@ -206,6 +225,25 @@ def run_one(kind: str, data: Path, batch_size: int, list_format: str) -> dict[st
                 for batch in reader.iter_batches(batch_size=batch_size, use_threads=threads):
                     _raw_convert(batch, list_format)
                     yield batch.num_rows, batch.nbytes
+
+    elif kind.startswith("ours-mix3-w"):
+        import torch_dataloader_utils as tdu
+
+        workers = int(kind.removeprefix("ours-mix3-w"))
+        loader = tdu.create_dataloader(
+            [tdu.Source(str(d), weight=w) for d, w in mixture_sources(data)],
+            mixing="random",
+            batch_size=batch_size,
+            shuffle=True,
+            num_workers=workers,
+            persistent_workers=workers > 0,
+            list_format=list_format,
+        )
+
+        def epoch() -> Iterator[int]:
+            loader.set_epoch(loader.dataset.epoch + 1)
+            for batch in loader:
+                yield len(batch["id"]), 0
 
     else:
         import torch_dataloader_utils as tdu
@@ -299,10 +337,13 @@ def main() -> None:
     cases = []
     if args.only in (None, "tabular"):
         tabular = make_tabular(DATA, args.rows)
-        cases.append(("tabular", tabular, "padded", [*raws, "ours-w0", "ours-w2", "ours-w2-arrow"]))
+        kinds = [*raws, "ours-w0", "ours-w2", "ours-w2-arrow", "ours-mix3-w0"]
+        cases.append(("tabular", tabular, "padded", kinds))
     if args.only in (None, "narrow"):
         narrow = make_tabular(DATA, args.rows, narrow=True)
-        cases.append(("tabular narrow", narrow, "padded", [*raws, "ours-w0", "ours-w2"]))
+        cases.append(
+            ("tabular narrow", narrow, "padded", [*raws, "ours-w0", "ours-w2", "ours-mix3-w0"])
+        )
     if args.only in (None, "tokens"):
         tokens = make_tokens(DATA, args.token_rows)
         cases.append(("tokens (padded)", tokens, "padded", [*raws, "ours-w0", "ours-w2"]))
@@ -329,7 +370,7 @@ def main() -> None:
         "x CPU = total CPU per row over raw-shuffled's; MB/s = decoded Arrow bytes"
     )
     print(
-        f"{'dataset':17} {'config':13} {'rows/s':>10} {'MB/s':>6} {'1st batch':>9} "
+        f"{'dataset':17} {'config':14} {'rows/s':>10} {'MB/s':>6} {'1st batch':>9} "
         f"{'RSS MB':>6} {'wrk RSS':>7} {'x shuffled':>10} {'x raw':>6} "
         f"{'main µs/row':>11} {'total µs/row':>12} {'x CPU':>6}"
     )
@@ -340,7 +381,7 @@ def main() -> None:
         for kind in kinds:
             r = best[(label, kind)]
             print(
-                f"{label:17} {kind:13} {r['rows_per_s']:10,.0f} "
+                f"{label:17} {kind:14} {r['rows_per_s']:10,.0f} "
                 f"{r['rows_per_s'] * row_bytes:6.0f} {r['first_batch_s']:8.3f}s "
                 f"{r['rss_mb']:6.0f} {r['worker_rss_mb']:7.0f} "
                 f"{r['rows_per_s'] / limit['rows_per_s']:10.2f} "
@@ -348,6 +389,14 @@ def main() -> None:
                 f"{r['main_us_per_row']:11.3f} {r['total_us_per_row']:12.3f} "
                 f"{r['total_us_per_row'] / limit['total_us_per_row']:6.2f}",
                 flush=True,
+            )
+    for label, _, _, kinds in cases:
+        if "ours-mix3-w0" in kinds:
+            mixed, one = best[(label, "ours-mix3-w0")], best[(label, "ours-w0")]
+            print(
+                f"{label}, in one process: a mixture of 3 sources {mixed['rows_per_s']:,.0f} "
+                f"rows/s = {mixed['rows_per_s'] / one['rows_per_s']:.2f}x one source's "
+                f"{one['rows_per_s']:,.0f}"
             )
     if ("tabular", "ours-w2-arrow") in best:
         arrow, torch_ = best[("tabular", "ours-w2-arrow")], best[("tabular", "ours-w2")]

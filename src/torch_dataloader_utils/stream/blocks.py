@@ -8,6 +8,7 @@ from typing import TypeAlias, cast
 import numpy as np
 import pyarrow as pa
 
+from ..convert.arrow_values import arrow_of
 from ..planning import Layout
 from ..planning.shuffle import BlockOrder
 from .fragments import Fragments
@@ -19,6 +20,9 @@ __all__ = [
     "JOINABLE_BYTES",
     "Segment",
     "block_sizes",
+    "permutable",
+    "permuted",
+    "permuted_whole",
     "shuffled_blocks",
 ]
 
@@ -101,7 +105,9 @@ def _groups(batches: Iterable[Rows], sizes: Iterable[int]) -> Iterator[list[Rows
                 group.append(carry.slice(0, need))
                 carry = carry.slice(need)
                 need = 0
-        yield group
+        held = [group]
+        del group
+        yield held.pop()  # (not kept here while the block is consumed: `shuffled_blocks`)
 
 
 def shuffled_blocks(
@@ -142,15 +148,22 @@ def shuffled_blocks(
     first = next((i for i, (_, b) in enumerate(bounds) if b > start), len(bounds))
     skip = start - bounds[first][0] if first < len(bounds) else 0
     sizes = [b - a for a, b in bounds[first:]]
-    for index, group in enumerate(_groups(batches, sizes), start=first):
+    # Nothing here holds a block while it is consumed (not even `enumerate`, whose reused
+    # tuple would), so a block permuted whole lets its source go (`permuted_whole`).
+    held: list[Segment] = []
+    index = first - 1
+    for group in _groups(batches, sizes):
+        index += 1
         if not group:
             continue
         if options.documents:  # a packed stream's tokens: moved by whole documents
             tokens = Fragments.concat(cast("list[Fragments]", group))
             del group
             documents = order.documents(index, len(tokens.begin))
-            yield tokens.permuted(documents).slice(skip), None
+            held.append((tokens.permuted(documents).slice(skip), None))
+            del tokens
             skip = 0
+            yield held.pop()
             continue
         rows = cast("list[pa.RecordBatch]", group)
         del group
@@ -165,4 +178,68 @@ def shuffled_blocks(
         perm = order.permutation(index, block.num_rows)
         if skip:
             perm, skip = perm[skip:], 0
-        yield block, perm
+        held.append((block, perm))
+        del block, perm
+        yield held.pop()
+
+
+def _taken_whole(t: pa.DataType) -> bool:
+    """Whether pyarrow permutes a column of type ``t`` in one pass faster than output batches
+    gather it (fixed-width values, strings, fixed-size lists of fixed-width values); a list
+    column's take copies row by row, 1.4x slower on token lists
+    (docs/adr/0035-blocks-permuted-whole.md)."""
+    if pa.types.is_fixed_size_list(t):
+        t = t.value_type
+    return bool(
+        pa.types.is_primitive(t)
+        or pa.types.is_string(t)
+        or pa.types.is_binary(t)
+        or pa.types.is_large_string(t)
+        or pa.types.is_large_binary(t)
+    )
+
+
+def permuted_whole(segments: Iterable[Segment]) -> Iterator[Segment]:
+    """Shuffle blocks (`shuffled_blocks`) with their rows put in order (`permuted`), so that
+    output batches are zero-copy slices (``None`` rows); blocks with a column of another type
+    pass as they are, and are gathered batch by batch (`Converter.fields`).
+
+    It runs on the consuming thread, while the reading thread assembles the next block.
+    """
+    for segment in segments:
+        block, rows = segment
+        del segment
+        if rows is None or isinstance(block, Fragments) or not permutable(block.schema):
+            yield block, rows
+            continue
+        schema, columns = block.schema, list(block.columns)
+        del block  # (its columns are let go one by one)
+        yield permuted(columns, schema, rows), None
+
+
+def permutable(schema: pa.Schema) -> bool:
+    """Whether a block of ``schema`` is better permuted whole than gathered batch by batch."""
+    return all(_taken_whole(f.type) for f in schema)
+
+
+def permuted(
+    columns: list[pa.Array | pa.ChunkedArray], schema: pa.Schema, rows: np.ndarray
+) -> pa.RecordBatch:
+    """Rows ``rows`` of a block's ``columns`` in that order, taken column by column. Each
+    column is let go (removed from ``columns``) once permuted: a caller that holds the block
+    no more holds it about once.
+
+    A column permuted whole reads its source from cache; batches gathering every column in
+    turn miss it on each row (tabular rows, batches of 1,024: 0.29 ms a batch converted
+    against 1.0; docs/adr/0035-blocks-permuted-whole.md).
+    """
+    indices = arrow_of(np.asarray(rows, np.int64))
+    taken = []
+    columns.reverse()
+    while columns:
+        source = columns.pop()
+        if isinstance(source, pa.ChunkedArray):
+            source = source.combine_chunks()
+        taken.append(source.take(indices))
+        del source
+    return pa.RecordBatch.from_arrays(taken, schema=schema)

@@ -22,7 +22,7 @@ import pyarrow as pa
 from ..convert.arrow_values import arrow_of, take
 from ..errors import DataError
 from ..planning.phases import Labels
-from .blocks import JOINABLE_BYTES, Segment
+from .blocks import JOINABLE_BYTES, Segment, permutable, permuted
 from .fragments import Fragments
 
 __all__ = ["interleaved"]
@@ -108,10 +108,18 @@ class _Rows:
                     "said; were its files changed while reading?"
                 )
             block, self.order = segment
+            del segment
             assert not isinstance(block, pa.Table), "a mixture's blocks are one batch"
             if isinstance(block, pa.RecordBatch):
                 if block.schema != self._schema:
                     block = block.select(self._schema.names).cast(self._schema)
+                if self.order is not None and permutable(block.schema):
+                    # Permuted whole, the batches gather runs of consecutive rows from it
+                    # (docs/adr/0035-blocks-permuted-whole.md).
+                    schema, columns = block.schema, list(block.columns)
+                    del block
+                    block = permuted(columns, schema, self.order)
+                    self.order = np.arange(block.num_rows)
                 if self._source_column is not None:
                     which = arrow_of(np.full(block.num_rows, self._index, np.int64))
                     block = block.append_column(self._source_column, which)

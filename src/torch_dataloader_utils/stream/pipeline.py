@@ -13,7 +13,7 @@ from ..errors import DataError
 from ..planning import block_start, cut, strategy_of
 from ..planning.streams import SourceRows, Stream
 from .batches import cut_batches
-from .blocks import BLOCK_PARTS, BLOCK_PARTS_MIN_BATCH, Segment, shuffled_blocks
+from .blocks import BLOCK_PARTS, BLOCK_PARTS_MIN_BATCH, Segment, permuted_whole, shuffled_blocks
 from .budget import budget_batches
 from .mix import interleaved
 from .prefetch import Prefetcher
@@ -55,7 +55,9 @@ def stream_segments(
             # Batch-aligned streams already left only whole batches under drop_last;
             # round-robin's streams of whole chunks drop their own last short batch.
             drop_short = layout.drop_last and not strategy_of(layout.strategy).batch_aligned
-            batches = cut_batches(ahead, layout.batch_size, drop_short=drop_short)
+            # Blocks of big batches are permuted whole on this thread, the next read meanwhile.
+            blocks = permuted_whole(ahead) if alone else ahead
+            batches = cut_batches(blocks, layout.batch_size, drop_short=drop_short)
             if stream.budget is not None:  # the batches are groups, cut under a token budget
                 batches = budget_batches(batches, stream.budget, where=_recent(readers[0]))
             yield from batches

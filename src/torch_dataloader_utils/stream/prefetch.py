@@ -103,6 +103,7 @@ class Prefetcher(Generic[T]):
             _running.add(self)
             self._thread.start()
         try:
+            held: list[T] = []
             while True:
                 item = self._queue.get()
                 self._room.release()  # the thread may make the next one
@@ -110,8 +111,11 @@ class Prefetcher(Generic[T]):
                     return
                 if isinstance(item, _Failure):
                     raise item.exc
-                yield item  # type: ignore[misc]
-                del item  # not kept alive while the next one is awaited
+                held.append(item)  # type: ignore[arg-type]
+                del item
+                # Not kept alive while it is consumed: a block permuted whole lets its
+                # source go (`stream.blocks.permuted_whole`).
+                yield held.pop()
         finally:
             self.close()
 
