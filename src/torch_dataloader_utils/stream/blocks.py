@@ -121,6 +121,7 @@ def shuffled_blocks(
     start: int = 0,
     source: int | None = None,
     parts: int = 1,
+    whole: bool = False,
 ) -> Iterator[Segment]:
     """Group the stream's ``length`` rows into blocks and draw each block's permutation.
 
@@ -133,7 +134,10 @@ def shuffled_blocks(
 
     A block read as at most ``parts`` batches comes as a `pa.Table` over them (no copy; a
     block that is part of one batch, as its slice); one read as more is copied into one record
-    batch.
+    batch. With ``whole`` (its consumer permutes flat blocks whole, `permuted_whole`), a block
+    of flat columns (`permutable`) stays a table over any number of read batches: the
+    permutation copies it anyway, and a copy before it cost a worker 6% of its CPU
+    (docs/adr/0035-blocks-permuted-whole.md).
 
     To resume at output row ``start``, ``batches`` must begin with the first row of the block
     that holds it (`block_start`; without shuffling, at ``start`` itself): that block is read
@@ -170,7 +174,9 @@ def shuffled_blocks(
         block: pa.RecordBatch | pa.Table
         if len(rows) == 1:
             block = rows[0]
-        elif len(rows) <= parts and sum(b.nbytes for b in rows) < JOINABLE_BYTES:
+        elif (len(rows) <= parts or (whole and permutable(rows[0].schema))) and sum(
+            b.nbytes for b in rows
+        ) < JOINABLE_BYTES:
             block = pa.Table.from_batches(rows)
         else:
             block = pa.concat_batches(rows)
@@ -238,8 +244,11 @@ def permuted(
     columns.reverse()
     while columns:
         source = columns.pop()
-        if isinstance(source, pa.ChunkedArray):
-            source = source.combine_chunks()
-        taken.append(source.take(indices))
+        # (A column in parts is taken from them, not joined first: pyarrow's take of a
+        # chunked column gives one chunk.)
+        column = source.take(indices)
         del source
+        if isinstance(column, pa.ChunkedArray):  # (one chunk: no copy)
+            column = column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+        taken.append(column)
     return pa.RecordBatch.from_arrays(taken, schema=schema)

@@ -109,10 +109,11 @@ class _Rows:
                 )
             block, self.order = segment
             del segment
-            assert not isinstance(block, pa.Table), "a mixture's blocks are one batch"
-            if isinstance(block, pa.RecordBatch):
+            if isinstance(block, (pa.RecordBatch, pa.Table)):  # (a table: flat, in parts)
                 if block.schema != self._schema:
                     block = block.select(self._schema.names).cast(self._schema)
+                if isinstance(block, pa.Table) and not permutable(block.schema):
+                    block = pa.concat_batches(block.to_batches())  # (cast to a nested type)
                 if self.order is not None and permutable(block.schema):
                     # Permuted whole, the batches gather runs of consecutive rows from it
                     # (docs/adr/0035-blocks-permuted-whole.md).

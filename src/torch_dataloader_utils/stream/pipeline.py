@@ -42,10 +42,13 @@ def stream_segments(
     layout = stream.layout
     # A lone source's block may stay several read batches (no copy); a mixture's sources'
     # blocks are joined into one record batch to gather from (`stream.mix`), so each is one.
+    # Blocks of flat columns, permuted whole here or as a mixture's sources load them, stay
+    # in their parts whatever their number: the permutation is their one copy.
     alone = stream.interleave is None and layout.batch_size >= BLOCK_PARTS_MIN_BATCH
     parts = BLOCK_PARTS if alone else 1
+    whole = alone or stream.interleave is not None
     aheads: list[Prefetcher[Segment] | None] = [
-        _read_ahead(stream, rows, reader, parts)
+        _read_ahead(stream, rows, reader, parts, whole)
         for rows, reader in zip(stream.sources, readers, strict=True)
     ]
     try:
@@ -90,7 +93,7 @@ def stream_segments(
 
 
 def _read_ahead(
-    stream: Stream, rows: SourceRows, reader: Reads, parts: int
+    stream: Stream, rows: SourceRows, reader: Reads, parts: int, whole: bool
 ) -> Prefetcher[Segment] | None:
     """The shuffled blocks of ``rows`` from where the pass starts, read ahead in a thread
     (``None``: the pass reads none of them)."""
@@ -117,6 +120,7 @@ def _read_ahead(
         start=rows.start,
         source=rows.index,
         parts=parts,
+        whole=whole,
     )
     # The thread reads and assembles whole blocks while this one gathers, converts and packs
     # the previous block. Memory: the block being gathered and the next one being assembled.

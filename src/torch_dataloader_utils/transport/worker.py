@@ -90,7 +90,8 @@ def init_worker(rows: int, user_init: Callable[[int], None] | None, worker_id: i
     workers = info.num_workers if info is not None else 1
     enable_bundles(rows, bundle_bytes(workers, tell=worker_id == 0))
     _keep_freed_memory()
-    _small_pages()
+    # (Transparent huge pages are left as the system sets them: turned off in workers, they
+    # cost 11-20% more CPU a row; docs/adr/0036-workers-keep-huge-pages.md.)
     # What the worker holds from its start (torch's modules and the dataset: ~180k objects,
     # kept for its life) is left out of garbage collections: a full collection walked them
     # all, 0.15-0.4 s while it read and 0.35 s more at its exit, which ends the epoch
@@ -129,28 +130,6 @@ def starting_workers() -> None:
     (docs/adr/0020-measurements-behind-constants.md#a-workers-first-batch).
     """
     pa.default_memory_pool().release_unused()
-
-
-def _small_pages() -> None:
-    """Turn transparent huge pages off in this (worker) process.
-
-    pyarrow's allocator (mimalloc) asks the kernel for huge pages, which then zeroes 2 MiB at a
-    first touch, and a worker's freed blocks go back and are faulted in again: 15-17% of a
-    worker's CPU on tabular data (`perf`). Without them the faults are more but cheaper: all
-    processes' CPU over 3 epochs 9-11% less on tabular data, 20% less on token lists
-    (docs/adr/0020-measurements-behind-constants.md#workers-and-the-transport). The main
-    process, the user's, is left alone.
-    """
-    if sys.platform != "linux":
-        return
-    try:
-        libc = ctypes.CDLL("libc.so.6", use_errno=True)
-        libc.prctl(_PR_SET_THP_DISABLE, 1, 0, 0, 0)  # (a kernel without it: EINVAL, ignored)
-    except (OSError, AttributeError):
-        return
-
-
-_PR_SET_THP_DISABLE = 41  # from linux/prctl.h
 
 
 def worker_messages(

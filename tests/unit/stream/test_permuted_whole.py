@@ -28,23 +28,37 @@ FULL = make_table(np.arange(5000, 5537))
 FLAT = FULL.drop_columns(["tokens"])  # a list column's block is gathered batch by batch
 
 
-def blocks(table: pa.Table, *, parts: int, start: int = 0, **layout: Any) -> Any:
+def blocks(
+    table: pa.Table, *, parts: int, start: int = 0, whole: bool = False, **layout: Any
+) -> Any:
     opts = options(**layout)
     return shuffled_blocks(
-        iter(split(table, 23)), table.num_rows, opts, epoch=3, stream=1, start=start, parts=parts
+        iter(split(table, 23)),
+        table.num_rows,
+        opts,
+        epoch=3,
+        stream=1,
+        start=start,
+        parts=parts,
+        whole=whole,
     )
 
 
-@pytest.mark.parametrize("parts", [1, 8])
+@pytest.mark.parametrize(("parts", "in_parts"), [(1, False), (8, False), (1, True)])
 @pytest.mark.parametrize("start", [0, 70, 301])
 @pytest.mark.parametrize("batch_size", [1, 32, 100])
 def test_the_batches_are_those_gathered_from_the_block(
-    parts: int, start: int, batch_size: int
+    parts: int, in_parts: bool, start: int, batch_size: int
 ) -> None:
     """Batch for batch, the rows of the block's permutation (a resumed stream's, from
-    ``start``), whether the block is one record batch or left in parts."""
+    ``start``), whether the block is one record batch or left in parts (any number of them,
+    ``in_parts``)."""
     gathered = materialize(cut_batches(blocks(FLAT, parts=parts, start=start), batch_size))
-    whole = list(cut_batches(permuted_whole(blocks(FLAT, parts=parts, start=start)), batch_size))
+    whole = list(
+        cut_batches(
+            permuted_whole(blocks(FLAT, parts=parts, start=start, whole=in_parts)), batch_size
+        )
+    )
     assert all(rows is None and isinstance(b, pa.RecordBatch) for b, rows in whole)
     assert len(whole) == len(gathered)
     for (got, _), want in zip(whole, gathered, strict=True):
@@ -52,6 +66,23 @@ def test_the_batches_are_those_gathered_from_the_block(
     ids = ids_of(gathered)
     assert len(ids) == len(set(ids)) == FLAT.num_rows - start
     assert ids != sorted(ids)  # shuffled
+
+
+def test_a_flat_block_to_be_permuted_whole_is_not_joined_first() -> None:
+    """With ``whole``, a block of flat columns read as more batches than ``parts`` stays a
+    table over them (the permutation is its one copy); a block with a list column is joined
+    into one batch as before, to be gathered from."""
+    flat = list(blocks(FLAT, parts=1, whole=True, block_rows=200, first_block_rows=200))
+    read = {b.column("id").buffers()[1].address for b in split(FLAT, 23) if b.num_rows}
+    chunked = [b for b, _ in flat if isinstance(b, pa.Table)]
+    assert chunked, "every block of flat columns spans several read batches here"
+    for block in chunked:  # its chunks are the read batches' own memory
+        for chunk in block.column("id").chunks:
+            assert chunk.buffers()[1].address in read
+    listed = list(blocks(FULL, parts=1, whole=True, block_rows=200, first_block_rows=200))
+    assert all(isinstance(b, pa.RecordBatch) for b, _ in listed)
+    ids = ids_of([b for b, _ in cut_batches(permuted_whole(iter(flat)), 32)])
+    assert sorted(ids) == FLAT.column("id").to_pylist()
 
 
 def test_a_block_with_a_list_column_is_gathered_batch_by_batch() -> None:
