@@ -122,7 +122,8 @@ class _Blocks:
         if block >= 0:
             read = read.permuted(stream.order_of(rows).documents(block, len(read.begin)))
         # (A lookup needs the fragments' lengths, not their tokens.)
-        found = self.kept[key] = dataclasses.replace(read, values=read.values[:0])
+        empty = tuple(b[:0] for b in read.buffers)
+        found = self.kept[key] = dataclasses.replace(read, buffers=empty)
         while len(self.kept) > 1 and sum(len(f.begin) for f in self.kept.values()) > KEPT_FRAGMENTS:
             self.kept.popitem(last=False)
         return found

@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from .fragments import Fragments
+from .fragments import MAX_BUFFERS, Fragments
 
 __all__ = ["COMPILED_ENV", "Concatenated", "concat", "cuts", "load", "writers"]
 
@@ -66,7 +66,7 @@ def concat(
         return None
     if into is None:
         into = (
-            np.empty(size, fragments.values.dtype),
+            np.empty(size, fragments.dtype),
             np.empty(size, np.int32),
             np.empty(size, np.int32),
             None if fragments.source is None else np.empty(size, np.int32),
@@ -101,7 +101,7 @@ def writers(
                 fragments, seq_len, size, pad_value=pad_value, by_fragment=by_fragment, into=into
             )
 
-    dtypes = [fragments.values.dtype, *[np.dtype(np.int32)] * (count - 1)]
+    dtypes = [fragments.dtype, *[np.dtype(np.int32)] * (count - 1)]
     return [(dtype, functools.partial(place, i)) for i, dtype in enumerate(dtypes)]
 
 
@@ -112,14 +112,14 @@ def cuts(fragments: Fragments, seq_len: int, size: int) -> tuple[np.ndarray, int
     if kernel is None:
         return None
     none = np.empty(0, np.int32)
-    ids = np.empty(0, fragments.values.dtype)
+    ids = np.empty(0, fragments.dtype)
     return _run(kernel, fragments, seq_len, size, 0, True, ids, none, none, None)
 
 
 def _kernel(fragments: Fragments) -> Callable[..., tuple[int, int]] | None:
     if not _state.tried:
         load()
-    return None if _state.kernel is None else _state.kernel.get(fragments.values.dtype)
+    return None if _state.kernel is None else _state.kernel.get(fragments.dtype)
 
 
 def _run(  # noqa: PLR0917 (the kernel's arguments)
@@ -135,8 +135,12 @@ def _run(  # noqa: PLR0917 (the kernel's arguments)
     sources: np.ndarray | None,
 ) -> tuple[np.ndarray, int]:
     cuts = np.empty(len(fragments.begin) + size // seq_len + 2, np.int32)
+    buffers = fragments.buffers
+    if len(buffers) < MAX_BUFFERS:  # (the kernel takes a fixed number: the rest empty)
+        buffers += (buffers[0][:0],) * (MAX_BUFFERS - len(buffers))
     made, longest = kernel(
-        fragments.values,
+        buffers,
+        fragments.bases,
         fragments.begin,
         fragments.end,
         fragments.document,
@@ -161,7 +165,8 @@ _NO_WRITTEN = np.zeros(0, np.int32)
 
 
 def concat_kernel(  # noqa: PLR0917 (numba's arguments are positional)
-    values: np.ndarray,
+    buffers: tuple[np.ndarray, ...],
+    bases: np.ndarray,
     begin: np.ndarray,
     end: np.ndarray,
     document: np.ndarray,
@@ -186,7 +191,12 @@ def concat_kernel(  # noqa: PLR0917 (numba's arguments are positional)
     With ``write``, writes ``size`` tokens' ``ids``, ``positions`` (in the fragment, or in
     the document: ``by_fragment`` false), ``documents`` (numbered from 0; -1 padding) and
     ``sources`` (empty: none). Always writes the distinct cuts, then ``size``, into
-    ``cuts``. Returns the cuts written and the longest fragment."""
+    ``cuts``. Returns the cuts written and the longest fragment.
+
+    The tokens are ``[begin, end)`` of ``buffers`` laid end to end, buffer ``k`` from
+    ``bases[k]`` (``bases`` has one number for each buffer used; the rest are empty).
+    """
+    used = bases.shape[0]
     has_source = write and sources.shape[0] > 0
     t = 0  # tokens laid out
     next_sequence = 0
@@ -218,7 +228,19 @@ def concat_kernel(  # noqa: PLR0917 (numba's arguments are positional)
             if write:
                 # (Slices, not an element loop: a batch 80-90 -> 32-36 µs,
                 # docs/adr/0034-a-compiled-packing-kernel.md)
-                ids[t : t + piece] = values[b : b + piece]
+                # The tokens, from each buffer that holds some (a fragment may run on into
+                # the next: a document cut between two decoded parts, joined).
+                j = 0
+                while j + 1 < used and bases[j + 1] <= b:
+                    j += 1
+                done = 0
+                while done < piece:
+                    buffer = buffers[j]
+                    start = b + done - bases[j]
+                    taken = min(piece - done, buffer.shape[0] - start)
+                    ids[t + done : t + done + taken] = buffer[start : start + taken]
+                    done += taken
+                    j += 1
                 first = run if by_fragment else at
                 placed = positions[t : t + piece]
                 for k in range(piece):
@@ -294,12 +316,14 @@ def _compiled() -> dict[np.dtype[Any], Callable[..., tuple[int, int]]] | None:
         signatures = []
         for token in (types.int32, types.int64):
             tokens = types.Array(token, 1, "C")
+            values = types.Array(token, 1, "C", readonly=True)
             counts = types.Array(types.int64, 1, "C", readonly=True)
             written = types.Array(types.int32, 1, "C")
             returns = types.UniTuple(types.int64, 2)  # type: ignore[no-untyped-call]
             signatures.append(
                 returns(
-                    types.Array(token, 1, "C", readonly=True),  # values
+                    types.UniTuple(values, MAX_BUFFERS),  # type: ignore[no-untyped-call]
+                    counts,  # bases
                     counts,  # begin
                     counts,  # end
                     counts,  # document

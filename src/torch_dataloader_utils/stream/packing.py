@@ -147,7 +147,7 @@ class _Concat:
                 sources=sources,
             )
         out: list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]] = [
-            (_wide(self.fragments.values.dtype), self._ids),
+            (_wide(self.fragments.dtype), self._ids),
             (np.dtype(np.int32), self._positions),
             (np.dtype(np.int32), self._documents),
         ]
@@ -157,7 +157,7 @@ class _Concat:
 
     def _ids(self, out: np.ndarray) -> None:
         flat, n = out.reshape(-1), self.n
-        if flat.dtype == self.fragments.values.dtype:
+        if flat.dtype == self.fragments.dtype:
             self.fragments.tokens(flat[:n])  # gathered straight into the sequences
         else:
             flat[:n] = self.fragments.tokens()
@@ -202,7 +202,7 @@ def pack_best_fit(
     ``static_shape``, ``batch_size`` all the same, the rest padding). ``document_ids`` number
     the batch's fragments in batch order; ``positions`` as `batching.Packing` says."""
     n = fragments.num_rows
-    values, begin, lengths, position, source = _batch_fragments(fragments)
+    over, begin, lengths, position, source = _batch_fragments(fragments)
     rows = batch_size if n >= budget else sequences_for(n, batch_size, budget)
     where = place(lengths.tolist(), seq_len, rows)
     if n < budget:  # (the used sequences are the first ones)
@@ -216,21 +216,23 @@ def pack_best_fit(
     src = begin[where.item] + where.offset
     # A placed fragment's first position: 0 (each counts from 0), or where it is in its document.
     starts = position[where.item] + where.offset if positions == "document" else None
-    ids = np.empty(size, _wide(values.dtype))
+    ids = np.empty(size, _wide(over.dtype))
     position_ids = np.empty(size, np.int32)
     document_ids = np.empty(size, np.int32)
     if len(src) * TOKENS_PER_COPY <= n:  # long fragments: a copy each, then each padding
         count = np.arange(seq_len, dtype=np.int32)
         firsts = [0] * len(src) if starts is None else starts.tolist()
-        for at, b, length, p, i in zip(
+        which = over.bases.searchsorted(src, side="right") - 1  # (each in one buffer)
+        for at, b, length, p, i, k in zip(
             where.start.tolist(),
-            src.tolist(),
+            (src - over.bases[which]).tolist(),
             where.length.tolist(),
             firsts,
             where.item.tolist(),
+            which.tolist(),
             strict=True,
         ):
-            ids[at : at + length] = values[b : b + length]
+            ids[at : at + length] = over.buffers[k][b : b + length]
             position_ids[at : at + length] = count[:length]
             if p:  # (most are whole documents; an add costs a microsecond)
                 position_ids[at : at + length] += p
@@ -241,9 +243,8 @@ def pack_best_fit(
     else:  # many short fragments: gathers, and every sequence's head of real tokens at once
         ids[:], document_ids[:] = pad_value, -1
         real = (np.arange(seq_len) < filled[:, None]).reshape(-1)
-        stops = np.cumsum(where.length)
-        placed = Fragments(values, src, src + where.length, where.item, where.offset, stops)
-        ids[real] = placed.tokens(np.empty(n, values.dtype))
+        placed = Fragments.of(over.buffers, src, src + where.length, where.item, where.offset)
+        ids[real] = placed.tokens(np.empty(n, over.dtype))
         document_ids[real] = np.repeat(where.item, where.length)
     # Fragments start at each placed one, each sequence and each sequence's padding.
     sequences = np.arange(rows, dtype=np.int64) * seq_len
@@ -288,19 +289,23 @@ def _packed(  # noqa: PLR0917 (the batch's arrays, in `Packed`'s order)
 
 def _batch_fragments(
     fragments: Fragments,
-) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
-    """The batch's fragments (a document's tokens in the batch): values, begin, length,
-    position and source (a mixture's) of each, a document's fragments that go on one from the
-    other joined (over the batch's tokens then)."""
+) -> tuple[Fragments, np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]:
+    """The batch's fragments (a document's tokens in the batch): fragments whose buffers
+    hold their tokens, each of them in one buffer, and the begin, length, position and source
+    (a mixture's) of each; a document's fragments that go on one from the other are joined,
+    over the batch's tokens laid out in order then (as are fragments that run from one
+    buffer into the next)."""
     lengths = fragments.end - fragments.begin
     joined = goes_on(fragments.document, fragments.position, lengths, fragments.source)
-    if not joined.any():
-        return fragments.values, fragments.begin, lengths, fragments.position, fragments.source
+    if not joined.any() and fragments.each_in_one_buffer():
+        return fragments, fragments.begin, lengths, fragments.position, fragments.source
     first = ~joined
     begin = (fragments.stops - lengths)[first]
     source = None if fragments.source is None else fragments.source[first]
     lengths = np.diff(np.r_[begin, fragments.num_rows])
-    return fragments.tokens(), begin, lengths, fragments.position[first], source
+    none = begin[:0]
+    laid = Fragments.of(fragments.tokens(), none, none, none, none)  # (its buffer alone)
+    return laid, begin, lengths, fragments.position[first], source
 
 
 def _longest(cu_seqlens: np.ndarray) -> int:

@@ -58,7 +58,7 @@ class TokenReader:
         to take (``None``: all; a `DocumentRest`: worked out from the documents read).
         ``first_rows`` is not used: a packed stream's blocks are counted in tokens."""
         for pieces, select in runs:
-            if select is None:  # (each piece's parts as read: the block joins them, one copy)
+            if select is None:  # (each piece's parts as read: the block keeps them)
                 for piece in pieces:
                     yield from self._piece(piece)
                 continue
@@ -71,9 +71,11 @@ class TokenReader:
 
     def _piece(self, piece: Piece) -> list[Fragments]:
         """The piece's tokens, in parts: its chunk's documents as each decoded batch holds them,
-        not joined, so that a block's tokens are copied once, when the block joins its parts
-        (joining each chunk's batches first was a second copy of every token, about 15% of a
-        packed stream's reading: docs/benchmarks.md#packing-reads-each-token-once)."""
+        not joined. A block keeps its parts' buffers (`Fragments.concat`), and each token is
+        copied once, into its sequence (joining each chunk's batches first was a second copy
+        of every token, about 15% of a packed stream's reading:
+        docs/benchmarks.md#packing-reads-each-token-once; joining the block's, a copy too:
+        docs/adr/0037-fragments-over-decoded-buffers.md)."""
         whole = Piece(piece.chunk, 0, int(self.chunk_rows[piece.chunk]))
         document = int(self.first_document[piece.chunk])
         # The chunk's rest after the piece is not decoded (a stream ending inside a chunk: the

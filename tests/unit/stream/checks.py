@@ -5,17 +5,21 @@ from __future__ import annotations
 
 import itertools
 
+import numpy as np
+
 from torch_dataloader_utils.stream.fragments import Fragments
 from torch_dataloader_utils.stream.packing import Packed
 
 
 def triples(fragments: Fragments) -> list[tuple[int, int, int]]:
-    """Each token of ``fragments`` in order, with its document and position."""
+    """Each token of ``fragments`` in order, with its document and position (read from the
+    buffers laid end to end, not through `Fragments.tokens`)."""
+    values = np.concatenate(fragments.buffers)
     out = []
     for b, e, d, p in zip(
         fragments.begin, fragments.end, fragments.document, fragments.position, strict=True
     ):
-        out += [(int(fragments.values[b + i]), int(d), int(p + i)) for i in range(e - b)]
+        out += [(int(values[b + i]), int(d), int(p + i)) for i in range(e - b)]
     assert [t for t, _, _ in out] == fragments.tokens().tolist()
     assert len(out) == fragments.num_rows
     return out

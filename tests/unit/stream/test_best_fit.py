@@ -95,6 +95,7 @@ def check_boundaries(packed: Packed, seq_len: int) -> None:
     dtype=st.sampled_from([pa.int32(), pa.int64(), pa.uint16()]),
     scale=st.sampled_from([1, 70]),  # (70: parts long enough to be copied one by one)
     positions=st.sampled_from(["fragment", "document"]),
+    cuts=st.lists(st.integers(0, 1500), max_size=9),
 )
 def test_best_fit_places_every_token_once_whole_documents_where_they_fit(
     lengths: list[int],
@@ -106,13 +107,21 @@ def test_best_fit_places_every_token_once_whole_documents_where_they_fit(
     dtype: pa.DataType,
     scale: int,
     positions: str,
+    cuts: list[int],
 ) -> None:
+    """Also with the tokens in several buffers (a block's decoded parts: ``cuts``), the
+    same arrays."""
     lengths, seq_len, skip = [n * scale for n in lengths], seq_len * scale, skip * scale
     docs = [list(range(20 * scale * d, 20 * scale * d + n)) for d, n in enumerate(lengths)]
     fragments = Fragments.from_lists(pa.array(docs, pa.list_(dtype)), 0)
+    values = fragments.buffers[0]
+    split = Fragments.of(
+        tuple(np.split(values, sorted(min(c, len(values)) for c in cuts))),
+        *(fragments.begin, fragments.end, fragments.document, fragments.position),
+    )
     if seed is not None:
         order = document_permutation(len(fragments.begin), seed=seed, epoch=0, stream=0, block=0)
-        fragments = fragments.permuted(order)
+        fragments, split = fragments.permuted(order), split.permuted(order)
     budget = max(1, int(batch_size * seq_len * fill))
     batch = fragments.slice(skip, budget)  # (short when the documents run out)
     every = triples(batch)
@@ -120,6 +129,16 @@ def test_best_fit_places_every_token_once_whole_documents_where_they_fit(
     packed = pack_best_fit(
         batch, seq_len, batch_size, budget=budget, pad_value=-7, positions=positions
     )
+    from_parts = pack_best_fit(
+        split.slice(skip, budget),
+        seq_len,
+        batch_size,
+        budget=budget,
+        pad_value=-7,
+        positions=positions,
+    )
+    for name in ("input_ids", "position_ids", "document_ids", "cu_seqlens"):
+        assert np.array_equal(getattr(from_parts, name), getattr(packed, name)), name
     rows = packed.input_ids.shape[0]
     assert packed.input_ids.shape == (rows, seq_len) and packed.input_ids.dtype != np.uint16
     if n == budget:

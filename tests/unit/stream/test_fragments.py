@@ -6,13 +6,14 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+import numpy as np
 import pyarrow as pa
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tests.unit.stream.checks import triples
 from torch_dataloader_utils.planning.shuffle import document_permutation
-from torch_dataloader_utils.stream.fragments import Fragments
+from torch_dataloader_utils.stream.fragments import MAX_BUFFERS, Fragments
 
 documents_st = st.lists(
     st.one_of(st.none(), st.lists(st.integers(0, 1000), max_size=9)), max_size=12
@@ -62,6 +63,47 @@ def test_slices_cut_documents_and_concat_joins_them_again(
     assert triples(joined) == every
     # A document cut and joined again is one fragment.
     assert len(joined.begin) == len(whole.begin)
+    # The parts' tokens are not copied: the joined fragments lie in the parts' own buffers
+    # (a document cut between two of them runs from one into the next).
+    assert all(np.shares_memory(b, whole.buffers[0]) for b in joined.buffers if len(b))
+    assert len(joined.buffers) == max(1, sum(1 for p in parts if len(p)))
+    order = document_permutation(len(whole.begin), seed=len(cuts), epoch=0, stream=0, block=0)
+    shuffled = triples(whole.permuted(order))
+    assert triples(joined.permuted(order)) == shuffled
+    for a, b in itertools.pairwise(bounds):
+        assert triples(joined.permuted(order).slice(a, b - a)) == shuffled[a:b]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    docs=documents_st,
+    cuts=st.lists(st.integers(0, 80), max_size=12),
+    seed=st.integers(0, 9),
+    long=st.booleans(),
+)
+def test_fragments_over_several_buffers_hold_the_same_tokens(
+    docs: list[list[int] | None], cuts: list[int], seed: int, long: bool
+) -> None:
+    """The same fragments over one buffer and over it cut into several (at any token, more
+    than `MAX_BUFFERS` copied into one): the same tokens, permuted and sliced; a block's
+    tokens gathered fragment by fragment (``long``) or through an index."""
+    whole = Fragments.from_lists(pa.array(docs, pa.list_(pa.int64())), 0)
+    values = whole.buffers[0]
+    at = sorted({min(c, len(values)) for c in cuts})
+    split = Fragments.of(
+        tuple(np.split(values, at)), whole.begin, whole.end, whole.document, whole.position
+    )
+    assert len(split.buffers) == len(at) + 1
+    order = document_permutation(len(whole.begin), seed=seed, epoch=0, stream=0, block=0)
+    for a, b in ((whole, split), (whole.permuted(order), split.permuted(order))):
+        for lo, hi in itertools.pairwise([0, *at, whole.num_rows]):
+            assert triples(b.slice(lo, hi - lo)) == triples(a.slice(lo, hi - lo))
+        if long:  # (a copy per fragment, not one gather)
+            assert np.array_equal(b.tokens(np.empty(len(b), b.dtype)), a.tokens())
+    parts = [split.slice(lo, hi - lo) for lo, hi in itertools.pairwise([0, *at, len(split)])]
+    joined = Fragments.concat(parts)
+    assert triples(joined) == triples(whole)
+    assert len(joined.buffers) <= MAX_BUFFERS
 
 
 @settings(max_examples=200, deadline=None)

@@ -42,7 +42,11 @@ fragment_lists = st.lists(
 )
 
 
-def _fragments(spec: list[tuple[int, int, int, bool]], sources: bool, dtype: str) -> Fragments:
+def _fragments(
+    spec: list[tuple[int, int, int, bool]], sources: bool, dtype: str, cuts: list[int] = ()
+) -> Fragments:
+    """Fragments of ``spec`` over one buffer, or over it cut at ``cuts`` into several (a
+    fragment may run from one into the next)."""
     begin, end, document, position, source = [], [], [], [], []
     at = 0
     for drawn, drawn_position, length, goes_on in spec:
@@ -57,7 +61,7 @@ def _fragments(spec: list[tuple[int, int, int, bool]], sources: bool, dtype: str
         at = end[-1]
     values = np.arange(at + 5, dtype=dtype) * 7 % 50_000
     return Fragments.of(
-        values,
+        tuple(np.split(values, sorted(min(c, len(values)) for c in cuts))),
         np.array(begin, np.int64),
         np.array(end, np.int64),
         np.array(document, np.int64),
@@ -75,6 +79,7 @@ def _fragments(spec: list[tuple[int, int, int, bool]], sources: bool, dtype: str
     dtype=st.sampled_from(["int32", "int64", "uint16", "uint32"]),
     positions=st.sampled_from(["fragment", "document"]),
     extra_rows=st.sampled_from([None, 0, 2]),
+    cuts=st.lists(st.integers(0, 60), max_size=10),
 )
 def test_the_compiled_pass_and_its_python_source_pack_as_numpy_does(
     spec: list[tuple[int, int, int, bool]],
@@ -84,9 +89,13 @@ def test_the_compiled_pass_and_its_python_source_pack_as_numpy_does(
     dtype: str,
     positions: str,
     extra_rows: int | None,
+    cuts: list[int],
 ) -> None:
+    """The tokens in one buffer or in several (a block's decoded parts, more than the kernel
+    takes copied into one), the same arrays by every path."""
     assert pack_kernel.load(), "numba is installed with the test extra: the kernel loads"
-    fragments = _fragments(spec, sources, dtype).slice(skip)
+    fragments = _fragments(spec, sources, dtype, cuts).slice(skip)
+    assert np.array_equal(fragments.tokens(), _fragments(spec, sources, dtype).slice(skip).tokens())
     rows = None if extra_rows is None else -(-fragments.num_rows // seq_len) + extra_rows
     compiled = pack(fragments, seq_len, pad_value=-5, positions=positions, rows=rows)
     kernel = pack_kernel._state.kernel

@@ -77,7 +77,7 @@ def test_a_piece_comes_in_its_chunks_decoded_batches_not_joined() -> None:
     # Chunk 1 is read as two batches: [6] and null, then [7, 8, 9, 10]; the piece cuts both.
     parts = list(tokens.read([([Piece(1, 0, 3)], None)]))
     assert [triples(f) for f in parts] == [[(6, 2, 0)], [(7, 4, 0), (8, 4, 1)]]
-    assert parts[0].values is not parts[1].values
+    assert parts[0].buffers[0] is not parts[1].buffers[0]
     # A piece of no tokens is one empty part.
     (empty,) = tokens.read([([Piece(0, 2, 2)], None)])
     assert len(empty) == 0
