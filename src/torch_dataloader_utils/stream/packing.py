@@ -303,8 +303,7 @@ def _batch_fragments(
     begin = (fragments.stops - lengths)[first]
     source = None if fragments.source is None else fragments.source[first]
     lengths = np.diff(np.r_[begin, fragments.num_rows])
-    none = begin[:0]
-    laid = Fragments.of(fragments.tokens(), none, none, none, none)  # (its buffer alone)
+    laid = Fragments.of(fragments.tokens(), *[begin[:0]] * 4)  # (its buffer alone)
     return laid, begin, lengths, fragments.position[first], source
 
 
