@@ -252,8 +252,6 @@ class Fragments:
     def _range(self, begin: int, end: int) -> list[np.ndarray]:
         """Tokens ``[begin, end)`` of the buffers end to end, as a view of each that holds
         some."""
-        if len(self.buffers) == 1:
-            return [self.buffers[0][begin:end]]
         out = []
         k = int(self.bases.searchsorted(begin, side="right")) - 1
         while begin < end:

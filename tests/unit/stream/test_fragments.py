@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from tests.unit.stream.checks import triples
 from torch_dataloader_utils.planning.shuffle import document_permutation
-from torch_dataloader_utils.stream.fragments import MAX_BUFFERS, Fragments
+from torch_dataloader_utils.stream.fragments import MAX_BUFFERS, TOKENS_PER_COPY, Fragments
 
 documents_st = st.lists(
     st.one_of(st.none(), st.lists(st.integers(0, 1000), max_size=9)), max_size=12
@@ -88,6 +88,8 @@ def test_fragments_over_several_buffers_hold_the_same_tokens(
     """The same fragments over one buffer and over it cut into several (at any token, more
     than `MAX_BUFFERS` copied into one): the same tokens, permuted and sliced; a block's
     tokens gathered fragment by fragment (``long``) or through an index."""
+    if long:  # (documents long enough to be copied fragment by fragment)
+        docs = [None if d is None else d * TOKENS_PER_COPY for d in docs]
     whole = Fragments.from_lists(pa.array(docs, pa.list_(pa.int64())), 0)
     values = whole.buffers[0]
     at = sorted({min(c, len(values)) for c in cuts})
