@@ -2,13 +2,19 @@
 
 Three measurements, each against its limit in the same run (issue 33):
 
-1. Step time: a small MLP (the tabular dataset's 8 floats and 64-float embedding in, ``--hidden``
-   wide) trained with batches from ``create_dataloader(device="cuda", pin_memory=True)`` and
-   ``--workers`` workers, against the same number of steps over batches already in GPU memory.
-   Goal: ours ≥ 0.95x the held batches' steps/s. Every id of the epoch is checked once.
+1. Step time: an MLP (the tabular dataset's 8 floats and 64-float embedding in, each of
+   ``--hidden`` wide) trained with batches from ``create_dataloader(device="cuda",
+   pin_memory=True)`` and ``--workers`` workers, against the same number of steps over batches
+   already in GPU memory. Goal: ours ≥ 0.95x the held batches' steps/s. Every id of the epoch
+   is checked once. Each width also prints its step's split: the GPU's time a step (steps
+   queued behind a sleeping kernel) and the CPU's to issue one. Where the CPU's is the longer
+   (the default 4096 wide on an H200), the loop is bound by its main thread, and the loader's
+   main-thread time a batch shows in full; where the GPU's is, the loader has a step to hide in.
 2. Tokens/s of packed 4k sequences (``Packing("tokens", 4096)``) handed on the GPU, no model.
 3. Host→device bandwidth: the bytes of the tabular batches handed on the GPU a second (no
-   model), against a pinned 256 MiB ``copy_`` (cudaMemcpy's peak on this machine).
+   model), at ``--batch-size`` (copied on the step's stream) and at ``--big-batch`` rows
+   (4.8 MB, at least `transport.device.SIDE_STREAM_BYTES`: copied on a side stream), each id
+   once, against a pinned 256 MiB ``copy_`` (cudaMemcpy's peak on this machine).
 
 Without a CUDA device it says so and measures nothing; ``--device cpu`` runs every path on the
 CPU with small sizes, as a check that the script works (its numbers mean nothing).
@@ -99,13 +105,36 @@ def timed_steps(
     return time.perf_counter() - start, len(ids), ids
 
 
-def step_time(data: Path, rows: int, args: argparse.Namespace, device: torch.device) -> None:
+def step_split(
+    held: list[dict[str, torch.Tensor]], step: Callable[..., Any], device: torch.device
+) -> tuple[float, float]:
+    """Seconds a step takes the GPU and the CPU to issue, from 20 steps queued behind a
+    sleeping kernel (the GPU runs them back to back; the CPU issues them without waiting)."""
+    if device.type != "cuda":
+        return float("nan"), float("nan")
+    synchronize(device)
+    torch.cuda._sleep(2_000_000_000)  # ~1 s: longer than issuing the steps
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    issued = time.perf_counter()
+    for batch in held[:20]:
+        step(batch)
+    issued = time.perf_counter() - issued
+    end.record()
+    synchronize(device)
+    return start.elapsed_time(end) / 1e3 / 20, issued / 20
+
+
+def step_time(
+    data: Path, rows: int, hidden: int, args: argparse.Namespace, device: torch.device
+) -> None:
     loader = tabular_loader(data, args, device)
-    step = model_step(args.hidden, device)
+    step = model_step(hidden, device)
     loader.set_epoch(0)
     held = [b for b in itertools.islice(loader, args.steps)]  # also warms the workers up
     for batch in held[:5]:
         step(batch)
+    gpu_s, cpu_s = step_split(held, step, device)
     results = []
     for _ in range(args.repeat):
         held_s, n, _ = timed_steps(held, step, device)
@@ -115,14 +144,21 @@ def step_time(data: Path, rows: int, args: argparse.Namespace, device: torch.dev
         assert got == Counter(range(rows)), "an epoch did not read every id once"
         results.append((n / held_s, m / ours_s))
     held_rate, ours_rate = max(r[0] for r in results), max(r[1] for r in results)
+    bound = "GPU" if gpu_s >= cpu_s else "CPU (the main thread)"
+    split = (
+        f"A step takes the GPU {1e3 * gpu_s:.2f} ms, the CPU {1e3 * cpu_s:.2f} ms to issue: "
+        f"bound by the {bound}"
+        if device.type == "cuda"
+        else "(no GPU: the step's split not measured)"
+    )
     print(
-        f"step time, MLP {args.hidden} wide, batch {args.batch_size}, {args.workers} workers: "
+        f"step time, MLP {hidden} wide, batch {args.batch_size}, {args.workers} workers: "
         f"held in GPU memory {1e3 / held_rate:.2f} ms a step, ours {1e3 / ours_rate:.2f} ms: "
-        f"{ours_rate / held_rate:.2f}x (goal >= 0.95x); every id once"
+        f"{ours_rate / held_rate:.2f}x (goal >= 0.95x); every id once. {split}"
     )
 
 
-def bandwidth(data: Path, args: argparse.Namespace, device: torch.device) -> None:
+def bandwidth(data: Path, rows: int, args: argparse.Namespace, device: torch.device) -> None:
     host = torch.empty(256 << 20, dtype=torch.uint8, pin_memory=device.type == "cuda")
     target = torch.empty_like(host, device=device)
     peaks = []
@@ -132,22 +168,29 @@ def bandwidth(data: Path, args: argparse.Namespace, device: torch.device) -> Non
         target.copy_(host, non_blocking=True)
         synchronize(device)
         peaks.append(host.numel() / (time.perf_counter() - start))
-    loader = tabular_loader(data, args, device)
-    rates = []
-    for epoch in range(args.repeat):
-        loader.set_epoch(epoch)
-        nbytes = 0
-        synchronize(device)
-        start = time.perf_counter()
-        for batch in loader:
-            nbytes += sum(t.numel() * t.element_size() for t in batch.values())
-        synchronize(device)
-        rates.append(nbytes / (time.perf_counter() - start))
-    peak, ours = max(peaks), max(rates)
-    print(
-        f"host->device: a pinned 256 MiB copy {peak / 1e9:.1f} GB/s; batches handed on the "
-        f"device {ours / 1e9:.2f} GB/s ({ours / peak:.3f}x the copy's peak)"
-    )
+    peak = max(peaks)
+    print(f"host->device: a pinned 256 MiB copy {peak / 1e9:.1f} GB/s")
+    for batch_size in (args.batch_size, args.big_batch):
+        loader = tabular_loader(
+            data, argparse.Namespace(**{**vars(args), "batch_size": batch_size}), device
+        )
+        rates = []
+        for epoch in range(args.repeat):
+            loader.set_epoch(epoch)
+            nbytes, ids = 0, []
+            synchronize(device)
+            start = time.perf_counter()
+            for batch in loader:
+                nbytes += sum(t.numel() * t.element_size() for t in batch.values())
+                ids.append(batch["id"])
+            synchronize(device)
+            rates.append(nbytes / (time.perf_counter() - start))
+            assert Counter(torch.cat(ids).tolist()) == Counter(range(rows)), "an id lost"
+        ours = max(rates)
+        print(
+            f"  batches of {batch_size:,} rows ({nbytes / len(ids) / 1e6:.2f} MB) handed on the "
+            f"device: {ours / 1e9:.2f} GB/s ({ours / peak:.3f}x the copy's peak); every id once"
+        )
 
 
 def packed_tokens(data: Path, args: argparse.Namespace, device: torch.device) -> None:
@@ -186,7 +229,8 @@ def main() -> None:
     parser.add_argument("--token-rows", type=int, default=100_000)
     parser.add_argument("--batch-size", type=int, default=1024)
     parser.add_argument("--workers", type=int, default=min(8, os.cpu_count() or 1))
-    parser.add_argument("--hidden", type=int, default=4096)
+    parser.add_argument("--hidden", default="4096,8192", help="the MLP's widths, each a run")
+    parser.add_argument("--big-batch", type=int, default=16_384, help="rows, for bandwidth")
     parser.add_argument("--steps", type=int, default=200, help="batches held in GPU memory")
     parser.add_argument("--seq-len", type=int, default=4096)
     parser.add_argument("--sequences", type=int, default=8, help="packed sequences a batch")
@@ -206,8 +250,9 @@ def main() -> None:
         print(f"on {device}: a check that the script runs; the numbers mean nothing")
     tabular = make_tabular(DATA, args.rows)
     tokens = make_tokens(DATA, args.token_rows, lengths=(64, 4096))
-    step_time(tabular, args.rows, args, device)
-    bandwidth(tabular, args, device)
+    for hidden in map(int, args.hidden.split(",")):
+        step_time(tabular, args.rows, hidden, args, device)
+    bandwidth(tabular, args.rows, args, device)
     packed_tokens(tokens, args, device)
 
 

@@ -3,7 +3,7 @@ before it is handed out (`transport.device.ahead`), and the look-ahead changes n
 batches nor what a state saved between them resumes.
 
 There is no GPU here: the copies go to the ``meta`` device, which runs the same look-ahead as
-any device but CUDA (whose side stream `benchmarks/gpu.py` exercises where a GPU is lent).
+any device but CUDA (whose two streams `benchmarks/gpu.py` exercises where a GPU is lent).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from tests.multiproc.test_resume import (
     saved,
     source,  # noqa: F401  (a fixture)
 )
-from torch_dataloader_utils.transport.device import ahead
+from torch_dataloader_utils.transport.device import SIDE_STREAM_BYTES, ahead, batch_nbytes
 
 pytestmark = [pytest.mark.timeout(120)]
 
@@ -59,6 +59,19 @@ def test_each_copy_starts_a_batch_before_it_is_handed_out() -> None:
         ("step", 3),
     ]
     assert list(ahead(iter([]), copy, 1)) == []
+
+
+def test_a_batch_s_bytes_are_its_tensors_wherever_they_sit() -> None:
+    # (what chooses a CUDA batch's stream: `SIDE_STREAM_BYTES`)
+    batch = {
+        "ids": torch.zeros(1024, dtype=torch.int64),
+        "emb": torch.zeros(1024, 64)[:, :32],  # a view: its own bytes, not its storage's
+        "pair": (torch.zeros(3, dtype=torch.bool), ["text"]),
+        "names": ["a", "b"],
+    }
+    assert batch_nbytes(batch) == 1024 * 8 + 1024 * 32 * 4 + 3
+    assert batch_nbytes({"names": ["a"]}) == 0
+    assert batch_nbytes(torch.zeros(SIDE_STREAM_BYTES, dtype=torch.uint8)) == SIDE_STREAM_BYTES
 
 
 @pytest.mark.parametrize("num_workers", [0, 2])

@@ -1,11 +1,13 @@
 """Batches onto the training device (`create_dataloader(device=...)`).
 
-On CUDA each batch's copy is issued on a side stream ``ahead`` batches before it is handed out,
-so it runs while the training step of the batch before it runs on the current stream; with
-``pin_memory=True`` the copy is a DMA that takes no CPU. The step's stream waits on the copy's
-event, and each copied tensor is recorded on that stream, so the caching allocator does not
-hand its memory out again before the step's kernels are done with it. On another device the
-copy (``non_blocking``) is issued as far ahead, in the device's own queue.
+Each batch's copy (``non_blocking``; with ``pin_memory=True`` a DMA that takes no CPU) is
+issued ``ahead`` batches before it is handed out. On CUDA a batch of `SIDE_STREAM_BYTES` or
+more is copied on a side stream, so the copy runs while the step of the batch before it runs
+on the current stream: the step's stream waits on the copy's event, and each copied tensor is
+recorded on that stream, so the caching allocator does not hand its memory out again before
+the step's kernels are done with it. A smaller batch is copied on the step's own stream, in
+order before the step that uses it (docs/adr/0038-small-batches-on-the-step-s-stream.md). On
+another device the copy is issued as far ahead, in the device's own queue.
 """
 
 from __future__ import annotations
@@ -23,18 +25,42 @@ __all__ = ["ahead", "to_device"]
 # One batch ahead overlaps a copy with a step; more only holds more device memory (a step is
 # longer than its batch's copy at any PCIe or NVLink rate a loader feeds).
 AHEAD = 1
+# Below this a batch's copy on the step's stream (under 0.1 ms at the 55 GB/s an H200 host
+# copied) costs the GPU less than a side stream's events and stream switches cost the main
+# thread a batch (0.10-0.19 ms there): docs/adr/0038-small-batches-on-the-step-s-stream.md.
+SIDE_STREAM_BYTES = 4 << 20
 
 
 def to_device(batches: Iterator[Any], device: torch.device, depth: int = AHEAD) -> Iterator[Any]:
     """``batches`` with their tensors on ``device``."""
     if device.type == "cuda":
-        return ahead(batches, _SideStream(device).copy, depth)
+        side = _SideStream(device)
+
+        def on_cuda(batch: Any) -> Callable[[], Any]:
+            if batch_nbytes(batch) >= SIDE_STREAM_BYTES:
+                return side.copy(batch)
+            return _on_current_stream(batch, device)
+
+        return ahead(batches, on_cuda, depth)
 
     def copy(batch: Any) -> Callable[[], Any]:
         moved = map_tensors(batch, lambda t: t.to(device, non_blocking=True))
         return lambda: moved
 
     return ahead(batches, copy, depth)
+
+
+def batch_nbytes(batch: Any) -> int:
+    """The bytes of every tensor in ``batch``."""
+    total = 0
+
+    def count(tensor: torch.Tensor) -> torch.Tensor:
+        nonlocal total
+        total += tensor.nbytes
+        return tensor
+
+    map_tensors(batch, count)
+    return total
 
 
 def ahead(
@@ -76,6 +102,21 @@ class _SideStream:
             return moved
 
         return finish
+
+
+def _on_current_stream(batch: Any, device: torch.device) -> Callable[[], Any]:
+    """Copy ``batch`` on the current stream; what hands it out (on the stream current then)."""
+    stream = torch.cuda.current_stream(device)
+    moved = map_tensors(batch, lambda t: t.to(device, non_blocking=True))
+
+    def finish() -> Any:
+        current = torch.cuda.current_stream(device)
+        if current != stream:  # the loop changed streams since: as a side stream's copy
+            current.wait_stream(stream)
+            map_tensors(moved, lambda t: _used_on(t, current))
+        return moved
+
+    return finish
 
 
 def _used_on(tensor: torch.Tensor, stream: torch.cuda.Stream) -> torch.Tensor:
