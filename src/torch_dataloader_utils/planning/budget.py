@@ -111,16 +111,23 @@ def group_batches(lengths: np.ndarray, max_tokens: int) -> tuple[np.ndarray, lis
     batches start in that order: each batch takes the next rows while (rows x the longest)
     stays within ``max_tokens`` (a row longer than that is a batch alone)."""
     order = np.argsort(lengths, kind="stable")
-    ordered = np.maximum(lengths[order].astype(np.int64), 1)
+    # (Python ints: the search below reads one or two a step, where numpy's scalars cost more
+    # than the step: docs/benchmarks.md#token-budget-batches-cut-by-bisection.)
+    ordered: list[int] = np.maximum(lengths[order], 1).tolist()
     bounds = [0]
     at, n = 0, len(ordered)
     while at < n:
-        # (rows x longest) only grows along the sorted rows: count those within the budget,
-        # among the rows that could fit at the shortest's length (not all the rows left: a
-        # group of 12,500 rows 7.2 -> 3.9 ms, 100,000 rows 229 -> 32 ms).
-        window = min(n - at, max_tokens // int(ordered[at]))
-        fits = np.count_nonzero(np.arange(1, window + 1) * ordered[at : at + window] <= max_tokens)
-        at += max(1, int(fits))
+        # rows x the longest (the last, sorted) only grows with the rows taken: the most rows
+        # within the budget by bisection, among those that could fit at the shortest's length
+        # (at least one: a row over the budget is a batch alone).
+        fits, most = 1, min(n - at, max_tokens // ordered[at])
+        while fits < most:
+            mid = (fits + most + 1) // 2
+            if mid * ordered[at + mid - 1] <= max_tokens:
+                fits = mid
+            else:
+                most = mid - 1
+        at += fits
         bounds.append(at)
     return order, bounds
 

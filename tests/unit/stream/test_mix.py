@@ -3,7 +3,9 @@
 next row of the source the interleave gives it, exactly as a row-by-row reference says.
 
 The sources are real Parquet files with strings, lists and nulls; one stores its ids as int32
-(cast to the mixture's int64); blocks are small, so that batches span blocks."""
+(cast to the mixture's int64); blocks are small, so that batches span blocks. Read without the
+list column (`FLAT`), every block is permuted whole, at its first join, in the take that joins
+it (`mix._Joined._permuted_join`)."""
 
 from __future__ import annotations
 
@@ -27,6 +29,7 @@ ROWS = (900, 500, 300)
 SCHEMA = pa.schema(
     [("id", pa.int64()), ("s", pa.string()), ("l", pa.list_(pa.int64())), ("x", pa.float64())]
 )
+FLAT = pa.schema([SCHEMA.field("id"), SCHEMA.field("s"), SCHEMA.field("x")])  # permuted whole
 
 
 @pytest.fixture(scope="module")
@@ -62,13 +65,16 @@ def blocks(path: Path, k: int, *, block_rows: int, shuffle: bool) -> list[Segmen
 
 
 def reference(
-    segments: list[list[Segment]], labels: np.ndarray, source_column: str | None
+    segments: list[list[Segment]],
+    labels: np.ndarray,
+    source_column: str | None,
+    schema: pa.Schema = SCHEMA,
 ) -> pa.Table:
     """Position ``p`` holds the next row of source ``labels[p]``, its blocks' rows in order."""
     ordered = []
     for k, segs in enumerate(segments):
         rows = pa.Table.from_batches([take(b, r) for b, r in segs])
-        rows = rows.select(SCHEMA.names).cast(SCHEMA)
+        rows = rows.select(schema.names).cast(schema)
         if source_column is not None:
             rows = rows.append_column(source_column, pa.array(np.full(rows.num_rows, k)))
         ordered.append(rows.combine_chunks())
@@ -88,6 +94,7 @@ def reference(
 )
 @pytest.mark.parametrize("source_column", [None, "source"])
 @pytest.mark.parametrize("shuffle", [True, False])
+@pytest.mark.parametrize("schema", [SCHEMA, FLAT], ids=["lists", "flat"])
 def test_rows_match_row_by_row(
     sources: list[Path],
     mixing: Mixing,
@@ -96,19 +103,21 @@ def test_rows_match_row_by_row(
     first: int,
     source_column: str | None,
     shuffle: bool,
+    schema: pa.Schema,
 ) -> None:
-    out = check(sources, mixing, batch_size, block_rows, first, source_column, shuffle)
+    out = check(sources, mixing, batch_size, block_rows, first, source_column, shuffle, schema)
     if shuffle and batch_size < block_rows:  # most batches gathered from a joined window
         assert max(b.num_rows for b, _ in out) > batch_size
 
 
 @pytest.mark.parametrize("mixing", ["random", "stratified"])
+@pytest.mark.parametrize("schema", [SCHEMA, FLAT], ids=["lists", "flat"])
 def test_blocks_too_large_to_join_are_taken(
-    sources: list[Path], mixing: Mixing, monkeypatch: pytest.MonkeyPatch
+    sources: list[Path], mixing: Mixing, schema: pa.Schema, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Blocks whose join could overflow 32-bit offsets: every batch taken and joined."""
     monkeypatch.setattr(mix, "JOINABLE_BYTES", 1)
-    out = check(sources, mixing, 32, 128, 0, "source", True)
+    out = check(sources, mixing, 32, 128, 0, "source", True, schema)
     assert max(b.num_rows for b, _ in out) == 32
 
 
@@ -120,6 +129,7 @@ def check(
     first: int,
     source_column: str | None,
     shuffle: bool,
+    schema: pa.Schema = SCHEMA,
 ) -> list[Segment]:
     """`interleaved`'s batches of positions ``[first, 1400)``, checked against `reference`."""
     counts = (800, 480, 320)  # more than some sources hold: nothing past the sources' rows read
@@ -138,7 +148,7 @@ def check(
             interleave,
             (first, end),
             batch_size,
-            SCHEMA,
+            schema,
             where=[lambda: "here"] * 3,
             source_column=source_column,
         )
@@ -146,7 +156,7 @@ def check(
     sizes = [len(rows) for _, rows in out]
     assert sizes == [min(batch_size, end - a) for a in range(first, end, batch_size)]
     got = pa.Table.from_batches([take(b, rows) for b, rows in out])
-    want = reference(segments, labels, source_column)
+    want = reference(segments, labels, source_column, schema)
     assert got.schema == want.schema
     assert got.equals(want)
     ids = got.column("id").to_pylist()
