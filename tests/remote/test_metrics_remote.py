@@ -27,7 +27,7 @@ def test_the_reported_wait_is_the_time_the_loop_waited_for_a_slow_store(
     loader = tdu.create_dataloader(
         s3_data.url, batch_size=128, shuffle=True, num_workers=workers, storage_options=options
     )
-    proxy.configure(slow_rate=1.0, delay=0.05, ranged_gets_only=True)  # every read 50 ms later
+    proxy.configure(slow_rate=1.0, delay=0.1, ranged_gets_only=True)  # every read 100 ms later
     ids: Counter[int] = Counter()
     work = 0.0
     start = time.perf_counter()
