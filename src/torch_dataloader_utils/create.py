@@ -64,9 +64,10 @@ def create_dataloader(
         worker_init_fn: called in each worker with its id.
         bundle_rows: rows per worker→main message (0: one batch per message). The batches and
             their order are the same either way.
-        device: hand each batch's tensors on this device. On CUDA each batch is copied on a
-            side stream one batch ahead, while the step before it runs (pair with
-            ``pin_memory=True``, so the copy is a DMA that takes no CPU).
+        device: hand each batch's tensors on this device, copied one batch ahead. On CUDA a
+            batch of 4 MiB or more is copied on a side stream while the step before it runs,
+            a smaller one on the step's own stream (pair with ``pin_memory=True``, so the copy
+            is a DMA that takes no CPU).
         accelerator: an ``accelerate.Accelerator``: batches go to its device, and its gradient
             accumulation sees the last batch of each epoch. Pass the loader through
             ``accelerator.prepare()`` as usual; it comes back unchanged (each rank already
