@@ -4,8 +4,9 @@ next row of the source the interleave gives it, exactly as a row-by-row referenc
 
 The sources are real Parquet files with strings, lists and nulls; one stores its ids as int32
 (cast to the mixture's int64); blocks are small, so that batches span blocks. Read without the
-list column (`FLAT`), every block is permuted whole, at its first join, in the take that joins
-it (`mix._Joined._permuted_join`)."""
+list column (`FLAT`), every block is permuted whole as it comes (`stream.blocks.permuted`) and
+batches gather runs of consecutive rows from the joined blocks; with it, rows are gathered by
+the blocks' permutations."""
 
 from __future__ import annotations
 
