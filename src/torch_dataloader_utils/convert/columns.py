@@ -25,6 +25,7 @@ from .arrow_values import (
     valid_view,
 )
 from .fields import Field, Gather
+from .last_block import LastBlock
 from .lists import ListRows, fixed_values
 
 __all__ = ["ColumnRules", "Rows", "Rule", "is_numeric"]
@@ -79,6 +80,10 @@ class ColumnRules:
         self.pad_value = pad_value
         self.no_nulls: list[str] = []
         self.nested: list[str] = []
+        # Each null-free list column's values (and offsets) as numpy, made once a block
+        # (`_block_values`): small batches cut from one block each made them again
+        # (docs/benchmarks.md#small-batches-list-columns).
+        self._values: dict[str, LastBlock[tuple[tuple[np.ndarray, np.ndarray] | None]]] = {}
 
     def rule_for(self, field: pa.Field) -> tuple[Rule, list[str]]:
         """The rule of column ``field``, and the output keys it adds (``col_lengths``, ...)."""
@@ -198,6 +203,10 @@ class ColumnRules:
         return [Field(f"{name}_valid", valid, (n,))]
 
     def _fixed_list(self, name: str, array: pa.Array, rows: Rows, n: int, size: int) -> list[Field]:
+        if rows is not None and not array.null_count and self.null_policy != "mask":
+            block = self._block_values(name, array, size)
+            if block is not None:  # (the common case: the block's values viewed once)
+                return [Field(name, Gather(block[0], rows), (n, size))]
         if array.null_count and self.null_policy == "error":
             self._nulls(name, array)
         if rows is not None and (
@@ -228,9 +237,15 @@ class ColumnRules:
         values' validity. Without nulls or a mask the values are the whole column's
         (zero-copy); else this batch's values, gathered first, so that filling and masking
         never pass over a whole shuffle block per batch."""
+        index = np.arange(n) if rows is None else rows
+        if not array.null_count and self.null_policy != "mask":
+            block = self._block_values(name, array)
+            if block is not None:  # (the common case: the block's values viewed once)
+                values_of_block, offsets_of_block = block
+                starts = offsets_of_block[index]
+                return values_of_block, starts, offsets_of_block[index + 1] - starts, None
         values = array.values  # the whole child: offsets index it even when array is sliced
         offsets = numpy_view(array.offsets)
-        index = np.arange(n) if rows is None else rows
         starts = offsets[index].astype(np.int64)
         lengths = offsets[index + 1].astype(np.int64) - starts
         if array.null_count:  # a null list is an empty one (its slot's offsets may differ)
@@ -250,6 +265,28 @@ class ColumnRules:
         elif self.null_policy == "mask":
             valid = np.ones(total, dtype=np.bool_)
         return numpy_view(taken), begins, lengths, valid
+
+    def _block_values(
+        self, name: str, array: pa.Array, size: int = 0
+    ) -> tuple[np.ndarray, np.ndarray] | None:
+        """A list column's values as numpy and its offsets as int64 (a fixed-size list's
+        values as rows of ``size``, and no offsets), made once for the block ``array`` is a
+        column of; None when its values hold nulls. The caller checked its rows hold none."""
+        last = self._values.get(name)
+        if last is None:
+            last = self._values[name] = LastBlock()
+        made = last.get(array)
+        if made is None:
+            if size:  # a fixed-size list
+                values = _flat(array, size)
+                rows = numpy_view(values).reshape(len(array), size)
+                made = (None if values.null_count else (rows, _NO_OFFSETS),)
+            else:  # (the whole child: the offsets index it even when the array is sliced)
+                values = array.values
+                offsets = numpy_view(array.offsets).astype(np.int64)
+                made = (None if values.null_count else (numpy_view(values), offsets),)
+            last.keep(array, made)
+        return made[0]
 
     def _offsets(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
         values, starts, lengths, valid = self._list_arrays(name, array, rows, n)
@@ -278,6 +315,10 @@ class ColumnRules:
                 Field(f"{name}_values_valid", ListRows(valid, starts, lengths, False), shape),
             ]
         return fields
+
+
+# (A fixed-size list column's offsets in `ColumnRules._block_values`: none.)
+_NO_OFFSETS = np.zeros(0, np.int64)
 
 
 def _flat(array: pa.FixedSizeListArray, size: int) -> pa.Array:

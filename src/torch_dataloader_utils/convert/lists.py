@@ -98,20 +98,47 @@ def pad_rows(
         for row, (a, m) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
             wide[row, :m] = values[a : a + m]
         return wide
-    padded = np.empty((n, longest), dtype=values.dtype) if out is None else out
-    if longest:
-        # Copy each row's list as one row of `longest` values of a strided view, then pad: a
-        # row-wise memcpy beats an element-wise gather
-        # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
-        # Fancy indexing reads the view in place; np.take would first copy the whole
+    if not longest:
+        return np.empty((n, 0), dtype=values.dtype) if out is None else out
+    if len(values) >= longest and int(starts.max()) <= len(values) - longest:
+        # Each row's list as one row of `longest` values of a strided view: a row-wise memcpy
+        # beats an element-wise gather
+        # (docs/adr/0020-measurements-behind-constants.md#converting-rows). Fancy indexing
+        # reads the view in place into a new array; np.take would first copy the whole
         # overlapping view (len(values) x longest elements).
+        rows: np.ndarray = _windows(values, longest)[starts]
+        if out is None:
+            padded = rows
+        else:
+            padded = out
+            padded[...] = rows
+    else:  # (a list too near the end for a full view row: those rows one at a time)
+        padded = np.empty((n, longest), dtype=values.dtype) if out is None else out
         whole = starts <= len(values) - longest
         if len(values) >= longest:
             padded[whole] = _windows(values, longest)[starts[whole]]
-        for i in np.flatnonzero(~whole):  # lists too near the end for a full view row
+        for i in np.flatnonzero(~whole):
             padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
-        padded[np.arange(longest) >= lengths[:, None]] = pad
+    # Each row's tail padded through a mask made as the values were: rows of a strided view
+    # (a broadcast compare and a masked assignment took twice as long:
+    # docs/benchmarks.md#small-batches-list-columns).
+    np.copyto(padded, pad, where=_tails(lengths, longest))
     return padded
+
+
+# Falses then Trues, _STRIDED_WIDTH each: row s of its width-w windows is (_STRIDED_WIDTH - s)
+# Falses then Trues (`_tails`).
+_FALSES_TRUES = np.repeat([False, True], _STRIDED_WIDTH)
+_FALSES_TRUES.flags.writeable = False
+
+
+def _tails(lengths: np.ndarray, width: int) -> np.ndarray:
+    """Where each row of ``width`` values is padding: ``lengths[r]`` Falses, then Trues (every
+    length at most ``width``, at most `_STRIDED_WIDTH`)."""
+    view: np.ndarray = np.ndarray((_STRIDED_WIDTH + 1, width), np.bool_, _FALSES_TRUES, 0, (1, 1))
+    view.flags.writeable = False
+    mask: np.ndarray = view[_STRIDED_WIDTH - lengths]
+    return mask
 
 
 def _windows(values: np.ndarray, width: int) -> np.ndarray:

@@ -27,21 +27,32 @@ SHAPES = [(0, 3), (0, 40), (60, 70), (100, 200), (0, 500), (32, 992)]
 
 @pytest.mark.parametrize(("low", "high"), SHAPES)
 @pytest.mark.parametrize("seed", range(3))
-def test_each_row_laid_end_to_end_and_padded(low: int, high: int, seed: int) -> None:
+@pytest.mark.parametrize("last", [True, False], ids=["last-list", "inner-lists"])
+def test_each_row_laid_end_to_end_and_padded(low: int, high: int, seed: int, last: bool) -> None:
     values, offsets = _lists(seed, 300, low, high)
-    rows = np.random.default_rng(seed + 9).permutation(300)[:257]  # the last list included
-    rows[0] = 299
+    # The last lists (too near the end of the values for a full window) taken or not: padded
+    # rows come from windows of the values either way, those rows one at a time.
+    rows = np.random.default_rng(seed + 9).permutation(300 if last else 250)[:200]
+    if last:
+        rows[0] = 299
     starts = offsets[rows].astype(np.int64)
     lengths = offsets[rows + 1].astype(np.int64) - starts
     expected = [values[a : a + m].tolist() for a, m in zip(starts, lengths, strict=True)]
     laid = gather_rows(values, starts, lengths)
     assert laid.dtype == values.dtype
     assert laid.tolist() == [v for row in expected for v in row]
+    width = max(len(row) for row in expected)
     for pad in (0, -7):
+        want = [row + [pad] * (width - len(row)) for row in expected]
         padded = pad_rows(values, starts, lengths, pad)
-        width = max(len(row) for row in expected)
         assert padded.shape == (len(rows), width)
-        assert padded.tolist() == [row + [pad] * (width - len(row)) for row in expected]
+        assert padded.dtype == values.dtype
+        assert padded.tolist() == want
+        # Into a buffer (a worker's transport buffer), whatever it held before, and wider.
+        for dtype in (np.int32, np.int64):
+            out = np.full((len(rows), width), 12345, dtype)
+            assert pad_rows(values, starts, lengths, pad, out=out) is out
+            assert out.tolist() == want
 
 
 @pytest.mark.parametrize(("low", "high"), [(0, 40), (32, 992)])
@@ -59,3 +70,33 @@ def test_the_converter_gives_the_same_rows_either_way(low: int, high: int) -> No
     rows_out = list(zip(padded["t"].tolist(), lengths, strict=True))
     assert [row[:m] for row, m in rows_out] == expected
     assert all(v == -1 for row, m in rows_out for v in row[m:])
+
+
+@pytest.mark.parametrize("list_format", ["padded", "offsets"])
+def test_small_batches_of_blocks_in_turn_get_their_own_blocks_rows(list_format: str) -> None:
+    """A block's list values are viewed once for all its batches: batches of two blocks in
+    turn (one of them a slice, its offsets not starting at 0), of variable and fixed-size
+    lists, each get their own block's rows."""
+    blocks = []
+    for seed in (1, 2):
+        values, offsets = _lists(seed, 400, 0, 40)
+        lists = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+        fixed = pa.FixedSizeListArray.from_arrays(pa.array(values[: 400 * 3]), 3)
+        blocks.append(pa.record_batch({"t": lists, "f": fixed}))
+    blocks[1] = blocks[1].slice(37, 300)
+    converter = Converter(blocks[0].schema, list_format=list_format, pad_value=-1)
+    rng = np.random.default_rng(3)
+    for turn in range(6):
+        block = blocks[turn % 2]
+        rows = rng.permutation(block.num_rows)[:32]
+        out = converter(block, rows)
+        want = block.take(pa.array(rows))
+        assert out["f"].tolist() == want.column("f").to_pylist()
+        if list_format == "padded":
+            padded = list(zip(out["t"].tolist(), out["t_lengths"].tolist(), strict=True))
+            got = [row[:m] for row, m in padded]
+            assert all(v == -1 for row, m in padded for v in row[m:])
+        else:
+            flat, ends = out["t"].tolist(), out["t_offsets"].tolist()
+            got = [flat[a:b] for a, b in itertools.pairwise(ends)]
+        assert got == want.column("t").to_pylist()
