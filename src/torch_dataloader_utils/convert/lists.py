@@ -84,9 +84,10 @@ def pad_rows(
     out: np.ndarray | None = None,
 ) -> np.ndarray:
     """Each row's list, ``values[start:start + length]``, padded to the longest with ``pad``
-    (into ``out``)."""
+    (into ``out``, as wide as the longest: `ListRows.shape`)."""
     n = len(starts)
-    longest = int(lengths.max()) if n else 0
+    # (Into `out`: its width is the longest, found already for its shape.)
+    longest = out.shape[1] if out is not None else int(lengths.max()) if n else 0
     if longest > _STRIDED_WIDTH:
         if out is None:
             wide = np.zeros((n, longest), dtype=values.dtype)  # (zeroed pages come cheap)
@@ -121,8 +122,9 @@ def pad_rows(
             padded[i, : lengths[i]] = values[starts[i] : starts[i] + lengths[i]]
     # Each row's tail padded through a mask made as the values were: rows of a strided view
     # (a broadcast compare and a masked assignment took twice as long:
-    # docs/benchmarks.md#small-batches-list-columns).
-    np.copyto(padded, pad, where=_tails(lengths, longest))
+    # docs/benchmarks.md#small-batches-list-columns). Cast as an assignment casts: a pad of
+    # 0.0 pads an integer column (the value was checked to fit, `columns._check_pad_value`).
+    np.copyto(padded, pad, casting="unsafe", where=_tails(lengths, longest))
     return padded
 
 

@@ -42,7 +42,7 @@ def test_each_row_laid_end_to_end_and_padded(low: int, high: int, seed: int, las
     assert laid.dtype == values.dtype
     assert laid.tolist() == [v for row in expected for v in row]
     width = max(len(row) for row in expected)
-    for pad in (0, -7):
+    for pad in (0, -7, -7.0):  # (a float pad of an integer column, as a converter may pass)
         want = [row + [pad] * (width - len(row)) for row in expected]
         padded = pad_rows(values, starts, lengths, pad)
         assert padded.shape == (len(rows), width)
