@@ -204,3 +204,31 @@ def test_relative_names_are_what_relpath_gives(paths: list[str]) -> None:
     root = plan_module._common_folder(paths)
     expected = [posixpath.relpath(p, root) for p in paths] if root else paths
     assert plan_module._relative(paths) == expected
+
+
+@pytest.mark.parametrize(
+    "files",
+    [
+        FILES,
+        {  # names and versions JSON escapes: quotes, backslashes, control and non-ASCII
+            '/d/q"uote/a\\b.parquet': (1, 'etag="\\x"'),
+            "/d/tab\there/ü€😀.parquet": (2**40, "mtime=1.5\n"),
+            "/d/plain.parquet": (0, ""),
+        },
+        {f"/data/{i % 7}/part-{i:05d}.parquet": (i, f"mtime={i}.25") for i in range(500)},
+    ],
+    ids=["two", "escaped", "many"],
+)
+def test_the_files_digest_is_the_json_records_earlier_versions_hashed(files: dict) -> None:
+    """States saved before carry the files' digest as a JSON array a file, `json.dumps`'s
+    bytes, hashed in sorted order: the digest, written in one pass now, is the same."""
+    import hashlib
+    import json
+
+    plan = Plan(chunks=CHUNKS[:1], schema=SCHEMA, row_bytes=8.0, files=files)
+    ordered = sorted(files.items())
+    names = plan_module._relative([path for path, _ in ordered])
+    earlier = hashlib.sha256()
+    for name, (_, (size, version)) in zip(names, ordered, strict=True):
+        earlier.update(json.dumps([name, size, version]).encode())
+    assert plan.files_digest == earlier.hexdigest()[:16]
