@@ -4,6 +4,8 @@ shared buffer for processes started by multiprocessing, fingerprints old states 
 from __future__ import annotations
 
 import dataclasses
+import hashlib
+import json
 import multiprocessing
 import pickle
 import posixpath
@@ -222,9 +224,6 @@ def test_relative_names_are_what_relpath_gives(paths: list[str]) -> None:
 def test_the_files_digest_is_the_json_records_earlier_versions_hashed(files: dict) -> None:
     """States saved before carry the files' digest as a JSON array a file, `json.dumps`'s
     bytes, hashed in sorted order: the digest, written in one pass now, is the same."""
-    import hashlib
-    import json
-
     plan = Plan(chunks=CHUNKS[:1], schema=SCHEMA, row_bytes=8.0, files=files)
     ordered = sorted(files.items())
     names = plan_module._relative([path for path, _ in ordered])
