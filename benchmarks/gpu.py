@@ -42,6 +42,7 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import torch_dataloader_utils as tdu
 from throughput import DATA, make_tabular, make_tokens
+from torch_dataloader_utils.transport.device import batch_nbytes
 
 FEATURES = [f"f{j}" for j in range(8)]
 
@@ -181,7 +182,7 @@ def bandwidth(data: Path, rows: int, args: argparse.Namespace, device: torch.dev
             synchronize(device)
             start = time.perf_counter()
             for batch in loader:
-                nbytes += sum(t.numel() * t.element_size() for t in batch.values())
+                nbytes += batch_nbytes(batch)
                 ids.append(batch["id"])
             synchronize(device)
             rates.append(nbytes / (time.perf_counter() - start))
