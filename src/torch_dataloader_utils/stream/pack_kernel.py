@@ -226,10 +226,10 @@ def concat_kernel(  # noqa: PLR0917 (numba's arguments are positional)
                 next_sequence += seq_len
             piece = min(stop, next_sequence) - t
             if write:
-                # (Slices, not an element loop: a batch 80-90 -> 32-36 µs,
-                # docs/adr/0034-a-compiled-packing-kernel.md)
                 # The tokens, from each buffer that holds some (a fragment may run on into
-                # the next: a document cut between two decoded parts, joined).
+                # the next: a document cut between two decoded parts, joined). Each array is
+                # written through a loop over a view: numba's slice assignment took 22-26 µs
+                # a batch against 16-18 (docs/adr/0034-a-compiled-packing-kernel.md).
                 j = 0
                 while j + 1 < used and bases[j + 1] <= b:
                     j += 1
@@ -238,16 +238,23 @@ def concat_kernel(  # noqa: PLR0917 (numba's arguments are positional)
                     buffer = buffers[j]
                     start = b + done - bases[j]
                     taken = min(piece - done, buffer.shape[0] - start)
-                    ids[t + done : t + done + taken] = buffer[start : start + taken]
+                    dst = ids[t + done : t + done + taken]
+                    src = buffer[start : start + taken]
+                    for k in range(taken):
+                        dst[k] = src[k]
                     done += taken
                     j += 1
                 first = run if by_fragment else at
                 placed = positions[t : t + piece]
                 for k in range(piece):
                     placed[k] = first + k
-                documents[t : t + piece] = document_id
+                marked = documents[t : t + piece]
+                for k in range(piece):
+                    marked[k] = document_id
                 if has_source:
-                    sources[t : t + piece] = from_source
+                    origin = sources[t : t + piece]
+                    for k in range(piece):
+                        origin[k] = from_source
             b += piece
             t += piece
             run += piece
