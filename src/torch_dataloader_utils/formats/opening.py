@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
@@ -16,9 +17,11 @@ from ..fs.threads import PLAN_THREADS
 
 __all__ = [
     "PLAN_THREADS",
+    "LocalFile",
     "arrow_owned",
     "each_file",
     "open_input",
+    "open_to_read_at",
     "parsing",
     "read_range",
     "slice_batches",
@@ -48,6 +51,46 @@ def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:
         return fs.open_input(path)
     except OSError as exc:
         raise translate_os_error(exc, fs.url(path)) from exc
+
+
+class LocalFile:
+    """A local file read at offsets with ``os.pread``: what a footer read asks of a
+    `pyarrow.NativeFile` (``size``, ``read_at``), for planning, which opens every file once.
+    Opening, sizing and reading a small file's tail this way took 5 µs against pyarrow's 7-10
+    (docs/benchmarks.md#planning-20000-files). A context manager that closes the file."""
+
+    __slots__ = ("_fd",)
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def read_at(self, nbytes: int, offset: int) -> bytes:
+        return os.pread(self._fd, nbytes, offset)
+
+    def __enter__(self) -> LocalFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        os.close(self._fd)
+
+
+def open_to_read_at(path: str, fs: FileSystemSpec) -> pa.NativeFile | LocalFile:
+    """``path`` opened to read at offsets (`size`, `read_at`): on local storage a
+    `LocalFile` where the system has ``os.pread``, elsewhere `open_input`. Storage failures
+    are raised here, as `open_input` raises them."""
+    if not (fs.is_local and _PREAD):
+        return open_input(path, fs)
+    try:
+        return LocalFile(os.open(path, os.O_RDONLY | _CLOEXEC))
+    except OSError as exc:
+        raise translate_os_error(exc, fs.url(path)) from exc
+
+
+_PREAD = hasattr(os, "pread")  # (not on Windows)
+_CLOEXEC = getattr(os, "O_CLOEXEC", 0)
 
 
 def parsing(where: str, kind: str = "a readable Parquet file") -> _Parsing:

@@ -17,7 +17,7 @@ from ...fs import FileSystemSpec, ListedFile
 from ..base import ReadOptions
 from ..magic import refuse_other_format
 from ..names import unique_schema
-from ..opening import open_input, parsing
+from ..opening import open_input, open_to_read_at, parsing
 from .footer import MAGIC, Footer, footer_file, native_fragment, parse_footer, read_footer
 from .leafless import check_empty_structs, leaf_count, unreadable_columns
 from .tokens import TokenLeaf, Told, row_group_tokens, token_leaf
@@ -87,6 +87,10 @@ def read_facts(
                 checked = parse_footer(thrift, url, f.size)
                 schema = _arrow_schema(checked, thrift)
             return checked, schema, fragment if schema.renamed is None else None
+        if not filtered and fs.is_local:  # (only the footer's bytes are wanted: read cheaper)
+            with open_to_read_at(f.path, fs) as local, parsing(url):
+                checked, thrift, _ = read_footer(local, local.size(), url)
+                return checked, _arrow_schema(checked, thrift), None
         with open_input(f.path, fs) as source, parsing(url):
             size = source.size()
             checked, thrift, start = read_footer(source, size, url)

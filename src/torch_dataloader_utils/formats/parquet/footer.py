@@ -29,12 +29,14 @@ import pyarrow.parquet as pq
 from ...errors import CorruptFileError, UnsupportedFileError
 from ...fs import FileSystemSpec
 from ...fs.ranges import RangeFile
-from ..opening import open_input, parsing
+from ..opening import LocalFile, open_input, parsing
 from .thrift import (
     BINARY,
     FALSE,
     I16,
+    I32,
     I64,
+    LIST,
     STOP,
     STRUCT,
     ThriftError,
@@ -110,6 +112,9 @@ class Footer:
 # and the size statistics start).
 _META_FIELDS = {4: 0, 6: 1, 7: 2, 9: 3, 11: 4, 5: 5}
 _Meta = list[Any]
+# The element types of the lists `_column_meta` skips inline when they hold under 15 (their
+# size in the list's header byte).
+_SHORT_LISTS = frozenset((I16, I32, I64, BINARY))
 
 
 def _column_meta(data: bytes, pos: int, kind: int) -> tuple[_Meta, int]:
@@ -135,13 +140,35 @@ def _column_meta(data: bytes, pos: int, kind: int) -> tuple[_Meta, int]:
                 while data[pos] & 0x80:
                     pos += 1
                 pos += 1
-            else:
-                found[slot], pos = zigzag(data, pos)
+            else:  # (a zigzag varint, inline: six a column chunk)
+                value = shift = 0
+                while True:
+                    byte = data[pos]
+                    pos += 1
+                    value |= (byte & 0x7F) << shift
+                    if byte < 0x80:
+                        break
+                    shift += 7
+                    if shift > 70:
+                        raise ThriftError("a varint runs past 10 bytes")
+                found[slot] = (value >> 1) ^ -(value & 1)
         elif slot is not None:
             raise ThriftError(f"field {field} is not an integer")
         elif kind == BINARY:
             n, pos = varint(data, pos)
             pos += n
+        elif kind == LIST and data[pos] < 0xF0 and data[pos] & 0x0F in _SHORT_LISTS:
+            # a short list of integers (encodings) or strings (path_in_schema), inline
+            size, element = data[pos] >> 4, data[pos] & 0x0F
+            pos += 1
+            for _ in range(size):
+                if element == BINARY:
+                    n, pos = varint(data, pos)
+                    pos += n
+                else:
+                    while data[pos] & 0x80:
+                        pos += 1
+                    pos += 1
         elif kind > FALSE:
             if kind == STRUCT and field in (12, 16):
                 found[6 if field == 12 else 7] = pos
@@ -324,7 +351,7 @@ def _column(meta: _Meta | None, url: str, i: int, j: int, *, size: int, rows: in
     return ColumnFacts(start, compressed, uncompressed, values, statistics, sizes)
 
 
-def read_tail(source: pa.NativeFile, size: int, url: str) -> tuple[bytes, int]:
+def read_tail(source: pa.NativeFile | LocalFile, size: int, url: str) -> tuple[bytes, int]:
     """The footer's bytes (Thrift, without length and magic) and the offset where they start;
     one read of `TAIL_BYTES` for most files, a second for a larger footer.
 
@@ -353,7 +380,9 @@ def read_tail(source: pa.NativeFile, size: int, url: str) -> tuple[bytes, int]:
     return source.read_at(length, start), start
 
 
-def read_footer(source: pa.NativeFile, size: int, url: str) -> tuple[Footer, bytes, int]:
+def read_footer(
+    source: pa.NativeFile | LocalFile, size: int, url: str
+) -> tuple[Footer, bytes, int]:
     """`read_tail` and `parse_footer`: the checked footer, its bytes and where they start."""
     thrift, start = read_tail(source, size, url)
     return parse_footer(thrift, url, size), thrift, start

@@ -8,7 +8,9 @@ __all__ = [
     "BINARY",
     "FALSE",
     "I16",
+    "I32",
     "I64",
+    "LIST",
     "STOP",
     "STRUCT",
     "ThriftError",
@@ -53,25 +55,14 @@ def zigzag(data: bytes, pos: int) -> tuple[int, int]:
 
 
 def skip(data: bytes, pos: int, kind: int, depth: int) -> int:
-    """The position after the value of type ``kind`` at ``pos``. Written for speed (a Python
-    call per nested value, integers and strings skipped inline): planning walks every footer.
-    (An explicit stack instead of the calls measured slower.)"""
-    if kind in (TRUE, FALSE):
-        return pos
-    if kind == BYTE:
-        return pos + 1
-    if I16 <= kind <= I64:
-        while data[pos] & 0x80:
-            pos += 1
-        return pos + 1
-    if kind == DOUBLE:
-        return pos + 8
-    if kind == BINARY:
-        n, pos = varint(data, pos)
-        return pos + n
-    if depth > MAX_DEPTH:
-        raise ThriftError("the footer nests too deep")
+    """The position after the value of type ``kind`` at ``pos``. Written for speed: planning
+    walks every footer, and callers skip integers and strings themselves, so structs and
+    lists are tested first, and a struct's integers, strings and short lists of integers are
+    skipped inline (a Python call per other nested value; docs/benchmarks.md#planning-20000-files).
+    An explicit stack instead of the calls measured slower."""
     if kind == STRUCT:
+        if depth > MAX_DEPTH:
+            raise ThriftError("the footer nests too deep")
         while True:
             head = data[pos]
             pos += 1
@@ -93,9 +84,19 @@ def skip(data: bytes, pos: int, kind: int, depth: int) -> int:
                 else:
                     n, pos = varint(data, pos)
                     pos += n
+            elif kind == LIST and data[pos] >> 4 < 15 and I16 <= data[pos] & 0x0F <= I64:
+                # a short list of integers (encodings, size statistics' histograms)
+                size = data[pos] >> 4
+                pos += 1
+                for _ in range(size):
+                    while data[pos] & 0x80:
+                        pos += 1
+                    pos += 1
             elif kind > FALSE:
                 pos = skip(data, pos, kind, depth + 1)
     if kind in (LIST, SET):
+        if depth > MAX_DEPTH:
+            raise ThriftError("the footer nests too deep")
         head = data[pos]
         pos += 1
         size, element = head >> 4, head & 0x0F
@@ -125,7 +126,22 @@ def skip(data: bytes, pos: int, kind: int, depth: int) -> int:
         for _ in range(size):
             pos = skip(data, pos, element, depth + 1)
         return pos
+    if kind in (TRUE, FALSE):
+        return pos
+    if kind == BYTE:
+        return pos + 1
+    if I16 <= kind <= I64:
+        while data[pos] & 0x80:
+            pos += 1
+        return pos + 1
+    if kind == DOUBLE:
+        return pos + 8
+    if kind == BINARY:
+        n, pos = varint(data, pos)
+        return pos + n
     if kind == MAP:
+        if depth > MAX_DEPTH:
+            raise ThriftError("the footer nests too deep")
         size, pos = varint(data, pos)
         if size:
             if size > len(data) - pos:  # each entry takes at least two bytes

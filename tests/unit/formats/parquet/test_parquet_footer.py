@@ -302,3 +302,15 @@ def test_fastparquet_footers_walk_as_pyarrow_reads_them(tmp_path: Path) -> None:
             assert [c.compressed for c in columns] == [
                 group.column(j).total_compressed_size for j in range(group.num_columns)
             ]
+
+
+def test_a_kept_integer_of_a_column_chunk_past_10_bytes_is_corrupt() -> None:
+    # FileMetaData {3: num_rows 5, 4: [RowGroup {1: [ColumnChunk {3: ColumnMetaData {
+    # 6: total_uncompressed_size, a varint that goes on past 10 bytes}}]}]}: the walk reads that
+    # field inline, with the same limit as `thrift.varint`.
+    meta = _field(6, 6) + b"\x80" * 11 + b"\x01" + b"\x00"
+    chunk = _field(3, 12) + meta + b"\x00"
+    group = _field(1, 9) + b"\x1c" + chunk + _field(2, 6) + b"\x0a" + b"\x00"
+    thrift = _field(3, 6) + b"\x0a" + _field(1, 9) + b"\x1c" + group + b"\x00"
+    with pytest.raises(CorruptFileError, match="a varint runs past 10 bytes"):
+        parse_footer(thrift, "f.parquet", 10**6)
