@@ -84,9 +84,6 @@ TESTED_IN: dict[str, str] = {
         "tests/unit/formats/ipc/test_ipc.py, tests/conformance/test_orc_ipc.py"
     ),
     "formats/ipc/messages.py": "tests/unit/formats/ipc/test_ipc.py, tests/corpus/test_fuzz.py",
-    "formats/opening.py": (
-        "tests/unit/formats/test_base.py, tests/unit/formats/parquet/test_parquet_remote.py"
-    ),
     "formats/parquet/facts.py": "tests/unit/formats/parquet/test_parquet_footer.py",
     "formats/parquet/footer.py": "tests/unit/formats/parquet/test_parquet_footer.py",
     "formats/parquet/format.py": (
