@@ -87,9 +87,9 @@ def read_facts(
                 checked = parse_footer(thrift, url, f.size)
                 schema = _arrow_schema(checked, thrift)
             return checked, schema, fragment if schema.renamed is None else None
-        if not filtered and fs.is_local:  # (only the footer's bytes are wanted: read cheaper)
-            with open_to_read_at(f.path, fs) as local, parsing(url):
-                checked, thrift, _ = read_footer(local, local.size(), url)
+        if not filtered:  # only the footer's bytes are wanted (a local file: read cheaper)
+            with open_to_read_at(f.path, fs) as source, parsing(url):
+                checked, thrift, _ = read_footer(source, source.size(), url)
                 return checked, _arrow_schema(checked, thrift), None
         with open_input(f.path, fs) as source, parsing(url):
             size = source.size()
@@ -97,7 +97,7 @@ def read_facts(
             schema = _arrow_schema(checked, thrift)
             # pyarrow's dataset binds the filter to the file's names, which a renamed file
             # repeats: its row groups are not pruned (its rows are still filtered when read).
-            if not filtered or schema.renamed is not None:
+            if schema.renamed is not None:
                 return checked, schema, None
             # pyarrow parses the footer again for the statistics: remote, from the bytes
             # already read (no second request); local, from the file.

@@ -60,9 +60,9 @@ def skip(data: bytes, pos: int, kind: int, depth: int) -> int:
     lists are tested first, and a struct's integers, strings and short lists of integers are
     skipped inline (a Python call per other nested value; docs/benchmarks.md#planning-20000-files).
     An explicit stack instead of the calls measured slower."""
+    if kind >= LIST and depth > MAX_DEPTH:  # (lists, sets, maps and structs nest)
+        raise ThriftError("the footer nests too deep")
     if kind == STRUCT:
-        if depth > MAX_DEPTH:
-            raise ThriftError("the footer nests too deep")
         while True:
             head = data[pos]
             pos += 1
@@ -84,7 +84,7 @@ def skip(data: bytes, pos: int, kind: int, depth: int) -> int:
                 else:
                     n, pos = varint(data, pos)
                     pos += n
-            elif kind == LIST and data[pos] >> 4 < 15 and I16 <= data[pos] & 0x0F <= I64:
+            elif kind == LIST and data[pos] < 0xF0 and I16 <= data[pos] & 0x0F <= I64:
                 # a short list of integers (encodings, size statistics' histograms)
                 size = data[pos] >> 4
                 pos += 1
@@ -95,8 +95,6 @@ def skip(data: bytes, pos: int, kind: int, depth: int) -> int:
             elif kind > FALSE:
                 pos = skip(data, pos, kind, depth + 1)
     if kind in (LIST, SET):
-        if depth > MAX_DEPTH:
-            raise ThriftError("the footer nests too deep")
         head = data[pos]
         pos += 1
         size, element = head >> 4, head & 0x0F
@@ -140,8 +138,6 @@ def skip(data: bytes, pos: int, kind: int, depth: int) -> int:
         n, pos = varint(data, pos)
         return pos + n
     if kind == MAP:
-        if depth > MAX_DEPTH:
-            raise ThriftError("the footer nests too deep")
         size, pos = varint(data, pos)
         if size:
             if size > len(data) - pos:  # each entry takes at least two bytes

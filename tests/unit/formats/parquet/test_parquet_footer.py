@@ -314,3 +314,11 @@ def test_a_kept_integer_of_a_column_chunk_past_10_bytes_is_corrupt() -> None:
     thrift = _field(3, 6) + b"\x0a" + _field(1, 9) + b"\x1c" + group + b"\x00"
     with pytest.raises(CorruptFileError, match="a varint runs past 10 bytes"):
         parse_footer(thrift, "f.parquet", 10**6)
+
+
+def test_a_skipped_struct_nested_past_the_limit_is_corrupt_not_a_recursion_error() -> None:
+    # FileMetaData {3: num_rows 0, 4: [], 7: struct {1: struct {1: struct ... 40 deep}}}
+    deep = b"\x1c" * 40 + b"\x00" * 41
+    thrift = _field(3, 6) + b"\x00" + _field(1, 9) + b"\x00" + _field(3, 12) + deep + b"\x00"
+    with pytest.raises(CorruptFileError, match="nests too deep"):
+        parse_footer(thrift, "f.parquet", 10**6)
