@@ -30,6 +30,7 @@ from ...errors import CorruptFileError, UnsupportedFileError
 from ...fs import FileSystemSpec
 from ...fs.ranges import RangeFile
 from ..opening import LocalFile, open_input, parsing
+from . import shapes
 from .thrift import (
     BINARY,
     FALSE,
@@ -107,10 +108,9 @@ class Footer:
 # field is skipped (integers and strings inline).
 
 
-# ColumnMetaData's integer fields planning keeps, by id: codec, uncompressed and compressed
-# sizes, data and dictionary page offsets, values (`_Meta`'s order; then where the statistics
+# ColumnMetaData's integer fields planning keeps (`_Meta`'s order, then where the statistics
 # and the size statistics start).
-_META_FIELDS = {4: 0, 6: 1, 7: 2, 9: 3, 11: 4, 5: 5}
+_META_FIELDS = shapes.META_SLOTS
 _Meta = list[Any]
 # The element types of the lists `_column_meta` skips inline when they hold under 15 (their
 # size in the list's header byte).
@@ -279,23 +279,26 @@ def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
             is impossible.
         UnsupportedFileError: a column's metadata is encrypted.
     """
-    try:
-        meta, spans, end = _file_meta(thrift)
-        if end > len(thrift):
-            raise ThriftError("a field runs past the footer")
-    except IndexError:
-        raise CorruptFileError(
-            f"{url}: the Parquet footer does not parse (it ends early)"
-        ) from None
-    except ThriftError as exc:
-        raise CorruptFileError(f"{url}: the Parquet footer does not parse ({exc})") from None
-    num_rows = meta.get(3)
-    if num_rows is None or 4 not in meta:
+    walk = known = shapes.walked(thrift)  # (a footer of a shape read before is not walked)
+    if walk is None:
+        try:
+            walk = _file_meta(thrift)
+            if walk[2] > len(thrift):
+                raise ThriftError("a field runs past the footer")
+        except IndexError:
+            raise CorruptFileError(
+                f"{url}: the Parquet footer does not parse (it ends early)"
+            ) from None
+        except ThriftError as exc:
+            raise CorruptFileError(f"{url}: the Parquet footer does not parse ({exc})") from None
+    found, spans, end = walk
+    num_rows = found.get(3)
+    if num_rows is None or 4 not in found:
         raise CorruptFileError(f"{url}: the Parquet footer lacks num_rows or row_groups")
     if num_rows < 0:
         raise CorruptFileError(f"{url}: the Parquet footer gives {num_rows} rows")
     groups = []
-    for i, group in enumerate(meta[4]):
+    for i, group in enumerate(found[4]):
         rows = group.get(3)
         if rows is None or rows < 0:
             raise CorruptFileError(f"{url}: row group {i} gives {rows} rows")
@@ -309,6 +312,8 @@ def parse_footer(thrift: bytes, url: str, size: int) -> Footer:
                 )
             columns.append(_column(meta, url, i, j, size=size, rows=rows))
         groups.append((rows, tuple(columns)))
+    if known is None:  # (every check passed: a shape worth reusing, `shapes`)
+        shapes.learn(thrift, walk)
     # The file's num_rows is not checked against its row groups': real writers leave it 0
     # (parquet-testing's repeated_no_annotation.parquet); rows are the row groups'.
     rest = []
