@@ -32,6 +32,7 @@ from .thrift import (
     STOP,
     STRUCT,
     TRUE,
+    ThriftError,
     varint,
     zigzag,
 )
@@ -160,7 +161,7 @@ def learn(thrift: bytes, walk: Walked) -> None:
     where: Where = {}
     try:
         end = _struct(thrift, 0, (), free=free, where=where, depth=0)
-    except (_UnlearnedError, IndexError):
+    except (_UnlearnedError, ThriftError, IndexError):  # (never, where the walk went)
         return
     if end != walk[2]:
         return
