@@ -197,7 +197,7 @@ class ParquetFormat(Format):
         for rg, lo, hi, _ in row_group_spans(chunk, row_start, row_stop):
             handle = self._file(chunk.path, fs)[0]  # (opened again if a read between closed it)
             where = f"{chunk.path} row group {rg} (rows {lo}:{hi})"
-            rows = batch_rows(handle.metadata, rg, columns)
+            rows = batch_rows(handle.metadata, rg, columns, stop=hi)
             rows, self._quick = quick_rows(rows, self._quick, lo, hi), 0
             with parsing(where):
                 # One thread: pyarrow's column threads cost more than they give here
@@ -397,7 +397,7 @@ class ParquetFormat(Format):
                 coerce_int96_timestamp_unit=self.int96_unit,
             )
             batches = handle.iter_batches(
-                batch_size=batch_rows(metadata, rg, columns),
+                batch_size=batch_rows(metadata, rg, columns, stop=hi),
                 row_groups=[rg],
                 columns=columns,
                 use_threads=False,

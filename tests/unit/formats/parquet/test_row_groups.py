@@ -141,3 +141,40 @@ def test_chunks_read_whole_keep_their_batches(tmp_path: Path, quick_batches: Qui
     ids = [i for batch in loader for i in batch["id"].tolist()]
     assert Counter(ids) == Counter(range(100, 2 * ROWS))
     assert quick_batches.taken and not any(quick_batches.taken)
+
+
+def test_batches_end_where_the_read_stops() -> None:
+    assert row_groups.ending_at(16_384, 12_000, 20_000) == 12_000  # one batch, to the stop
+    assert row_groups.ending_at(16_384, 30_000, 40_000) == 15_000  # two even ones
+    assert row_groups.ending_at(16_384, 30_001, 40_000) == 15_001  # (a row past it)
+    assert row_groups.ending_at(16_384, 20_000, 20_000) == 16_384  # to the end: as they were
+    assert row_groups.ending_at(16_384, 0, 20_000) == 16_384
+    for most in (1, 7, 1_000, 16_384):
+        for stop in (1, 999, 1_000, 1_001, 33_333):
+            rows = row_groups.ending_at(most, stop, 10**6)
+            batches = -(-stop // rows)
+            assert rows <= most and batches * rows >= stop and (batches - 1) * rows < stop
+            assert batches == -(-stop // most)  # no more batches than before
+
+
+def test_a_read_that_stops_inside_a_row_group_decodes_no_row_past_it(tmp_path: Path) -> None:
+    path = tmp_path / "narrow.parquet"
+    pq.write_table(pa.table({"id": np.arange(30_000)}), path, row_group_size=10_000)
+    fs = FileSystemSpec.for_path(str(path))
+    fmt = ParquetFormat()
+    planned = fmt.plan(Listing.of(list_files(str(path), fs)), fs, ReadOptions(split_rows=10_000))
+    options = planned.read_options or ReadOptions()
+    rng = np.random.default_rng(0)
+    for chunk in planned.chunks:
+        for _ in range(20):
+            lo, hi = sorted(int(x) for x in rng.integers(0, chunk.num_rows + 1, 2))
+            batches = list(fmt.read(chunk, lo, hi, fs, options))
+            ids = [i for b in batches for i in b.column("id").to_pylist()]
+            first = sum(c.num_rows for c in planned.chunks[: planned.chunks.index(chunk)])
+            assert ids == list(range(first + lo, first + hi))
+            if lo < hi < chunk.num_rows:
+                # The values buffer decoded for the last batch ends at the stop, not at the
+                # row group's end (a slice keeps its whole batch's buffer).
+                last = batches[-1].column("id")
+                assert (last.offset + len(last)) * 8 <= last.buffers()[1].size <= hi * 8 + 8
+        fmt.close()
