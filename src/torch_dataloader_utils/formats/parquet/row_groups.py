@@ -63,7 +63,7 @@ def ending_at(most: int, stop: int, rows: int) -> int:
     ``stop``: where ``stop`` falls inside it, the fewest even batches whose last ends at
     ``stop`` (or a row or so past it), so that the rows after it are not decoded. A batch
     costs what its rows cost to decode: 4.1 ms for 16,384 rows of a token-list row group,
-    1.2 ms for 4,000 (docs/benchmarks.md#a-stream-s-last-rows-decoded-no-further)."""
+    1.2 ms for 4,000 (docs/benchmarks.md#a-streams-last-rows-decoded-no-further)."""
     if not 0 < stop < rows:
         return most
     batches = -(-stop // most)
