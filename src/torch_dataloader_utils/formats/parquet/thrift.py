@@ -17,6 +17,7 @@ __all__ = [
     "integer",
     "integer_field",
     "integers_field",
+    "list_header",
     "skip",
     "structs",
     "varint",
@@ -157,15 +158,22 @@ def integer(data: bytes, pos: int, kind: int, field: int) -> tuple[int, int]:
     return zigzag(data, pos)
 
 
-def structs(data: bytes, pos: int, kind: int) -> tuple[int, int]:
-    """The size of the list of structs at ``pos``, and the position of its first element."""
-    if kind != LIST:
-        raise ThriftError("a list field is not a list")
+def list_header(data: bytes, pos: int) -> tuple[int, int, int]:
+    """The size and element type of the list (or set) at ``pos``, and the position of its
+    first element. (`skip` decodes it inline: the walk's every list goes through there.)"""
     head = data[pos]
     pos += 1
     size, element = head >> 4, head & 0x0F
     if size == 15:
         size, pos = varint(data, pos)
+    return size, element, pos
+
+
+def structs(data: bytes, pos: int, kind: int) -> tuple[int, int]:
+    """The size of the list of structs at ``pos``, and the position of its first element."""
+    if kind != LIST:
+        raise ThriftError("a list field is not a list")
+    size, element, pos = list_header(data, pos)
     if not size and element <= STRUCT:  # an empty list's element type is not read (fastparquet: 0)
         return 0, pos
     if element != STRUCT:
