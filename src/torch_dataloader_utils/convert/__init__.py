@@ -32,7 +32,8 @@ shaped like ``col``).
 - `rules`: a schema's batches converted to the output format, and the reader's checks
   (`Converter`, `Problem`);
 - `columns`: each column's rule by its type, decided from the schema (`ColumnRules`);
-- `fields`: a converted column before it becomes a tensor (`Field`, `Gather`, `Written`);
+- `fields`: a converted column before it becomes a tensor (`Field`, `Gather`), a batch
+  whose arrays one call writes (`Planned`, `copied`, `each_written`);
 - `parts`: gathering from a shuffle block left in parts (`BlockParts`, `Picks`, `GatherParts`);
 - `stacks`: small batches' numeric columns, one gather per type (`Stacks`);
 - `last_block`: what is derived once per block, for every batch cut from it (`LastBlock`);
@@ -41,7 +42,7 @@ shaped like ``col``).
 """
 
 from .decoders import Decoding
-from .fields import IN_PLACE, Field, Gather, Written, as_numpy, as_tensor
+from .fields import IN_PLACE, Field, Gather, Planned, as_numpy, as_tensor, copied, each_written
 from .lists import ListRows
 from .output import Output
 from .parts import GatherParts, Picks
@@ -72,8 +73,10 @@ __all__ = [
     "Output",
     "OutputFormat",
     "Picks",
+    "Planned",
     "Problem",
-    "Written",
     "as_numpy",
     "as_tensor",
+    "copied",
+    "each_written",
 ]

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, TypeAlias
+from typing import Any, NamedTuple, TypeAlias
 
 import numpy as np
 import pyarrow as pa
@@ -15,7 +16,7 @@ from .arrow_values import numpy_view
 from .lists import ListRows
 from .parts import GatherParts
 
-__all__ = ["Field", "Gather", "Written", "as_numpy", "as_tensor"]
+__all__ = ["Field", "Gather", "Planned", "as_numpy", "as_tensor", "copied", "each_written"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,22 +28,43 @@ class Gather:
     rows: np.ndarray
 
 
-@dataclass(frozen=True, slots=True)
-class Written:
-    """Values not written yet: ``write(out)`` writes them into ``out`` (``dtype``, the field's
-    shape), so that they are made straight in their destination (a packed transport buffer)
-    like a `Gather`: a packed batch's arrays (`stream.packing`)."""
+class Planned(NamedTuple):
+    """A batch whose arrays one call writes (`transport.wire.pack_planned`).
 
-    dtype: np.dtype[Any]
-    write: Callable[[np.ndarray], None]
+    Attributes:
+        layout: its values in order: ``(key, dtype, shape)`` an array, laid out in the buffer;
+            ``(key, None, value)`` a plain value (an int, a float).
+        write: writes the arrays, given each one's place (flat, in ``layout``'s order).
+        nbytes: about how many bytes its arrays take.
+    """
 
-    def into(self, out: np.ndarray) -> None:
-        self.write(out)
+    layout: list[tuple[str, Any, Any]]
+    write: Callable[[list[np.ndarray]], None]
+    nbytes: int
 
 
-# Made where they go (`into`): a gather from a block's parts, list rows, written values.
-InPlace: TypeAlias = "GatherParts | ListRows | Written"
-IN_PLACE = (GatherParts, ListRows, Written)
+def copied(array: np.ndarray) -> Callable[[np.ndarray], None]:
+    """A writer of ``array``'s values into a place of as many (a `Planned` batch's array)."""
+    return functools.partial(_copy, array)
+
+
+def each_written(writers: list[Callable[[np.ndarray], None]]) -> Callable[[list[np.ndarray]], None]:
+    """One writer of several arrays (a `Planned` batch's): each array's writer given its place."""
+    return functools.partial(_write_each, writers)
+
+
+def _copy(array: np.ndarray, out: np.ndarray) -> None:
+    out[...] = array.reshape(out.shape)
+
+
+def _write_each(writers: list[Callable[[np.ndarray], None]], places: list[np.ndarray]) -> None:
+    for write, out in zip(writers, places, strict=True):
+        write(out)
+
+
+# Made where they go (`into`): a gather from a block's parts, list rows.
+InPlace: TypeAlias = "GatherParts | ListRows"
+IN_PLACE = (GatherParts, ListRows)
 
 Data: TypeAlias = "pa.Array | np.ndarray | Gather | InPlace | list[Any]"
 
@@ -55,7 +77,7 @@ class Field:
         key: the output key.
         data: a null-free primitive Arrow array (zero-copy source), a numpy array, a
             `Gather` of rows of a numpy array (`GatherParts`: of a block's parts), list rows
-            to lay out (`ListRows`), values to write (`Written`); or, when ``shape`` is
+            to lay out (`ListRows`); or, when ``shape`` is
             ``None``, a Python list or a string/binary Arrow array that becomes one.
         shape: the output shape.
     """

@@ -12,6 +12,7 @@ streams are cut in tokens.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -19,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from ..convert import Field, Written
+from ..convert import Planned, copied, each_written
 from . import pack_kernel
 from .best_fit import place, sequences_for
 from .fragments import TOKENS_PER_COPY, Fragments, goes_on
@@ -91,7 +92,7 @@ def pack(
 class _Concat:
     """How a batch of tokens (``fragments``) lies in sequences of ``seq_len``, one after the
     other (`pack`): worked out from the fragments (a few numbers each); its arrays are written
-    by `writers`, each where it goes (a transport buffer, `convert.Written`)."""
+    by `writers`, each where it goes (a worker's transport buffer)."""
 
     def __init__(
         self,
@@ -376,33 +377,32 @@ class PackedConverter:
         if self.method == "concat":  # (now, where the dataset is made: forked workers have it)
             pack_kernel.load()
 
-    def fields(self, batch: Fragments, rows: None = None) -> list[Field]:
-        """The packed batch's fields (``max_seqlen`` a Python int). Concat's arrays are
-        written where they go (`convert.Written`: a worker's transport buffer)."""
-        assert rows is None, "a packed stream's batches are whole"
-        keys = ["input_ids", "position_ids", "document_ids"]
-        if self.source_key is not None:
-            keys.append(self.source_key)
+    def planned(self, batch: Fragments) -> Planned:
+        """The packed batch as a worker sends it (`transport.wire.pack_planned`), ``max_seqlen``
+        a Python int; concat's arrays are written where they go, best fit's copied there."""
+        names = ("input_ids", "position_ids", "document_ids", self.source_key)
+        keys = [k for k in names if k is not None]  # (sources: where a column asks for them)
         if self.method == "best_fit":
             packed = self._best_fit(batch)
-            arrays = [packed.input_ids, packed.position_ids, packed.document_ids]
-            if packed.source_ids is not None:
-                arrays.append(packed.source_ids)
+            arrays = [packed.input_ids, packed.position_ids, packed.document_ids, packed.source_ids]
             cu_seqlens, max_seqlen = packed.cu_seqlens, packed.max_seqlen
-            out = [Field(k, a, a.shape) for k, a in zip(keys, arrays, strict=False)]
+            sent = [(k, a) for k, a in zip(keys, arrays, strict=False) if a is not None]
+            layout: list[tuple[str, Any, Any]] = [(k, a.dtype, a.shape) for k, a in sent]
+            writers: list[Callable[[np.ndarray], None]] = [copied(a) for _, a in sent]
         else:
             concat = self._concat(batch)
             shape = (concat.size // self.seq_len, self.seq_len)
             cu_seqlens, max_seqlen = concat.cu_seqlens, concat.max_seqlen
-            out = [
-                Field(key, Written(dtype, write), shape)
-                for key, (dtype, write) in zip(keys, concat.writers(len(keys) > 3), strict=False)
-            ]
-        out[3:3] = [
-            Field("cu_seqlens", cu_seqlens, cu_seqlens.shape),
-            Field("max_seqlen", max_seqlen, None),
+            made = concat.writers(len(keys) > 3)
+            layout = [(k, dtype, shape) for k, (dtype, _) in zip(keys, made, strict=False)]
+            writers = [write for _, write in made]
+        nbytes = sum(math.prod(dims) * dtype.itemsize for _, dtype, dims in layout)
+        layout[3:3] = [
+            ("cu_seqlens", cu_seqlens.dtype, cu_seqlens.shape),
+            ("max_seqlen", None, max_seqlen),
         ]
-        return out
+        writers.insert(3, copied(cu_seqlens))
+        return Planned(layout, each_written(writers), nbytes + cu_seqlens.nbytes)
 
     def __call__(self, batch: Fragments, rows: None = None) -> dict[str, Any]:
         """The packed batch, as tensors (``output_format="torch"``) or numpy arrays."""

@@ -31,6 +31,7 @@ from .wire import (
     forget_exited_workers,
     map_tensors,
     pack,
+    pack_planned,
     packed_nbytes,
 )
 from .worker import bundle_rows, enable_bundles, init_worker, starting_workers, worker_messages
@@ -52,6 +53,7 @@ __all__ = [
     "map_tensors",
     "pack",
     "pack_arrow",
+    "pack_planned",
     "packed_nbytes",
     "starting_workers",
     "to_device",

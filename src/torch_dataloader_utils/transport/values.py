@@ -1,6 +1,7 @@
 """How one value of a packed batch lies in the buffer (`wire.pack`): arrays by dtype and shape
 (`_dtype_of`, `_nbytes`), string/binary columns as Arrow offsets and bytes (`_Strings`), any
-other Python values pickled in the worker (`_Pickled`).
+other Python values pickled in the worker (`_Pickled`), or, a plain number, as it is
+(`_python_value`).
 """
 
 from __future__ import annotations
@@ -28,7 +29,8 @@ def _torch_dtype(dtype: np.dtype[Any]) -> torch.dtype:
 
 # One entry per output value: (key, dtype, shape, byte offset) for packed arrays;
 # (key, None, None, _Strings) for string/binary columns packed as Arrow buffers; or
-# (key, None, None, _Pickled) for Python values, pickled in the worker.
+# (key, None, None, _Pickled) for Python values, pickled in the worker; or (key, None, None,
+# value) for a plain number (a packed batch's ``max_seqlen``).
 _Entry = tuple[str, "np.dtype[Any] | None", "tuple[int, ...] | None", Any]
 
 
@@ -107,6 +109,21 @@ class _Pickled:
 
     def load(self) -> Any:
         return pickle.loads(self.blob)
+
+
+# Values that travel in a message as they are: pickling them cannot fail, and a blob of their
+# own cost ~1 µs a batch in the worker and the main process (a packed batch's ``max_seqlen``).
+_PLAIN = (int, float, bool)
+
+
+def _python_value(key: str, data: Any) -> Any:
+    """What an entry holds for a Python value: a plain number itself, else `_Pickled`."""
+    return data if type(data) in _PLAIN else _Pickled.of(key, data)
+
+
+def _loaded(where: Any) -> Any:
+    """The value an entry's `_python_value` holds."""
+    return where.load() if isinstance(where, _Pickled) else where
 
 
 def _dtype_of(field: Field) -> np.dtype[Any]:

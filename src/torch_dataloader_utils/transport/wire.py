@@ -13,7 +13,7 @@ import numpy as np
 import pyarrow as pa
 import torch
 
-from ..convert import IN_PLACE, Field, Gather, as_numpy
+from ..convert import IN_PLACE, Field, Gather, Planned, as_numpy
 from ..errors import DataError
 from ..errors.on_error import ReadFailure
 from . import buffers
@@ -21,6 +21,7 @@ from .buffers import (
     _ALIGN,
     _HEADER,
     BufferBundle,
+    Taken,
     _release,
     _round_up,
     incoming,
@@ -30,8 +31,9 @@ from .values import (
     _arrow_type,
     _dtype_of,
     _Entry,
+    _loaded,
     _nbytes,
-    _Pickled,
+    _python_value,
     _string_arrays,
     _Strings,
     _torch_dtype,
@@ -43,6 +45,7 @@ __all__ = [
     "forget_exited_workers",
     "map_tensors",
     "pack",
+    "pack_planned",
     "packed_nbytes",
 ]
 
@@ -194,7 +197,7 @@ class PackedBundle(BufferBundle):
             for key, dtype, shape, where in fields:
                 if dtype is None or shape is None:
                     batch[key] = (
-                        where.to_pylist(raw) if isinstance(where, _Strings) else where.load()
+                        where.to_pylist(raw) if isinstance(where, _Strings) else _loaded(where)
                     )
                     continue
                 view = typed.get(dtype)
@@ -254,16 +257,18 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
     (shuffled rows) are done straight into the buffer: one copy per value.
     """
     entries: list[list[_Entry]] = []
-    tensors: list[tuple[int, np.dtype[Any], tuple[int, ...], Field]] = []
+    tensors: list[tuple[int, int, np.dtype[Any], tuple[int, ...], Field]] = []
     strings: list[tuple[_Strings, np.ndarray, np.ndarray]] = []
     offset = _HEADER
     for fields in batches:
         placed: list[_Entry] = []
         for field in fields:
-            if field.shape is None:
-                arrays = _string_arrays(field.data) if isinstance(field.data, pa.Array) else None
+            shape = field.shape
+            if shape is None:
+                data = field.data
+                arrays = _string_arrays(data) if isinstance(data, pa.Array) else None
                 if arrays is None:
-                    placed.append((field.key, None, None, _Pickled.of(field.key, field.data)))
+                    placed.append((field.key, None, None, _python_value(field.key, data)))
                     continue
                 offsets, values = arrays
                 place = _Strings(_arrow_type(field), len(offsets) - 1, 0, 0, len(values))
@@ -271,9 +276,10 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
                 placed.append((field.key, None, None, place))
                 continue
             dtype = _dtype_of(field)
-            placed.append((field.key, dtype, field.shape, offset))
-            tensors.append((offset, dtype, field.shape, field))
-            offset += _round_up(_nbytes(field.shape, dtype), _ALIGN)
+            nbytes = _nbytes(shape, dtype)
+            placed.append((field.key, dtype, shape, offset))
+            tensors.append((offset, nbytes, dtype, shape, field))
+            offset += -(-nbytes // _ALIGN) * _ALIGN
         entries.append(placed)
     tensors_end = offset
     copies: list[tuple[int, np.ndarray]] = []
@@ -289,22 +295,65 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
     target = buffer.numpy()
     for where, array in copies:
         target[where : where + array.nbytes] = array.view(np.uint8)
-    for where, dtype, shape, field in tensors:
-        nbytes = _nbytes(shape, dtype)
+    for where, nbytes, dtype, shape, field in tensors:
         if not nbytes:
             continue
         out = target[where : where + nbytes].view(dtype).reshape(shape)
-        if isinstance(field.data, Gather):
-            np.take(field.data.array, field.data.rows, axis=0, out=out)
-        elif isinstance(field.data, IN_PLACE):
-            field.data.into(out)  # (lists laid out or padded, packed sequences: in the buffer)
+        data = field.data
+        if isinstance(data, Gather):  # (the method: np.take's wrapper costs ~1 µs a call)
+            data.array.take(data.rows, axis=0, out=out)
+        elif isinstance(data, IN_PLACE):
+            data.into(out)  # (lists laid out or padded, a block's parts: in the buffer)
         else:
             out[...] = as_numpy(field)
+    return _bundle(taken, pooled, entries, tensors_end, offset)
+
+
+def pack_planned(batches: Sequence[Planned]) -> PackedBundle:
+    """`pack` for batches whose arrays one call each writes, in place (a packed batch's: one
+    compiled pass). None of `pack`'s work a field (its kind, a view and a writer each): a
+    packed batch's transport cost ~20 µs of Python a batch in a worker
+    (docs/benchmarks.md#packed-batches-written-in-one-call)."""
+    entries: list[list[_Entry]] = []
+    places: list[list[tuple[int, int, np.dtype[Any]]]] = []
+    offset = _HEADER
+    for planned in batches:
+        placed: list[_Entry] = []
+        at: list[tuple[int, int, np.dtype[Any]]] = []
+        for key, dtype, shape in planned.layout:
+            if dtype is None:  # (``shape`` holds the value)
+                placed.append((key, None, None, _python_value(key, shape)))
+                continue
+            count = 1
+            for n in shape:
+                count *= n
+            placed.append((key, dtype, shape, offset))
+            at.append((offset // dtype.itemsize, count, dtype))  # (offsets: multiples of 64)
+            offset += -(-(count * dtype.itemsize) // _ALIGN) * _ALIGN
+        entries.append(placed)
+        places.append(at)
+    taken, pooled = take_buffer(offset - _HEADER)
+    raw = taken.buffer.numpy()
+    typed: dict[np.dtype[Any], np.ndarray] = {}  # the buffer viewed once a dtype
+    for planned, at in zip(batches, places, strict=True):
+        views = []
+        for start, count, dtype in at:
+            view = typed.get(dtype)
+            if view is None:
+                view = typed[dtype] = raw[: raw.size - raw.size % dtype.itemsize].view(dtype)
+            views.append(view[start : start + count])
+        planned.write(views)
+    return _bundle(taken, pooled, entries, offset, offset)
+
+
+def _bundle(
+    taken: Taken, pooled: bool, entries: list[list[_Entry]], tensors_end: int, end: int
+) -> PackedBundle:
     return PackedBundle(
-        buffer,
+        taken.buffer,
         entries,
         tensors_end,
-        offset,
+        end,
         serial=taken.serial if pooled else None,
         dropped=taken.dropped,
         carrier=taken.carrier,

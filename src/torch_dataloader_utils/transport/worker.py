@@ -10,13 +10,13 @@ import math
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar, runtime_checkable
 
 import pyarrow as pa
 import torch
 from torch.utils.data import get_worker_info
 
-from ..convert import Field
+from ..convert import Field, Planned
 from ..errors.on_error import FailureLog
 from .ipc import ArrowBundle, pack_arrow
 from .memory import (
@@ -27,7 +27,7 @@ from .memory import (
     remove_left_behind,
     room_log,
 )
-from .wire import Bundle, PackedBundle, map_tensors, pack, packed_nbytes
+from .wire import Bundle, PackedBundle, map_tensors, pack, pack_planned, packed_nbytes
 
 if TYPE_CHECKING:
     from ..stream.blocks import Segment
@@ -35,6 +35,8 @@ if TYPE_CHECKING:
 __all__ = [
     "BUNDLE_BYTES",
     "Converts",
+    "FieldsOf",
+    "Plans",
     "bundle_rows",
     "enable_bundles",
     "init_worker",
@@ -44,8 +46,8 @@ __all__ = [
 
 
 class Converts(Protocol):
-    """What converts a dataset's batches: a `convert.Converter`, or a packed dataset's
-    `stream.packing.PackedConverter`."""
+    """What converts a dataset's batches: a `convert.Converter` (`FieldsOf`), or a packed
+    dataset's `stream.packing.PackedConverter` (`Plans`)."""
 
     @property
     def output_format(self) -> str:
@@ -55,14 +57,27 @@ class Converts(Protocol):
     def list_format(self) -> str:
         """How lists become tensors (``"nested"``: finished in the main process)."""
 
-    def fields(self, batch: Any, rows: Any = None) -> list[Field]:
-        """The converted fields of rows ``rows`` of ``batch`` (``None``: all)."""
-
     def __call__(self, batch: Any, rows: Any = None) -> Any:
         """Rows ``rows`` of ``batch`` in the output format."""
 
     def finish_torch(self, batch: dict[str, Any]) -> dict[str, Any]:
         """What is left to do in the main process."""
+
+
+@runtime_checkable
+class FieldsOf(Converts, Protocol):
+    """A converter whose torch batches a worker packs field by field (`wire.pack`)."""
+
+    def fields(self, batch: Any, rows: Any = None) -> list[Field]:
+        """The converted fields of rows ``rows`` of ``batch`` (``None``: all)."""
+
+
+@runtime_checkable
+class Plans(Converts, Protocol):
+    """A converter whose torch batches are each written by one call (`wire.pack_planned`)."""
+
+    def planned(self, batch: Any) -> Planned:
+        """The batch's layout and its writer."""
 
 
 T = TypeVar("T")
@@ -157,6 +172,12 @@ def worker_messages(
     if collate is None and convert.output_format == "torch":
         # All numeric data of a bundle in one shared buffer: one region per message, of at
         # most `bundle_rows` rows and about `_bundle_bytes` (wide rows: fewer rows).
+        if isinstance(convert, Plans):  # (a packed batch: its arrays written in one call)
+            planned = (convert.planned(b) for b, _ in batches)
+            for written in _groups(planned, _planned_nbytes, per_bundle):
+                yield _mark(pack_planned(written), worker, failures)
+            return
+        assert isinstance(convert, FieldsOf), "a converter gives fields or a planned batch"
         fields = (convert.fields(b, rows) for b, rows in batches)
         for group in _groups(fields, packed_nbytes, per_bundle):
             yield _mark(pack(group), worker, failures)
@@ -197,6 +218,10 @@ def _groups(outputs: Iterable[T], nbytes: Callable[[T], int], most: int) -> Iter
             group, total, size = [], 0, min(size * 2, most)
     if group:
         yield group
+
+
+def _planned_nbytes(planned: Planned) -> int:
+    return planned.nbytes
 
 
 def _arrow_nbytes(output: Any) -> int:

@@ -10,14 +10,10 @@ import pyarrow as pa
 import pytest
 import torch
 
-from torch_dataloader_utils.convert import Field, Gather, Written, as_numpy, as_tensor
+from torch_dataloader_utils.convert import Field, Gather, as_numpy, as_tensor
 from torch_dataloader_utils.convert.arrow_values import numpy_view
 
 ROWS = np.arange(12, dtype=np.int32).reshape(6, 2)
-
-
-def write(out: np.ndarray) -> None:
-    out[:] = ROWS[[4, 1]]
 
 
 @pytest.mark.parametrize(
@@ -27,9 +23,8 @@ def write(out: np.ndarray) -> None:
         (ROWS[[4, 1]].reshape(-1), (2, 2)),
         (Gather(ROWS, np.array([4, 1])), (2, 2)),
         (Gather(ROWS, np.array([4, 1])), (4,)),
-        (Written(np.dtype(np.int32), write), (2, 2)),
     ],
-    ids=["arrow", "numpy", "gather", "gather-reshaped", "written"],
+    ids=["arrow", "numpy", "gather", "gather-reshaped"],
 )
 def test_every_kind_of_data_gives_the_same_values(data: Any, shape: tuple[int, ...]) -> None:
     want = ROWS[[4, 1]].reshape(shape)

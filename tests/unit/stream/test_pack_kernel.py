@@ -170,13 +170,15 @@ def test_tdu_compiled_0_packs_with_numpy(setting: str) -> None:
     assert arrays == "[[1, 2, 3, 4], [5, -1, -1, -1]] [[0, 1, 2, 0], [0, 0, 1, 2]] [0, 3, 4, 5, 8]"
 
 
-@pytest.mark.parametrize("compiled", [True, False])
+@pytest.mark.parametrize(
+    ("compiled", "method"), [(True, "concat"), (False, "concat"), (True, "best_fit")]
+)
 def test_a_workers_batch_written_into_its_buffer_is_the_batch_packed_in_process(
-    compiled: bool,
+    compiled: bool, method: str
 ) -> None:
-    """A worker's fields (`PackedConverter.fields`): the compiled pass runs once every
-    array's place in the transport buffer is given, numpy's writes each in turn; either way
-    the batch that arrives is the one `pack` makes."""
+    """A worker's batch (`PackedConverter.planned`, sent by `wire.pack_planned`): the compiled
+    pass runs once every array's place in the transport buffer is given, numpy's writes each
+    in turn; either way the batch that arrives is the one `pack` makes, keys in its order."""
     assert pack_kernel.load()
     rng = np.random.default_rng(3)
     lengths = rng.integers(1, 40, 30)
@@ -188,15 +190,17 @@ def test_a_workers_batch_written_into_its_buffer_is_the_batch_packed_in_process(
         fragments = Fragments.of(
             values, end - lengths, end, np.arange(30), np.zeros(30, np.int64), source
         ).slice(5, 300)
-        convert = PackedConverter(64, -1, source_key=column)
+        convert = PackedConverter(
+            64, -1, source_key=column, method=method, batch_size=6, batch_tokens=300
+        )
         kernel = pack_kernel._state.kernel
         pack_kernel._state.kernel = kernel if compiled else None
         try:
-            arrived = wire.pack([convert.fields(fragments)]).unpack()[0]
+            arrived = wire.pack_planned([convert.planned(fragments)]).unpack()[0]
             want = convert(fragments)
         finally:
             pack_kernel._state.kernel = kernel
-        assert arrived.keys() == want.keys()
+        assert list(arrived) == list(want)
         for key, value in want.items():
             if isinstance(value, torch.Tensor):
                 assert torch.equal(arrived[key], value), key

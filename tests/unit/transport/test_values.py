@@ -202,3 +202,15 @@ def test_values_that_cannot_be_pickled_fail_in_the_worker_naming_the_column() ->
         Bundle([[lambda: 0]]).seal()
     sealed = Bundle([pa.record_batch({"x": [1, 2]})]).seal()
     assert pickle.loads(pickle.dumps(sealed)).unpack()[0].column("x").to_pylist() == [1, 2]
+
+
+def test_plain_numbers_travel_as_themselves_and_other_values_pickled() -> None:
+    # A packed batch's max_seqlen is an int: it crosses in the message as it is (a blob of its
+    # own cost ~1 µs a batch each side); numpy scalars and lists keep the pickled blob.
+    values = {"n": 963, "f": 0.5, "b": True, "np": np.int64(7), "list": [1, "a"]}
+    bundle = pack([[Field(k, v, None) for k, v in values.items()]])
+    kinds = {k: type(packed_entries(bundle, k)[0]) for k in values}
+    assert kinds == {"n": int, "f": float, "b": bool, "np": _Pickled, "list": _Pickled}
+    (out,) = pickle.loads(ForkingPickler.dumps(bundle)).unpack()
+    assert out == values
+    assert {k: type(v) for k, v in out.items()} == {k: type(v) for k, v in values.items()}

@@ -25,11 +25,12 @@ from tests.unit.transport.batches import (
     string_batch,
 )
 from torch_dataloader_utils import transport
-from torch_dataloader_utils.convert import Converter, Field
+from torch_dataloader_utils.convert import Converter, Field, Planned
 from torch_dataloader_utils.transport import (
     Bundle,
     PackedBundle,
     pack,
+    pack_planned,
 )
 from torch_dataloader_utils.transport.values import _Strings
 
@@ -128,6 +129,56 @@ def test_empty_pack() -> None:
     assert pack([]).unpack() == []
     only_lists = pack([[Field("s", ["a", "b"], None)], []])
     assert only_lists.unpack() == [{"s": ["a", "b"]}, {}]
+
+
+def test_planned_batches_are_written_in_their_places_and_cross_as_packed_ones() -> None:
+    """`pack_planned`: each batch's writer gets its arrays' places in the shared buffer (flat,
+    in the layout's order, every dtype aligned), and the batches unpack with the layout's
+    keys, shapes and plain values, as `pack` would send the same arrays."""
+    rng = np.random.default_rng(4)
+    made = [
+        {
+            "ids": rng.integers(0, 9, (2, 3)).astype(np.int64),
+            "n": 7 + i,
+            "cuts": np.arange(i + 1, dtype=np.int32),
+            "small": rng.integers(0, 9, (5,)).astype(np.int16),
+        }
+        for i in range(3)
+    ]
+    given: list[list[tuple[Any, int]]] = []
+
+    def writer(arrays: list[np.ndarray]) -> Any:
+        def write(places: list[np.ndarray]) -> None:
+            given.append([(p.dtype, p.ndim) for p in places])
+            for place, array in zip(places, arrays, strict=True):
+                place[:] = array.reshape(-1)
+
+        return write
+
+    planned = [
+        Planned(
+            [(k, None, v) if isinstance(v, int) else (k, v.dtype, v.shape) for k, v in m.items()],
+            writer([v for v in m.values() if not isinstance(v, int)]),
+            0,
+        )
+        for m in made
+    ]
+    bundle = pack_planned(planned)
+    kinds = [(np.dtype(np.int64), 1), (np.dtype(np.int32), 1), (np.dtype(np.int16), 1)]
+    assert given == [kinds] * 3
+    assert in_shared_memory(bundle.buffer)
+    got = pickle.loads(ForkingPickler.dumps(bundle)).unpack()
+    fields = [
+        [Field(k, v, None if isinstance(v, int) else v.shape) for k, v in m.items()] for m in made
+    ]
+    for ours, theirs, want in zip(got, pack(fields).unpack(), made, strict=True):
+        assert list(ours) == list(want) == list(theirs)
+        for key, value in want.items():
+            if isinstance(value, int):
+                assert ours[key] == theirs[key] == value
+            else:
+                assert ours[key].tolist() == theirs[key].tolist() == value.tolist()
+    assert pack_planned([]).unpack() == []
 
 
 def test_packed_bundle_survives_torch_multiprocessing_pickling() -> None:
