@@ -34,12 +34,14 @@ class Planned(NamedTuple):
     Attributes:
         layout: its values in order: ``(key, dtype, shape)`` an array, laid out in the buffer;
             ``(key, None, value)`` a plain value (an int, a float).
-        write: writes the arrays, given each one's place (flat, in ``layout``'s order).
+        write: writes the arrays, given each one's place (flat, in ``layout``'s order); returns
+            the entries of ``layout`` the writing settled, by index (an array's shape, at most
+            its place: the rest unused; a value), or ``None``.
         nbytes: about how many bytes its arrays take.
     """
 
     layout: list[tuple[str, Any, Any]]
-    write: Callable[[list[np.ndarray]], None]
+    write: Callable[[list[np.ndarray]], dict[int, Any] | None]
     nbytes: int
 
 

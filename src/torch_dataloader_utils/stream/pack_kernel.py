@@ -15,7 +15,6 @@ process (2-3 s the first time on a machine), so it happens once, when a packed d
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import threading
@@ -25,9 +24,10 @@ from typing import Any
 
 import numpy as np
 
+from ..convert import Planned
 from .fragments import MAX_BUFFERS, Fragments
 
-__all__ = ["COMPILED_ENV", "Concatenated", "concat", "cuts", "load", "writers"]
+__all__ = ["COMPILED_ENV", "Concatenated", "concat", "load", "most_cuts", "planned", "takes"]
 
 logger = logging.getLogger("torch_dataloader_utils")
 
@@ -55,12 +55,14 @@ def concat(
     pad_value: int,
     by_fragment: bool,
     into: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None] | None = None,
+    cuts_into: np.ndarray | None = None,
 ) -> Concatenated | None:
     """The arrays `stream.packing.pack` makes of ``fragments`` in ``size`` tokens (sequences
     of ``seq_len``, the tokens then padding), written ``into`` the flat arrays given
     (``input_ids``, ``position_ids``, ``document_ids``, a mixture's ``source_ids``) or new
-    ones; ``None`` where the compiled kernel is not loaded (numba missing, or
-    ``TDU_COMPILED=0``) or takes no tokens of this dtype (it takes int32 and int64)."""
+    ones, and the boundaries into the start of ``cuts_into`` (`most_cuts` long) or a new
+    array; ``None`` where the compiled kernel is not loaded (numba missing, or
+    ``TDU_COMPILED=0``) or takes no tokens of this dtype (`takes`)."""
     kernel = _kernel(fragments)
     if kernel is None:
         return None
@@ -71,49 +73,68 @@ def concat(
             np.empty(size, np.int32),
             None if fragments.source is None else np.empty(size, np.int32),
         )
+    if cuts_into is None:
+        cuts_into = np.empty(most_cuts(fragments, seq_len, size), np.int32)
+    assert len(cuts_into) >= most_cuts(fragments, seq_len, size), "room for every boundary"
+    made, longest = _run(kernel, fragments, seq_len, size, pad_value, by_fragment, into, cuts_into)
     ids, positions, documents, sources = into
-    cuts, longest = _run(
-        kernel, fragments, seq_len, size, pad_value, by_fragment, ids, positions, documents, sources
-    )
-    return Concatenated(ids, positions, documents, sources, cuts, longest)
+    return Concatenated(ids, positions, documents, sources, cuts_into[:made], longest)
 
 
-def writers(
+def most_cuts(fragments: Fragments, seq_len: int, size: int) -> int:
+    """The most boundaries `concat` writes for ``fragments`` in ``size`` tokens: each
+    fragment's start, each sequence's, and the end."""
+    return len(fragments.begin) + size // seq_len + 2
+
+
+def takes(fragments: Fragments) -> bool:
+    """Whether `concat` packs ``fragments`` (the kernel is loaded and takes their dtype)."""
+    return _kernel(fragments) is not None
+
+
+def planned(  # noqa: PLR0917 (`concat`'s arguments)
     fragments: Fragments,
+    keys: list[str],
     seq_len: int,
     size: int,
-    *,
     pad_value: int,
     by_fragment: bool,
-    sources: bool,
-) -> list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]]:
-    """Writers of `concat`'s arrays (``source_ids`` with ``sources``), each given where its
-    array goes (a worker's transport buffer, which gives every place of a batch before it
-    sends it): each keeps its place, and the last one runs the pass into them all."""
-    count = 3 + sources
-    places: dict[int, np.ndarray] = {}
+) -> Planned:
+    """`concat`'s arrays as a worker sends them (`transport.wire.pack_planned`), under
+    ``keys`` (ids, positions, documents, and a mixture's sources where a fourth is given), with
+    ``cu_seqlens`` and ``max_seqlen``: written where they go in one pass, which also settles the
+    boundaries' count (in room for `most_cuts`) and ``max_seqlen`` (a Python int)."""
+    shape = (size // seq_len, seq_len)
+    sources = len(keys) > 3 and fragments.source is not None
+    most = most_cuts(fragments, seq_len, size)
+    int32 = np.dtype(np.int32)
+    layout: list[tuple[str, Any, Any]] = [
+        (keys[0], fragments.dtype, shape),
+        (keys[1], int32, shape),
+        (keys[2], int32, shape),
+        ("cu_seqlens", int32, (most,)),
+        ("max_seqlen", None, 0),
+    ]
+    if sources:
+        layout.append((keys[3], int32, shape))
 
-    def place(index: int, out: np.ndarray) -> None:
-        places[index] = out.reshape(-1)
-        if len(places) == count:
-            into = (places[0], places[1], places[2], places.get(3))
-            concat(
-                fragments, seq_len, size, pad_value=pad_value, by_fragment=by_fragment, into=into
-            )
+    def write(places: list[np.ndarray]) -> dict[int, Any]:
+        ids, positions, documents, cuts, *rest = places
+        source_ids = rest[0] if rest else None
+        made = concat(
+            fragments,
+            seq_len,
+            size,
+            pad_value=pad_value,
+            by_fragment=by_fragment,
+            into=(ids, positions, documents, source_ids),
+            cuts_into=cuts,
+        )
+        assert made is not None, "the kernel takes the fragments (`takes`)"
+        return {3: (len(made.cu_seqlens),), 4: made.max_seqlen}
 
-    dtypes = [fragments.dtype, *[np.dtype(np.int32)] * (count - 1)]
-    return [(dtype, functools.partial(place, i)) for i, dtype in enumerate(dtypes)]
-
-
-def cuts(fragments: Fragments, seq_len: int, size: int) -> tuple[np.ndarray, int] | None:
-    """`concat`'s ``cu_seqlens`` and ``max_seqlen`` alone (nothing written: the arrays are
-    written later, where they go), or ``None`` as `concat` says."""
-    kernel = _kernel(fragments)
-    if kernel is None:
-        return None
-    none = np.empty(0, np.int32)
-    ids = np.empty(0, fragments.dtype)
-    return _run(kernel, fragments, seq_len, size, 0, True, ids, none, none, None)
+    nbytes = size * (fragments.dtype.itemsize + 8 + 4 * sources) + most * 4
+    return Planned(layout, write, nbytes)
 
 
 def _kernel(fragments: Fragments) -> Callable[..., tuple[int, int]] | None:
@@ -129,12 +150,10 @@ def _run(  # noqa: PLR0917 (the kernel's arguments)
     size: int,
     pad_value: int,
     by_fragment: bool,
-    ids: np.ndarray,
-    positions: np.ndarray,
-    documents: np.ndarray,
-    sources: np.ndarray | None,
-) -> tuple[np.ndarray, int]:
-    cuts = np.empty(len(fragments.begin) + size // seq_len + 2, np.int32)
+    into: tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None],
+    cuts: np.ndarray,
+) -> tuple[int, int]:
+    ids, positions, documents, sources = into
     buffers = fragments.buffers
     if len(buffers) < MAX_BUFFERS:  # (the kernel takes a fixed number: the rest empty)
         buffers += (buffers[0][:0],) * (MAX_BUFFERS - len(buffers))
@@ -157,7 +176,7 @@ def _run(  # noqa: PLR0917 (the kernel's arguments)
         _NO_WRITTEN if sources is None else sources,
         cuts,
     )
-    return cuts[:made], int(longest)
+    return int(made), int(longest)
 
 
 _NO_SOURCE = np.zeros(0, np.int16)

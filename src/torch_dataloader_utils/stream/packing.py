@@ -91,8 +91,9 @@ def pack(
 
 class _Concat:
     """How a batch of tokens (``fragments``) lies in sequences of ``seq_len``, one after the
-    other (`pack`): worked out from the fragments (a few numbers each); its arrays are written
-    by `writers`, each where it goes (a worker's transport buffer)."""
+    other (`pack` where the compiled pass is not loaded): worked out from the fragments (a few
+    numbers each); its arrays are written by `writers`, each where it goes (a worker's
+    transport buffer)."""
 
     def __init__(
         self,
@@ -108,13 +109,6 @@ class _Concat:
         self.by_fragment = positions == "fragment"
         self.n = n = fragments.num_rows
         self.size = size = _size(n, seq_len, rows)
-        self.seq_len = seq_len
-        # Where numba is loaded (`pack_kernel`), the boundaries now and the arrays in one
-        # compiled pass once every one's place is given (`writers`).
-        self.compiled = pack_kernel.cuts(fragments, seq_len, size)
-        if self.compiled is not None:
-            self.cu_seqlens, self.max_seqlen = self.compiled
-            return
         self.lengths = lengths = fragments.end - fragments.begin
         starts = fragments.stops - lengths
         # A token's position: its place in the batch less this (its fragment's shift).
@@ -136,17 +130,8 @@ class _Concat:
     def writers(self, sources: bool) -> list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]]:
         """The dtype and writer of ``input_ids``, ``position_ids``, ``document_ids`` and, with
         ``sources`` (a mixture's), ``source_ids``; a writer takes an array of ``size`` values
-        (any shape). Every writer given must be called (the compiled pass runs at the last)."""
+        (any shape)."""
         sources = sources and self.fragments.source is not None
-        if self.compiled is not None:
-            return pack_kernel.writers(
-                self.fragments,
-                self.seq_len,
-                self.size,
-                pad_value=self.pad_value,
-                by_fragment=self.by_fragment,
-                sources=sources,
-            )
         out: list[tuple[np.dtype[Any], Callable[[np.ndarray], None]]] = [
             (_wide(self.fragments.dtype), self._ids),
             (np.dtype(np.int32), self._positions),
@@ -379,9 +364,16 @@ class PackedConverter:
 
     def planned(self, batch: Fragments) -> Planned:
         """The packed batch as a worker sends it (`transport.wire.pack_planned`), ``max_seqlen``
-        a Python int; concat's arrays are written where they go, best fit's copied there."""
+        a Python int: concat's arrays written where they go by the compiled pass (the
+        boundaries too, in room for `pack_kernel.most_cuts`: the pass settles how many), or by
+        numpy's writers; best fit's copied there."""
         names = ("input_ids", "position_ids", "document_ids", self.source_key)
         keys = [k for k in names if k is not None]  # (sources: where a column asks for them)
+        if self.method == "concat" and pack_kernel.takes(batch):
+            rows = self.batch_size if self.static_shape else None
+            size = _size(batch.num_rows, self.seq_len, rows)
+            by_fragment = self.positions == "fragment"
+            return pack_kernel.planned(batch, keys, self.seq_len, size, self.pad_value, by_fragment)
         if self.method == "best_fit":
             packed = self._best_fit(batch)
             arrays = [packed.input_ids, packed.position_ids, packed.document_ids, packed.source_ids]

@@ -5,6 +5,7 @@ in the buffer is `values`.
 
 from __future__ import annotations
 
+import math
 import pickle
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -311,8 +312,9 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
 
 def pack_planned(batches: Sequence[Planned]) -> PackedBundle:
     """`pack` for batches whose arrays one call each writes, in place (a packed batch's: one
-    compiled pass). None of `pack`'s work a field (its kind, a view and a writer each): a
-    packed batch's transport cost ~20 µs of Python a batch in a worker
+    compiled pass), and may settle entries of their layout as it writes (`Planned`). None of
+    `pack`'s work a field (its kind, a view and a writer each): a packed batch's transport cost
+    ~20 µs of Python a batch in a worker
     (docs/benchmarks.md#packed-batches-written-in-one-call)."""
     entries: list[list[_Entry]] = []
     places: list[list[tuple[int, int, np.dtype[Any]]]] = []
@@ -324,9 +326,7 @@ def pack_planned(batches: Sequence[Planned]) -> PackedBundle:
             if dtype is None:  # (``shape`` holds the value)
                 placed.append((key, None, None, _python_value(key, shape)))
                 continue
-            count = 1
-            for n in shape:
-                count *= n
+            count = math.prod(shape)
             placed.append((key, dtype, shape, offset))
             at.append((offset // dtype.itemsize, count, dtype))  # (offsets: multiples of 64)
             offset += -(-(count * dtype.itemsize) // _ALIGN) * _ALIGN
@@ -335,14 +335,21 @@ def pack_planned(batches: Sequence[Planned]) -> PackedBundle:
     taken, pooled = take_buffer(offset - _HEADER)
     raw = taken.buffer.numpy()
     typed: dict[np.dtype[Any], np.ndarray] = {}  # the buffer viewed once a dtype
-    for planned, at in zip(batches, places, strict=True):
+    for planned, at, placed in zip(batches, places, entries, strict=True):
         views = []
         for start, count, dtype in at:
             view = typed.get(dtype)
             if view is None:
                 view = typed[dtype] = raw[: raw.size - raw.size % dtype.itemsize].view(dtype)
             views.append(view[start : start + count])
-        planned.write(views)
+        settled = planned.write(views)
+        for index, value in (settled or {}).items():  # (what only the writing knew)
+            key, dtype, shape, where = placed[index]
+            if dtype is None:
+                placed[index] = (key, None, None, _python_value(key, value))
+            else:
+                assert math.prod(value) <= math.prod(shape or ()), f"{key}: more than its place"
+                placed[index] = (key, dtype, value, where)
     return _bundle(taken, pooled, entries, offset, offset)
 
 

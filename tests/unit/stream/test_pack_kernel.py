@@ -171,14 +171,23 @@ def test_tdu_compiled_0_packs_with_numpy(setting: str) -> None:
 
 
 @pytest.mark.parametrize(
-    ("compiled", "method"), [(True, "concat"), (False, "concat"), (True, "best_fit")]
+    ("compiled", "method", "static"),
+    [
+        (True, "concat", False),
+        (False, "concat", False),
+        (True, "best_fit", False),
+        (True, "concat", True),
+        (False, "concat", True),
+    ],
 )
 def test_a_workers_batch_written_into_its_buffer_is_the_batch_packed_in_process(
-    compiled: bool, method: str
+    compiled: bool, method: str, static: bool
 ) -> None:
-    """A worker's batch (`PackedConverter.planned`, sent by `wire.pack_planned`): the compiled
-    pass runs once every array's place in the transport buffer is given, numpy's writes each
-    in turn; either way the batch that arrives is the one `pack` makes, keys in its order."""
+    """A worker's batches (`PackedConverter.planned`, two in a bundle sent by
+    `wire.pack_planned`): the compiled pass writes a batch's arrays and boundaries into the
+    transport buffer in one call (settling how many boundaries and ``max_seqlen``), numpy's
+    writers each in turn; either way the batches that arrive are the ones numpy's packing
+    makes in one process, keys in its order."""
     assert pack_kernel.load()
     rng = np.random.default_rng(3)
     lengths = rng.integers(1, 40, 30)
@@ -187,22 +196,31 @@ def test_a_workers_batch_written_into_its_buffer_is_the_batch_packed_in_process(
     three = (np.arange(30) % 3).astype(np.int16)
     # (A mixture's tokens carry their sources, sent only when a source column is asked for.)
     for source, column in ((None, None), (three, "source"), (three, None)):
-        fragments = Fragments.of(
+        whole = Fragments.of(
             values, end - lengths, end, np.arange(30), np.zeros(30, np.int64), source
-        ).slice(5, 300)
+        )
+        batches = [whole.slice(5, 300), whole.slice(305, 130)]
         convert = PackedConverter(
-            64, -1, source_key=column, method=method, batch_size=6, batch_tokens=300
+            64,
+            -1,
+            source_key=column,
+            method=method,
+            static_shape=static,
+            batch_size=6,
+            batch_tokens=300,
         )
         kernel = pack_kernel._state.kernel
         pack_kernel._state.kernel = kernel if compiled else None
         try:
-            arrived = wire.pack_planned([convert.planned(fragments)]).unpack()[0]
-            want = convert(fragments)
+            arrived = wire.pack_planned([convert.planned(b) for b in batches]).unpack()
+            pack_kernel._state.kernel = None
+            wanted = [convert(b) for b in batches]
         finally:
             pack_kernel._state.kernel = kernel
-        assert list(arrived) == list(want)
-        for key, value in want.items():
-            if isinstance(value, torch.Tensor):
-                assert torch.equal(arrived[key], value), key
-            else:
-                assert arrived[key] == value, key
+        for got, want in zip(arrived, wanted, strict=True):
+            assert list(got) == list(want)
+            for key, value in want.items():
+                if isinstance(value, torch.Tensor):
+                    assert torch.equal(got[key], value), key
+                else:
+                    assert got[key] == value, key
