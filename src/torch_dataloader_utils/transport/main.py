@@ -39,28 +39,36 @@ class Unbundler:
         self.failures = failures
         self.clock = clock
 
-    def __call__(self, item: Any) -> list[Any]:
+    def __call__(self, item: Any) -> Iterator[Any] | list[Any]:
         """The batches of one message (anything but a bundle is one batch), the time taken
-        counted in the clock's ``unpack``."""
-        if self.clock is None:
-            return self._unpacked(item)
-        start = time.perf_counter()
-        try:
-            return self._unpacked(item)
-        finally:
-            self.clock.add(UNPACK, time.perf_counter() - start)
-
-    def _unpacked(self, item: Any) -> list[Any]:
+        counted in the clock's ``unpack``: a `PackedBundle`'s made one at a time, as they are
+        asked for (`PackedBundle.each`)."""
         if self.failures is not None and isinstance(item, PackedBundle | ArrowBundle | Bundle):
             for failure in item.failures:
                 log_failure(failure)
                 self.failures.append(failure)
         if isinstance(item, PackedBundle):
-            batches = item.unpack()
-            return batches if self.finish is None else [self.finish(b) for b in batches]
-        if isinstance(item, ArrowBundle | Bundle):
-            return item.unpack()
-        return [item]
+            return self._each(item)
+        start = time.perf_counter()
+        try:
+            return item.unpack() if isinstance(item, ArrowBundle | Bundle) else [item]
+        finally:
+            if self.clock is not None:
+                self.clock.add(UNPACK, time.perf_counter() - start)
+
+    def _each(self, bundle: PackedBundle) -> Iterator[Any]:
+        clock, finish = self.clock, self.finish
+        batches = bundle.each()
+        while True:
+            start = time.perf_counter()
+            batch = next(batches, None)  # (a batch is a dict, never None)
+            if batch is None:
+                return
+            if finish is not None:
+                batch = finish(batch)
+            if clock is not None:
+                clock.add(UNPACK, time.perf_counter() - start)
+            yield batch
 
 
 def in_order(
@@ -72,26 +80,34 @@ def in_order(
     pass (`planning.delivery_order` continues from there). A worker that ends early or a batch
     too many is an error: the rank would otherwise deliver other batches than planned.
     """
-    queues: list[deque[Any]] = [deque() for _ in counts]
+    # Each worker's messages' batches, made as they are taken (`Unbundler`).
+    queues: list[deque[Iterator[Any]]] = [deque() for _ in counts]
     for worker in delivery_order(counts, done):
-        while not queues[worker]:
-            message = next(messages, _END)
-            if message is _END:
-                raise DataError(
-                    f"worker {worker} ended before its {counts[worker]} planned "
-                    "batches: a batch it sent was lost (see the worker's output above "
-                    "for an error while sending it), or the data changed while it "
-                    "was read"
-                )
-            sender = getattr(message, "worker", -1)
-            if not 0 <= sender < len(queues):
-                raise RuntimeError(
-                    "a worker message without its worker id: is the dataset a "
-                    "StructuredDataset iterated by its own TabularDataLoader?"
-                )
-            queues[sender].extend(unpack(message))
-        yield queues[worker].popleft()
-    if next(messages, _END) is not _END or any(queues):
+        queue = queues[worker]
+        batch = _END
+        while batch is _END:
+            while not queue:
+                message = next(messages, _END)
+                if message is _END:
+                    raise DataError(
+                        f"worker {worker} ended before its {counts[worker]} planned "
+                        "batches: a batch it sent was lost (see the worker's output above "
+                        "for an error while sending it), or the data changed while it "
+                        "was read"
+                    )
+                sender = getattr(message, "worker", -1)
+                if not 0 <= sender < len(queues):
+                    raise RuntimeError(
+                        "a worker message without its worker id: is the dataset a "
+                        "StructuredDataset iterated by its own TabularDataLoader?"
+                    )
+                queues[sender].append(iter(unpack(message)))
+            batch = next(queue[0], _END)
+            if batch is _END:
+                queue.popleft()
+        yield batch
+    left = any(next(batches, _END) is not _END for queue in queues for batches in queue)
+    if left or next(messages, _END) is not _END:
         raise DataError("workers delivered more batches than planned")
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import math
 import pickle
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -170,7 +170,15 @@ class PackedBundle(BufferBundle):
         return bundle
 
     def unpack(self) -> list[dict[str, Any]]:
-        """The batches, as dicts of views into the bundle's buffer.
+        """The batches, as dicts of views into the bundle's buffer (`each`, all at once)."""
+        return list(self.each())
+
+    def each(self) -> Iterator[dict[str, Any]]:
+        """The batches one at a time, as dicts of views into the bundle's buffer, each made
+        when it is asked for: made at once, a bundle's batches (1,024 at batch 32) outlived
+        two collections of the youngest objects, and those promoted brought a full collection
+        of the main process's heap about once an epoch, ~130 ms
+        (docs/benchmarks.md#a-bundles-batches-made-as-they-are-asked-for).
 
         A shared buffer is lent (`Lent`): it goes back to the worker's pool once every view
         of it is gone, so the main process copies nothing and spends less than half the CPU
@@ -189,34 +197,38 @@ class PackedBundle(BufferBundle):
             borrowed = buffers._lent.lend(buffer)
             lent = borrowed is not None
             own = borrowed if borrowed is not None else buffer[: self.tensors_end].clone()
-        batches = []
+        # A view held until the last batch is made: the buffer is not given back while batches
+        # are still to be made of it (strings read from it, a batch before any tensor's view).
+        guard = own[:0]
         # The bytes viewed once per dtype: each value is then one slice (values start at a
         # multiple of _ALIGN), not a slice and two views.
         typed: dict[np.dtype[Any], torch.Tensor] = {}
-        for fields in self.entries:
-            batch: dict[str, Any] = {}
-            for key, dtype, shape, where in fields:
-                if dtype is None or shape is None:
-                    batch[key] = (
-                        where.to_pylist(raw) if isinstance(where, _Strings) else _loaded(where)
-                    )
-                    continue
-                view = typed.get(dtype)
-                if view is None:
-                    usable = own.numel() - own.numel() % dtype.itemsize
-                    view = typed[dtype] = own[:usable].view(_torch_dtype(dtype))
-                start = where // dtype.itemsize
-                if len(shape) == 1:
-                    batch[key] = view[start : start + shape[0]]
-                else:  # (one view, 1.2 µs; a slice then a reshape took 2.7)
-                    batch[key] = view.as_strided(shape, _strides(shape), start)
-            batches.append(batch)
-        # Every copy out of the buffer (string lists, tensors unless lent) is complete before
-        # the flag is cleared (program order; on weakly ordered CPUs the refcount atomics
-        # around these calls are full barriers).
-        if shared and not lent:
-            _release(buffer)
-        return batches
+        try:
+            for fields in self.entries:
+                batch: dict[str, Any] = {}
+                for key, dtype, shape, where in fields:
+                    if dtype is None or shape is None:
+                        batch[key] = (
+                            where.to_pylist(raw) if isinstance(where, _Strings) else _loaded(where)
+                        )
+                        continue
+                    view = typed.get(dtype)
+                    if view is None:
+                        usable = own.numel() - own.numel() % dtype.itemsize
+                        view = typed[dtype] = own[:usable].view(_torch_dtype(dtype))
+                    start = where // dtype.itemsize
+                    if len(shape) == 1:
+                        batch[key] = view[start : start + shape[0]]
+                    else:  # (one view, 1.2 µs; a slice then a reshape took 2.7)
+                        batch[key] = view.as_strided(shape, _strides(shape), start)
+                yield batch
+        finally:
+            del guard
+            # Every copy out of the buffer (string lists, tensors unless lent) is complete
+            # before the flag is cleared (program order; on weakly ordered CPUs the refcount
+            # atomics around these calls are full barriers).
+            if shared and not lent:
+                _release(buffer)
 
     def _has_tensors(self) -> bool:
         # Empty tensors take no bytes but must not view the shared buffer either.

@@ -10,7 +10,7 @@ import torch
 from torch_dataloader_utils.convert import Field
 from torch_dataloader_utils.errors import DataError
 from torch_dataloader_utils.errors.on_error import ReadFailure
-from torch_dataloader_utils.transport import Bundle, Unbundler, in_order, pack
+from torch_dataloader_utils.transport import Bundle, PackedBundle, Unbundler, in_order, pack
 
 
 def test_unbundle_flattens_bundles_and_passes_plain_items_through() -> None:
@@ -30,6 +30,30 @@ def test_unbundle_flattens_bundles_and_passes_plain_items_through() -> None:
     assert out[4]["v"].tolist() == [3]
     assert out[5:] == ["c", 7]
     assert len(out) == 7
+
+
+def test_a_bundles_batches_are_made_as_they_are_taken() -> None:
+    """A bundle's batches are made one at a time, when the loader takes them: made at once,
+    they outlived the youngest objects' collections and brought full collections of the main
+    process's heap."""
+    made: list[int] = []
+
+    def finish(batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        made.append(int(batch["v"][0]))
+        return batch
+
+    def bundle(worker: int, first: int) -> PackedBundle:
+        rows = [[Field("v", np.array([first + i], np.int64), (1,))] for i in range(3)]
+        packed = pack(rows)
+        packed.worker = worker
+        return packed
+
+    arrived = [bundle(0, 0), bundle(1, 10)]
+    batches = in_order(iter(arrived), [3, 3], [0, 0], Unbundler(finish))
+    assert int(next(batches)["v"][0]) == 0 and made == [0]
+    assert int(next(batches)["v"][0]) == 10 and made == [0, 10]
+    assert [int(b["v"][0]) for b in batches] == [1, 11, 2, 12]
+    assert made == [0, 10, 1, 11, 2, 12]
 
 
 def test_the_failures_a_message_carries_are_collected() -> None:

@@ -110,6 +110,37 @@ def test_a_buffer_goes_back_once_its_batches_are_dropped_and_held_ones_stay_inta
         assert_same_batch(got, direct(converter, rb))
 
 
+@pytest.mark.usefixtures("fresh")
+def test_a_bundle_made_a_batch_at_a_time_keeps_its_buffer_until_its_last_batch() -> None:
+    """`PackedBundle.each` makes each batch when it is asked for. Its buffer stays out of the
+    pool until the last batch is made, even while no batch of it is held (a first batch of
+    strings alone, then one dropped before the next is asked for) and other bundles are taken
+    in between (each gives back the buffers nothing views any more)."""
+    words = pa.array(["ab", "c", "déf"])
+    fields = [
+        [Field("s", words, None)],
+        [Field("v", np.arange(6, dtype=np.int64), (2, 3)), Field("s", words.slice(1), None)],
+        [Field("v", np.arange(3, dtype=np.int64), (3,))],
+    ]
+    bundle = pack(fields)
+    shared = bundle.buffer.untyped_storage().data_ptr()
+    batches = bundle.each()
+    assert next(batches) == {"s": ["ab", "c", "déf"]}
+    for _ in range(2):  # a bundle taken in: it gives back what is free, and takes a buffer
+        other = pack(fields)
+        assert other.buffer.untyped_storage().data_ptr() != shared
+        other.unpack()
+    second = next(batches)
+    assert second["v"].tolist() == [[0, 1, 2], [3, 4, 5]] and second["s"] == ["c", "déf"]
+    del second
+    pack(fields).unpack()
+    assert next(batches)["v"].tolist() == [0, 1, 2]
+    assert next(batches, None) is None
+    # Made to the end and nothing viewed: the buffer goes back, and the next bundle reuses it.
+    pack(fields).unpack()
+    assert pack(fields).buffer.untyped_storage().data_ptr() == shared
+
+
 def test_an_unreleased_buffer_is_not_reused() -> None:
     converter, batches = record_batches()
     first = pack([converter.fields(rb) for rb in batches])  # never unpacked: still in flight
