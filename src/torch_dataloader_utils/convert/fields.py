@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple, TypeAlias
@@ -37,12 +38,19 @@ class Planned(NamedTuple):
         write: writes the arrays, given each one's place (flat, in ``layout``'s order); returns
             the entries of ``layout`` the writing settled, by index (an array's shape, at most
             its place: the rest unused; a value), or ``None``.
-        nbytes: about how many bytes its arrays take.
     """
 
     layout: list[tuple[str, Any, Any]]
     write: Callable[[list[np.ndarray]], dict[int, Any] | None]
-    nbytes: int
+
+    @property
+    def nbytes(self) -> int:
+        """The bytes its arrays' places take."""
+        return sum(
+            math.prod(shape) * dtype.itemsize
+            for _, dtype, shape in self.layout
+            if dtype is not None
+        )
 
 
 def copied(array: np.ndarray) -> Callable[[np.ndarray], None]:

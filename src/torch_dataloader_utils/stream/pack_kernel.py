@@ -133,8 +133,7 @@ def planned(  # noqa: PLR0917 (`concat`'s arguments)
         assert made is not None, "the kernel takes the fragments (`takes`)"
         return {3: (len(made.cu_seqlens),), 4: made.max_seqlen}
 
-    nbytes = size * (fragments.dtype.itemsize + 8 + 4 * sources) + most * 4
-    return Planned(layout, write, nbytes)
+    return Planned(layout, write)
 
 
 def _kernel(fragments: Fragments) -> Callable[..., tuple[int, int]] | None:

@@ -12,7 +12,6 @@ streams are cut in tokens.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -388,13 +387,12 @@ class PackedConverter:
             made = concat.writers(len(keys) > 3)
             layout = [(k, dtype, shape) for k, (dtype, _) in zip(keys, made, strict=False)]
             writers = [write for _, write in made]
-        nbytes = sum(math.prod(dims) * dtype.itemsize for _, dtype, dims in layout)
         layout[3:3] = [
             ("cu_seqlens", cu_seqlens.dtype, cu_seqlens.shape),
             ("max_seqlen", None, max_seqlen),
         ]
         writers.insert(3, copied(cu_seqlens))
-        return Planned(layout, each_written(writers), nbytes + cu_seqlens.nbytes)
+        return Planned(layout, each_written(writers))
 
     def __call__(self, batch: Fragments, rows: None = None) -> dict[str, Any]:
         """The packed batch, as tensors (``output_format="torch"``) or numpy arrays."""

@@ -190,7 +190,6 @@ def test_planned_batches_are_written_in_their_places_and_cross_as_packed_ones() 
         Planned(
             [(k, None, v) if isinstance(v, int) else (k, v.dtype, v.shape) for k, v in m.items()],
             writer([v for v in m.values() if not isinstance(v, int)]),
-            0,
         )
         for m in made
     ]
