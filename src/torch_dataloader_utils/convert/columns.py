@@ -26,7 +26,7 @@ from .arrow_values import (
 )
 from .fields import Field, Gather
 from .last_block import LastBlock
-from .lists import ListRows, fixed_values
+from .lists import ListParts, ListRows, fixed_values
 
 __all__ = ["ColumnRules", "Rows", "Rule", "is_numeric"]
 
@@ -288,31 +288,43 @@ class ColumnRules:
             last.keep(array, made)
         return made[0]
 
+    @property
+    def list_pad(self) -> int | float | None:
+        """What pads a list row: ``pad_value`` (``list_format="padded"``), else None."""
+        return self.pad_value if self.list_format == "padded" else None
+
+    def list_fields(self, name: str, lists: ListRows | ListParts, n: int) -> list[Field]:
+        """A null-free list column's fields, no masks: its ``n`` rows padded to the longest
+        and their lengths, or laid end to end and their offsets (``lists.pad``)."""
+        if lists.pad is not None:
+            return [
+                Field(name, lists, lists.shape()),
+                Field(f"{name}_lengths", lists.lengths, (n,)),
+            ]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum(lists.lengths, out=offsets[1:])
+        total = int(offsets[-1])
+        return [Field(name, lists, (total,)), Field(f"{name}_offsets", offsets, (n + 1,))]
+
     def _offsets(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
         values, starts, lengths, valid = self._list_arrays(name, array, rows, n)
-        offsets = np.zeros(n + 1, dtype=np.int64)
-        np.cumsum(lengths, out=offsets[1:])
-        total = int(offsets[-1])
-        fields = [
-            Field(name, ListRows(values, starts, lengths), (total,)),
-            Field(f"{name}_offsets", offsets, (n + 1,)),
-        ]
+        fields = self.list_fields(name, ListRows(values, starts, lengths), n)
         if valid is not None:
             fields += [
                 *self._row_mask(name, take(array, rows), n),
-                Field(f"{name}_values_valid", ListRows(valid, starts, lengths), (total,)),
+                Field(f"{name}_values_valid", ListRows(valid, starts, lengths), fields[0].shape),
             ]
         return fields
 
     def _padded(self, name: str, array: pa.Array, rows: Rows, n: int) -> list[Field]:
         values, starts, lengths, valid = self._list_arrays(name, array, rows, n)
-        padded = ListRows(values, starts, lengths, self.pad_value)
-        shape = padded.shape()
-        fields = [Field(name, padded, shape), Field(f"{name}_lengths", lengths, (n,))]
+        fields = self.list_fields(name, ListRows(values, starts, lengths, self.pad_value), n)
         if valid is not None:
             fields += [
                 *self._row_mask(name, take(array, rows), n),
-                Field(f"{name}_values_valid", ListRows(valid, starts, lengths, False), shape),
+                Field(
+                    f"{name}_values_valid", ListRows(valid, starts, lengths, False), fields[0].shape
+                ),
             ]
         return fields
 

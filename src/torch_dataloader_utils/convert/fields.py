@@ -14,7 +14,7 @@ import torch
 from torch.utils.dlpack import from_dlpack
 
 from .arrow_values import numpy_view
-from .lists import ListRows
+from .lists import ListParts, ListRows
 from .parts import GatherParts
 
 __all__ = ["Field", "Gather", "Planned", "as_numpy", "as_tensor", "copied", "each_written"]
@@ -72,9 +72,9 @@ def _write_each(writers: list[Callable[[np.ndarray], None]], places: list[np.nda
         write(out)
 
 
-# Made where they go (`into`): a gather from a block's parts, list rows.
-InPlace: TypeAlias = "GatherParts | ListRows"
-IN_PLACE = (GatherParts, ListRows)
+# Made where they go (`into`): a gather from a block's parts, list rows (of a block's parts).
+InPlace: TypeAlias = "GatherParts | ListRows | ListParts"
+IN_PLACE = (GatherParts, ListRows, ListParts)
 
 Data: TypeAlias = "pa.Array | np.ndarray | Gather | InPlace | list[Any]"
 

@@ -1,4 +1,5 @@
-"""Array helpers of list columns: a fixed-size list's values, rows padded to the longest."""
+"""Array helpers of list columns: a fixed-size list's values, rows padded to the longest, rows
+gathered from the parts of a block without joining them (`ListParts`)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,7 @@ import pyarrow as pa
 
 from .arrow_values import arrow_of, valid_view
 
-__all__ = ["ListRows", "fixed_values", "gather_rows", "pad_rows"]
+__all__ = ["ListParts", "ListRows", "fixed_values", "gather_rows", "list_parts", "pad_rows"]
 
 # List rows of _SLICE_MEAN values or more on average are copied a slice each, shorter ones in one
 # vectorised gather; padded rows wider than _STRIDED_WIDTH a row at a time, narrower ones through
@@ -56,6 +57,91 @@ class ListRows:
             gather_rows(self.values, self.starts, self.lengths, out=out)
         else:
             pad_rows(self.values, self.starts, self.lengths, self.pad, out=out)
+
+
+@dataclass(frozen=True, slots=True)
+class ListParts:
+    """`ListRows` of a shuffle block left in parts (`convert.parts`), gathered from the parts'
+    own values: row ``i``'s list is ``parts[part[i]][starts[i]:starts[i] + lengths[i]]``.
+    Joining the parts' values first copied the whole block's lists once more per block, on
+    the thread that converts (docs/benchmarks.md#list-rows-gathered-from-a-blocks-parts).
+
+    Attributes:
+        parts: each part's values (1-D).
+        part: each output row's part.
+        starts, lengths: each output row's list in its part's values.
+        positions: each part's output rows (`Picks`).
+        pad: as `ListRows`'s.
+    """
+
+    parts: tuple[np.ndarray, ...]
+    part: np.ndarray
+    starts: np.ndarray
+    lengths: np.ndarray
+    positions: tuple[np.ndarray, ...]
+    pad: Any = None
+
+    @property
+    def dtype(self) -> np.dtype[Any]:
+        return np.dtype(self.parts[0].dtype)
+
+    def shape(self) -> tuple[int, ...]:
+        return ListRows(self.parts[0], self.starts, self.lengths, self.pad).shape()
+
+    def into(self, out: np.ndarray) -> None:
+        n = len(self.starts)
+        if not n or not out.size:
+            if self.pad is not None:
+                out.fill(self.pad)
+            return
+        wide = self.pad is not None and out.shape[1] > _STRIDED_WIDTH
+        if wide or (self.pad is None and out.size >= _SLICE_MEAN * n):
+            # Long rows: a slice a row, each from its own part, in output order.
+            rows = zip(self.part.tolist(), self.starts.tolist(), self.lengths.tolist(), strict=True)
+            if self.pad is None:
+                np.concatenate([self.parts[p][a : a + m] for p, a, m in rows], out=out)
+                return
+            out.fill(self.pad)
+            for row, (p, a, m) in enumerate(rows):
+                out[row, :m] = self.parts[p][a : a + m]
+            return
+        # Short rows: each part's rows gathered as `gather_rows` / `pad_rows` do, then put
+        # in their output places.
+        begins = np.zeros(n, dtype=np.int64)
+        np.cumsum(self.lengths[:-1], out=begins[1:])
+        for values, mine in zip(self.parts, self.positions, strict=True):
+            if not len(mine):
+                continue
+            starts, lengths = self.starts[mine], self.lengths[mine]
+            if self.pad is not None:
+                out[mine] = pad_rows(values, starts, lengths, self.pad, out=out[mine])
+                continue
+            count = int(lengths.sum())
+            inner = np.arange(count) - np.repeat(np.cumsum(lengths) - lengths, lengths)
+            out[np.repeat(begins[mine], lengths) + inner] = values[
+                np.repeat(starts, lengths) + inner
+            ]
+
+
+def list_parts(
+    values: tuple[np.ndarray, ...],
+    offsets: tuple[np.ndarray, ...],
+    picks: list[tuple[np.ndarray, np.ndarray]],
+    n: int,
+    pad: Any = None,
+) -> ListParts:
+    """The `ListParts` of ``n`` output rows: ``picks``, each part's output positions and its
+    own rows there (`Picks.parts`); ``values`` and ``offsets`` (int64), each part's."""
+    part = np.zeros(n, dtype=np.intp)
+    starts = np.zeros(n, dtype=np.int64)
+    lengths = np.zeros(n, dtype=np.int64)
+    for k, (positions, rows) in enumerate(picks):
+        if len(positions):
+            part[positions] = k
+            first = offsets[k][rows]
+            starts[positions] = first
+            lengths[positions] = offsets[k][rows + 1] - first
+    return ListParts(values, part, starts, lengths, tuple(p for p, _ in picks), pad)
 
 
 def gather_rows(

@@ -38,10 +38,12 @@ class GatherParts:
 class BlockParts:
     """A shuffle block left in parts (a table over the batches read), as `Converter` uses it:
     where each part starts, the numpy arrays of the columns gathered from the parts (a column
-    with nulls is not: its rule fills or masks them), and the other columns joined, each
-    once."""
+    with nulls is not: its rule fills or masks them), each part's values and offsets of the
+    ``listed`` list columns, and the other columns joined, each once."""
 
-    def __init__(self, table: pa.Table, gathered: dict[str, int]) -> None:
+    def __init__(
+        self, table: pa.Table, gathered: dict[str, int], listed: tuple[str, ...] = ()
+    ) -> None:
         self._table = table
         self._joined: dict[str, pa.Array] = {}
         lengths = [len(c) for c in table.column(0).chunks] if table.num_columns else []
@@ -61,6 +63,18 @@ class BlockParts:
             else:
                 arrays = [numpy_view(c) for c in chunks]
             self.arrays[name] = tuple(arrays)
+        # Variable-length list columns without nulls: each part's values and int64 offsets
+        # (`lists.ListParts` gathers from them).
+        self.lists: dict[str, tuple[tuple[np.ndarray, ...], tuple[np.ndarray, ...]]] = {}
+        for name in listed:
+            chunks = table.column(name).chunks
+            if not chunks or any(c.null_count or c.values.null_count for c in chunks):
+                continue
+            # (A chunk's offsets index its whole child even when the chunk is a slice.)
+            self.lists[name] = (
+                tuple(numpy_view(c.values) for c in chunks),
+                tuple(numpy_view(c.offsets).astype(np.int64) for c in chunks),
+            )
 
     def joined(self, name: str) -> pa.Array:
         """Column ``name`` as one array (joined on first use)."""

@@ -16,6 +16,7 @@ from .arrow_values import intervals, outside_python, string_arrays, take
 from .columns import ColumnRules, Rows, Rule, is_numeric
 from .fields import Field, as_numpy, as_tensor
 from .last_block import LastBlock
+from .lists import list_parts
 from .parts import BlockParts, GatherParts, Picks
 from .stacks import STACK_ROWS, Stacks
 
@@ -105,7 +106,7 @@ class Converter:
         self.null_policy = null_policy
         self.pad_value = pad_value
         self._rules: list[tuple[str, Rule]] = []
-        column_rules = ColumnRules(list_format, null_policy, pad_value)
+        column_rules = self._column_rules = ColumnRules(list_format, null_policy, pad_value)
         # The columns of the record batch converted last, by name: small batches are cut from
         # one shuffle block thousands of times, each paying for its wrappers otherwise
         # (docs/adr/0020-measurements-behind-constants.md#converting-rows).
@@ -115,6 +116,8 @@ class Converter:
         # Columns gathered straight from a block's parts: their row width (0: one value;
         # else a fixed-size list's size). The others are joined once per block.
         self._gathered: dict[str, int] = {}
+        # ... and the variable-length list columns gathered from the parts' own values.
+        self._listed: tuple[str, ...] = ()
         # Numeric columns that small batches take from a block's `Stacks`, by type; and the
         # stacks of the block converted last.
         self._stack_groups: list[list[str]] = []
@@ -149,6 +152,10 @@ class Converter:
                     self._gathered[field.name] = 0
                 elif pa.types.is_fixed_size_list(t) and is_numeric(t.value_type):
                     self._gathered[field.name] = t.list_size
+                elif (pa.types.is_list(t) or pa.types.is_large_list(t)) and is_numeric(
+                    t.value_type
+                ):
+                    self._listed += (field.name,)
             by_type: dict[pa.DataType, list[str]] = {}
             for name, width in self._gathered.items():
                 if not width:
@@ -242,8 +249,9 @@ class Converter:
 
     def _fields_of_parts(self, table: pa.Table, rows: Rows) -> list[Field]:
         """`fields` of a block left in parts: numeric and fixed-size list columns without
-        nulls are gathered from the parts (`GatherParts`); any other column is joined once per
-        block (as a block read in more parts is) and converted as usual."""
+        nulls are gathered from the parts (`GatherParts`), numeric list columns without nulls
+        from the parts' values (`ListParts`); any other column is joined once per block (as a
+        block read in more parts is) and converted as usual."""
         if rows is None:
             rows = np.arange(table.num_rows)
         n = len(rows)
@@ -251,14 +259,22 @@ class Converter:
         if parts is None:
             # Small batches join every column once per block instead: they gather faster from
             # joined columns (docs/adr/0020-measurements-behind-constants.md#blocks-left-in-parts).
-            gathered = self._gathered if n >= _GATHER_ROWS else {}
-            parts = self._parts.keep(table, BlockParts(table, gathered))
+            big = n >= _GATHER_ROWS
+            gathered, listed = (self._gathered, self._listed) if big else ({}, ())
+            parts = self._parts.keep(table, BlockParts(table, gathered, listed))
         picks: Picks | None = None
         out: list[Field] = []
         for name, rule in self._rules:
             arrays = parts.arrays.get(name)
             if arrays is None:
-                out.extend(rule(parts.joined(name), rows, n))
+                lists = parts.lists.get(name)
+                if lists is None:
+                    out.extend(rule(parts.joined(name), rows, n))
+                    continue
+                if picks is None:
+                    picks = Picks(parts.starts, rows)
+                rows_of = list_parts(*lists, picks.parts, n, self._column_rules.list_pad)
+                out.extend(self._column_rules.list_fields(name, rows_of, n))
                 continue
             if picks is None:
                 picks = Picks(parts.starts, rows)

@@ -1,5 +1,6 @@
 """Rows of list columns gathered end to end or padded: every strategy (slices, one gather,
-windows) gives each row's list, checked against plain Python over narrow and wide rows."""
+windows) gives each row's list, checked against plain Python over narrow and wide rows; from
+one array of values or from the parts of a block (`ListParts`), alike."""
 
 from __future__ import annotations
 
@@ -10,7 +11,8 @@ import pyarrow as pa
 import pytest
 
 from torch_dataloader_utils.convert import Converter
-from torch_dataloader_utils.convert.lists import gather_rows, pad_rows
+from torch_dataloader_utils.convert.arrow_values import Picks
+from torch_dataloader_utils.convert.lists import gather_rows, list_parts, pad_rows
 
 
 def _lists(seed: int, rows: int, low: int, high: int) -> tuple[np.ndarray, np.ndarray]:
@@ -100,3 +102,49 @@ def test_small_batches_of_blocks_in_turn_get_their_own_blocks_rows(list_format: 
             flat, ends = out["t"].tolist(), out["t_offsets"].tolist()
             got = [flat[a:b] for a, b in itertools.pairwise(ends)]
         assert got == want.column("t").to_pylist()
+
+
+@pytest.mark.parametrize(("low", "high"), SHAPES)
+@pytest.mark.parametrize("cuts", [[120], [1, 150, 150, 299], [0, 300]], ids=str)
+def test_rows_from_a_blocks_parts_are_the_joined_blocks_rows(
+    low: int, high: int, cuts: list[int]
+) -> None:
+    """`ListParts` gathers each row from its own part's values (parts that are slices of
+    their values, an empty part, rows near a part's end) as `ListRows` does from the joined
+    values, end to end and padded, into a buffer whatever it held."""
+    values, offsets = _lists(low + high, 300, low, high)
+    joined = pa.ListArray.from_arrays(pa.array(offsets), pa.array(values))
+    bounds = [0, *cuts, 300]
+    # Each part its own values, and a slice of them (two lists before it left out).
+    junk = pa.array([[-1] * 3, [-2] * high], joined.type)
+    chunks = [
+        pa.concat_arrays([junk, joined.slice(a, b - a)]).slice(2)
+        for a, b in itertools.pairwise(bounds)
+    ]
+    part_values = tuple(np.asarray(c.values) for c in chunks)  # (each chunk's whole child)
+    part_offsets = tuple(np.asarray(c.offsets).astype(np.int64) for c in chunks)
+    starts_of_parts = np.array(bounds[:-1], np.int64)
+    for rows in (np.random.default_rng(high).permutation(300), np.array([299, 0, 150])):
+        picks = Picks(starts_of_parts, rows).parts
+        expected = joined.take(pa.array(rows)).to_pylist()
+        for pad in (None, 0, -7, -7.0):
+            got = list_parts(part_values, part_offsets, picks, len(rows), pad)
+            assert got.lengths.tolist() == [len(r) for r in expected]
+            out = np.full(got.shape(), 12345, np.int64)
+            got.into(out)
+            if pad is None:
+                assert out.tolist() == [v for row in expected for v in row]
+                continue
+            width = max(len(r) for r in expected)
+            assert out.shape == (len(rows), width)
+            assert out.tolist() == [r + [pad] * (width - len(r)) for r in expected]
+
+
+def test_no_rows_from_a_blocks_parts() -> None:
+    values, offsets = _lists(0, 10, 0, 5)
+    got = list_parts((values,), (offsets,), Picks(np.zeros(1, np.int64), np.arange(0)).parts, 0)
+    assert got.shape() == (0,)
+    out = np.empty(0, values.dtype)
+    got.into(out)
+    padded = list_parts((values,), (offsets,), [(np.arange(0), np.arange(0))], 0, pad=-1)
+    assert padded.shape() == (0, 0)

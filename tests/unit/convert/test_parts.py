@@ -16,6 +16,7 @@ from tests.conftest import make_table
 from tests.unit.transport.test_wire import assert_same_batch
 from torch_dataloader_utils.convert import Converter, GatherParts, as_numpy, as_tensor
 from torch_dataloader_utils.convert.arrow_values import take
+from torch_dataloader_utils.convert.lists import ListParts
 from torch_dataloader_utils.transport import pack
 
 N = 157
@@ -105,6 +106,45 @@ def test_null_free_numeric_columns_are_gathered_from_the_parts_and_packed_alike(
     batches = pack([converter.fields(table, r) for r in np.array_split(rows, 3)]).unpack()
     for got, part in zip(batches, np.array_split(rows, 3), strict=True):
         assert_same_batch(got, converter(rb, part))
+
+
+@pytest.mark.parametrize("cuts", CUTS)
+@pytest.mark.parametrize("list_format", ["padded", "offsets", "nested"])
+def test_null_free_list_columns_are_gathered_from_the_parts_never_joined(
+    cuts: str, list_format: str
+) -> None:
+    """A numeric list column without nulls is gathered from each part's values (no join of
+    the block's lists: a whole block copied once more per block); one whose values hold a
+    null is joined and filled as before. Either way the batch is the joined block's."""
+    rb = block()
+    holes = pa.array([[i, None] if i == 5 else [i] for i in range(N)], pa.list_(pa.int32()))
+    rb = rb.append_column("holes", holes)
+    # Each part with its own buffers (slices of one batch share them).
+    bounds = [0, *CUTS[cuts], N]
+    fresh = [
+        rb.slice(a, b - a).take(pa.array(np.arange(b - a))) for a, b in itertools.pairwise(bounds)
+    ]
+    table = pa.Table.from_batches(fresh)
+    rows = ROWS["shuffled"]
+    converter = Converter(rb.schema, null_policy="fill", list_format=list_format)
+    fields = converter.fields(table, rows)
+    assert {f.key for f in fields if isinstance(f.data, ListParts)} == {"tokens"}
+    blocks = converter._parts.get(table)
+    assert blocks is not None and "tokens" not in blocks._joined and "holes" in blocks._joined
+    want = converter(rb, rows)
+    got = converter(table, rows)
+    if list_format == "nested":  # (nested tensors: compared by their rows)
+        for key in ("tokens", "holes"):
+            assert [t.tolist() for t in got[key].unbind()] == [
+                t.tolist() for t in want[key].unbind()
+            ]
+            got.pop(key), want.pop(key)
+    same(got, want)
+    if list_format != "nested":
+        parts = np.array_split(rows, 3)
+        batches = pack([converter.fields(table, r) for r in parts]).unpack()
+        for batch, part in zip(batches, parts, strict=True):
+            assert_same_batch(batch, converter(rb, part))
 
 
 def test_a_table_is_taken_from_its_chunks() -> None:
