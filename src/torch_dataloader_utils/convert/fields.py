@@ -87,7 +87,7 @@ class Field:
         key: the output key.
         data: a null-free primitive Arrow array (zero-copy source), a numpy array, a
             `Gather` of rows of a numpy array (`GatherParts`: of a block's parts), list rows
-            to lay out (`ListRows`); or, when ``shape`` is
+            to lay out (`ListRows`; `ListParts`: of a block's parts); or, when ``shape`` is
             ``None``, a Python list or a string/binary Arrow array that becomes one.
         shape: the output shape.
     """

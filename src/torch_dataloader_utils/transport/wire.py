@@ -292,7 +292,7 @@ def pack(batches: Sequence[list[Field]]) -> PackedBundle:
             nbytes = _nbytes(shape, dtype)
             placed.append((field.key, dtype, shape, offset))
             tensors.append((offset, nbytes, dtype, shape, field))
-            offset += -(-nbytes // _ALIGN) * _ALIGN
+            offset += _round_up(nbytes, _ALIGN)
         entries.append(placed)
     tensors_end = offset
     copies: list[tuple[int, np.ndarray]] = []
@@ -341,7 +341,7 @@ def pack_planned(batches: Sequence[Planned]) -> PackedBundle:
             count = math.prod(shape)
             placed.append((key, dtype, shape, offset))
             at.append((offset // dtype.itemsize, count, dtype))  # (offsets: multiples of 64)
-            offset += -(-(count * dtype.itemsize) // _ALIGN) * _ALIGN
+            offset += _round_up(count * dtype.itemsize, _ALIGN)
         entries.append(placed)
         places.append(at)
     taken, pooled = take_buffer(offset - _HEADER)
