@@ -6,8 +6,10 @@ is (`stream.pipeline`); this module only puts the batches together, position by 
 
 A batch whose rows lie in the sources' current shuffled blocks is gathered straight from them:
 the blocks are joined once into one record batch (`_Joined`) and each batch is that batch and
-the indices of its rows, gathered once on conversion like one source's batch. A batch that
-spans two blocks of a source (once a block), or rows not shuffled, are taken and joined first.
+the indices of its rows, gathered once on conversion like one source's batch. A source's block
+nearly used up is joined with its next one, so that the sources' blocks, which end about
+together, are joined once a round. A batch that spans two blocks of a source anyway, or rows not
+shuffled, are taken and joined first.
 """
 
 from __future__ import annotations
@@ -31,6 +33,10 @@ __all__ = ["interleaved"]
 # per batch, no Python but a slice (Python per batch was most of a small batch's time:
 # docs/adr/0020-measurements-behind-constants.md#mixing).
 _SPAN = 1 << 14
+# A source's block with at most 1/_NEARLY_USED of its rows left is joined with its next one: the
+# sources' blocks end about together, and were joined once a source, 2x the bytes
+# (docs/adr/0020-measurements-behind-constants.md#mixing).
+_NEARLY_USED = 8
 
 
 class _Rows:
@@ -53,6 +59,7 @@ class _Rows:
         self.block: pa.RecordBatch | Fragments | None = None
         self.order: np.ndarray | None = None
         self.at = 0
+        self._next: tuple[Any, np.ndarray | None] | None = None  # the next block, taken early
 
     def take(self, n: int) -> pa.RecordBatch | Fragments:
         """The next ``n`` rows, copied."""
@@ -101,34 +108,67 @@ class _Rows:
     def _load(self, n: int) -> None:
         """The next block, when the current one is used up (``n``: rows still wanted)."""
         while self.block is None or not self.left:  # (a block may hold no rows)
-            segment = next(self._blocks, None)
-            if segment is None:  # the files held fewer rows than their plan counted
+            got = self._taken_next()
+            self._next = None
+            if got is None:  # the files held fewer rows than their plan counted
                 raise DataError(
                     f"{self._where()}: the source's rows ended {n} rows before its plan "
                     "said; were its files changed while reading?"
                 )
-            block, self.order = segment
-            del segment
-            if isinstance(block, (pa.RecordBatch, pa.Table)):  # (a table: flat, in parts)
-                if block.schema != self._schema:
-                    block = block.select(self._schema.names).cast(self._schema)
-                if isinstance(block, pa.Table) and not permutable(block.schema):
-                    block = pa.concat_batches(block.to_batches())  # (cast to a nested type)
-                if self.order is not None and permutable(block.schema):
-                    # Permuted whole, the batches gather runs of consecutive rows from it
-                    # (docs/adr/0035-blocks-permuted-whole.md).
-                    schema, columns = block.schema, list(block.columns)
-                    del block
-                    block = permuted(columns, schema, self.order)
-                    self.order = np.arange(block.num_rows)
-                if self._source_column is not None:
-                    which = arrow_of(np.full(block.num_rows, self._index, np.int64))
-                    block = block.append_column(self._source_column, which)
-            self.block, self.at = block, 0
+            (self.block, self.order), self.at = got, 0
+
+    def _taken_next(self) -> tuple[Any, np.ndarray | None] | None:
+        """The block after the current one, ready (None: there is none)."""
+        if self._next is None:
+            segment = next(self._blocks, None)
+            if segment is not None:
+                self._next = self._ready(*segment)
+        return self._next
+
+    def _ready(self, block: Any, order: np.ndarray | None) -> tuple[Any, np.ndarray | None]:
+        """A block as read made one of the mixture's: cast to its schema, permuted whole where it
+        can be, its source column added."""
+        if isinstance(block, (pa.RecordBatch, pa.Table)):  # (a table: flat, in parts)
+            if block.schema != self._schema:
+                block = block.select(self._schema.names).cast(self._schema)
+            if isinstance(block, pa.Table) and not permutable(block.schema):
+                block = pa.concat_batches(block.to_batches())  # (cast to a nested type)
+            if order is not None and permutable(block.schema):
+                # Permuted whole, the batches gather runs of consecutive rows from it
+                # (docs/adr/0035-blocks-permuted-whole.md).
+                schema, columns = block.schema, list(block.columns)
+                del block
+                block = permuted(columns, schema, order)
+                order = np.arange(block.num_rows)
+            if self._source_column is not None:
+                which = arrow_of(np.full(block.num_rows, self._index, np.int64))
+                block = block.append_column(self._source_column, which)
+        return block, order
+
+    def joined_with_next(self, wanted: int) -> tuple[pa.RecordBatch, pa.RecordBatch] | None:
+        """The current block's rows left and the next block, when the current one is nearly
+        used up (or ends before ``wanted`` more rows) and the next is a shuffled record batch:
+        joined with the other sources' blocks now, the next block's first batches need no
+        join of their own (None: join the current block alone)."""
+        assert isinstance(self.block, pa.RecordBatch) and self.order is not None
+        if self.left >= wanted and self.left * _NEARLY_USED > len(self.order):
+            return None
+        got = self._taken_next()
+        if got is None or not isinstance(got[0], pa.RecordBatch) or got[1] is None:
+            return None
+        return take(self.block, self.order[self.at :]), got[0]
+
+    def extend(self) -> None:
+        """Go on to the next block after the current one's rows left, as `joined_with_next`
+        gave them (`rebase` then reads both from the join)."""
+        assert self._next is not None and self.order is not None
+        left = self.left
+        self.order = np.concatenate([np.arange(left), cast("np.ndarray", self._next[1]) + left])
+        self.block, self.at, self._next = None, 0, None
 
     def rebase(self, block: pa.RecordBatch) -> None:
         """Read the current block's rows from ``block``, a copy of it (the joined batch's)."""
-        assert self.block is not None and block.num_rows == self.block.num_rows
+        assert self.order is not None and block.num_rows >= len(self.order)
         self.block = block
 
 
@@ -138,9 +178,10 @@ class _Joined:
     one source's batch does), instead of taking each source's rows, joining them, then
     gathering them in order (benchmarks/mixing.py, "x one source").
 
-    Joining copies every source's current block each time one of them changes: with blocks
-    sized in bytes, about one memory copy of each row per source, far cheaper than the gather
-    and join per batch it saves
+    Joining copies every source's current block each time one of them changes; the sources'
+    blocks, sized in bytes and so in proportion to their shares, end about together, and a
+    source nearly used up joins its next block then too: about one memory copy of each row,
+    far cheaper than the gather and join per batch it saves
     (docs/adr/0020-measurements-behind-constants.md#mixing). The sources then read their blocks
     from the joined batch, so past a join it holds no more memory than the blocks did."""
 
@@ -160,7 +201,6 @@ class _Joined:
             np.arange(n) // batch_size * k + labels, minlength=-(-n // batch_size) * k
         )
         ends = counts.reshape(-1, k).cumsum(axis=0)  # each source's rows up to each batch's end
-        fits = len(ends)
         none = np.zeros(0, np.int64)
         sources: dict[int, _Rows] = {}
         for i in np.flatnonzero(ends[-1]).tolist():
@@ -168,13 +208,16 @@ class _Joined:
             if not source.shuffled(int(ends[-1, i])):
                 self.usable = False
                 return 0, none
+        changed = any(self._blocks.get(id(s)) is not s.block for s in sources.values())
+        if changed and not self._join({id(s): int(ends[-1, i]) for i, s in sources.items()}):
+            self.usable = False
+            return 0, none
+        fits = len(ends)
+        for i, source in sources.items():
             fits = min(fits, int(np.searchsorted(ends[:, i], source.left, side="right")))
         if not fits:  # the first batch spans two blocks of a source
             return 0, none
         wanted = [(sources[i], c) for i, c in enumerate(ends[fits - 1].tolist()) if c]
-        if any(self._blocks.get(id(s)) is not s.block for s, _ in wanted) and not self._join():
-            self.usable = False
-            return 0, none
         grouped = np.concatenate([s.advance(c) + self._starts[id(s)] for s, c in wanted])
         # Row r of the rows (grouped by source, in order) goes to position order[r].
         served = min(n, fits * batch_size)
@@ -183,22 +226,38 @@ class _Joined:
         indices[order] = grouped
         return fits, indices
 
-    def _join(self) -> bool:
-        """Join the sources' current blocks (False: they are too large to)."""
+    def _join(self, wanted: dict[int, int]) -> bool:
+        """Join the sources' current blocks (False: they are too large to). A source whose
+        block is nearly used up, or ends before the ``wanted[id(source)]`` rows of the span,
+        has its rows left and its next block joined instead: the sources' blocks, sized by
+        their weights, end about together, and are then joined once, not once each."""
         live = [r for r in self._rows if r is not None and r.left]
-        blocks = [cast("pa.RecordBatch", r.block) for r in live]
-        if sum(b.nbytes for b in blocks) >= JOINABLE_BYTES:  # 32-bit offsets could overflow
-            return False
+        ahead = [r.joined_with_next(wanted.get(id(r), 0)) for r in live]
+        parts = [
+            [cast("pa.RecordBatch", r.block)] if a is None else list(a)
+            for r, a in zip(live, ahead, strict=True)
+        ]
+        if sum(b.nbytes for p in parts for b in p) >= JOINABLE_BYTES:  # 32-bit offsets
+            if not any(ahead):
+                return False
+            ahead = [None] * len(live)  # (the next blocks stay next; the current ones may fit)
+            parts = [[cast("pa.RecordBatch", r.block)] for r in live]
+            if sum(b.nbytes for p in parts for b in p) >= JOINABLE_BYTES:
+                return False
+        blocks: list[pa.RecordBatch] = [b for p in parts for b in p]
         self.batch = blocks[0] if len(blocks) == 1 else pa.concat_batches(blocks)
         self._starts.clear()
         self._blocks.clear()
         start = 0
-        for source, block in zip(live, blocks, strict=True):
+        for source, a, part in zip(live, ahead, parts, strict=True):
+            rows = sum(b.num_rows for b in part)
+            if a is not None:
+                source.extend()
             if len(blocks) > 1:
-                source.rebase(self.batch.slice(start, block.num_rows))
+                source.rebase(self.batch.slice(start, rows))
             self._starts[id(source)] = start
             self._blocks[id(source)] = source.block
-            start += block.num_rows
+            start += rows
         return True
 
 

@@ -197,3 +197,49 @@ def test_rows_ending_early_are_named(sources: list[Path]) -> None:
     )
     with pytest.raises(DataError, match=r"b\.parquet: the source's rows ended"):
         list(itertools.islice(batches, 100))
+
+
+@pytest.mark.parametrize("mixing", ["random", "stratified"])
+@pytest.mark.parametrize("schema", [SCHEMA, FLAT], ids=["lists", "flat"])
+def test_blocks_ending_together_are_joined_once(
+    sources: list[Path], mixing: Mixing, schema: pa.Schema
+) -> None:
+    """Blocks sized by the sources' shares of the positions (as a mixture's are) end about
+    together: each source nearly used up then has its next block joined with the others' (one
+    join a round of blocks, not one a source), and the rows are still the reference's."""
+    counts, end, batch_size = (800, 480, 320), 1600, 8
+    interleave = Interleave(counts, mixing, seed=5, epoch=0)
+    labels = interleave.labels(0, end)
+    have = np.bincount(labels, minlength=3)
+    segments = []
+    for k, path in enumerate(sources):
+        rows = counts[k] // 4  # 4 rounds of blocks in all: each a quarter of the positions
+        layout = Layout(16, True, 3, False, "uneven", rows, rows)
+        batches = list(pq.ParquetFile(path).iter_batches(batch_size=70))
+        read = itertools.chain.from_iterable([batches] * 2)  # (sources 1-2 repeat their rows)
+        segs = list(shuffled_blocks(read, int(have[k]), layout, epoch=0, stream=0, source=k))
+        segments.append(cut_to(segs, int(have[k])))
+    joins: list[int] = []
+    real = mix._Joined._join
+
+    def counted(self: mix._Joined, wanted: dict[int, int]) -> bool:
+        joins.append(len(wanted))
+        return real(self, wanted)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(mix._Joined, "_join", counted)
+        out = list(
+            interleaved(
+                [iter(s) for s in segments],
+                interleave,
+                (0, end),
+                batch_size,
+                schema,
+                where=[lambda: "here"] * 3,
+            )
+        )
+    assert len(joins) <= 4  # (one a source and round would be 12)
+    got = pa.Table.from_batches([take(b, rows) for b, rows in out])
+    want = reference(segments, labels, None, schema)
+    assert got.equals(want)
+    assert sorted(got.column("id").to_pylist()) == sorted(want.column("id").to_pylist())
