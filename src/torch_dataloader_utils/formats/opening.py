@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from types import TracebackType
-from typing import TypeVar
+from typing import Any, TypeVar
 
 import pyarrow as pa
 
@@ -36,11 +37,40 @@ def each_file(
     read: Callable[[T], U], files: Sequence[T], *, threads: int = PLAN_THREADS
 ) -> list[U]:
     """``read`` of each of ``files`` (in order), run in up to ``threads`` planning threads
-    (`fs.threads.PLAN_THREADS` by default)."""
-    with ThreadPoolExecutor(
-        max(1, min(threads, len(files))), thread_name_prefix="tdu-plan"
-    ) as pool:
-        return list(pool.map(read, files))
+    (`fs.threads.PLAN_THREADS` by default), each taking the next file no thread has taken:
+    no task a file to hand out, and no thread left with a queue of its own while the others
+    are done (fixed tasks of 15 files each left 2,000 remote footers' last reads to a few
+    threads: docs/benchmarks.md#planning-reads-each-footer-in-the-next-free-thread).
+
+    After a file fails, no file is taken any more; once the files taken are read, the error of
+    the first file (in order) that failed is raised: the one a read in order would meet.
+    """
+    total = len(files)
+    out: list[Any] = [None] * total
+    lock = threading.Lock()
+    untaken = iter(range(total))
+    failed: dict[int, BaseException] = {}
+
+    def work() -> None:
+        while True:
+            with lock:
+                i = None if failed else next(untaken, None)
+            if i is None:
+                return
+            try:
+                out[i] = read(files[i])
+            except BaseException as exc:  # raised below, in the caller's thread
+                with lock:
+                    failed[i] = exc
+                return
+
+    count = max(1, min(threads, total))
+    with ThreadPoolExecutor(count, thread_name_prefix="tdu-plan") as pool:
+        for started in [pool.submit(work) for _ in range(count)]:
+            started.result()
+    if failed:
+        raise failed[min(failed)]
+    return out
 
 
 def open_input(path: str, fs: FileSystemSpec) -> pa.NativeFile:

@@ -14,8 +14,9 @@ store already exists on every rank and a key costs one small request per poll, w
 backend; a new group costs every rank a connection to every other (gloo's full mesh: 4,095
 sockets per rank at 4,096 ranks) per dataset built. The plan itself never goes through the
 store (a TCPStore value is limited to 8 MiB, and one server would send it to every rank).
-The ranks poll with ``check`` (at most once a second each) rather than block in ``wait``: a
-``wait`` that times out to let a rank log makes torch print two C++ warnings each time.
+The ranks poll with ``check`` (`_pause`: soon at first, at most a second apart) rather than
+block in ``wait``: a ``wait`` that times out to let a rank log makes torch print two C++
+warnings each time.
 """
 
 from __future__ import annotations
@@ -45,7 +46,14 @@ PLAN_TIMEOUT_ENV = "TDU_PLAN_TIMEOUT"
 # only matters when rank 0 is stuck without dying (a dead rank 0 ends the job under torchrun,
 # and its store's connections when it hosts the store).
 _DEFAULT_TIMEOUT = 6 * 3600.0
-# Waiting ranks poll the key at most this often, and log this often.
+# Waiting ranks poll the key after a tenth of the time waited so far (`_pause`), so that a rank
+# learns at most about 10% late (pauses that doubled from 10 ms learned of a key set at 0.39 s
+# at 0.63 s; docs/benchmarks.md#planning-reads-each-footer-in-the-next-free-thread); never
+# sooner than _POLL_MIN, times the ranks over _POLL_RANKS (all the ranks' polls come to the
+# store at most ~6,400 a second), never later than _POLL_MAX. They log every _LOG_EVERY.
+_POLL_MIN = 0.01
+_POLL_RANKS = 64
+_POLL_SHARE = 0.1
 _POLL_MAX = 1.0
 _LOG_EVERY = 30.0
 _READY = b"planned"
@@ -78,7 +86,7 @@ def plan_timeout() -> float:
     return seconds
 
 
-def _from_rank0(make: Callable[[], T], store: Any, timeout: float) -> T:
+def _from_rank0(make: Callable[[], T], store: Any, timeout: float, ranks: int) -> T:
     """`Spread.from_rank0` in a process group of several ranks."""
     key = f"torch_dataloader_utils/plan/{next(_calls)}"
     box: list[object] = [None]
@@ -95,7 +103,7 @@ def _from_rank0(make: Callable[[], T], store: Any, timeout: float) -> T:
         logger.debug("plan broadcast from rank 0")
     else:
         if store is not None:
-            _await(store, key, timeout)
+            _await(store, key, timeout, ranks)
         dist.broadcast_object_list(box, src=0)
     kind, value = cast(tuple[str, Any], box[0])
     if kind == "error":
@@ -159,7 +167,7 @@ class Spread:
         """
         if not self.active:
             return make()
-        return _from_rank0(make, self._store, self._timeout)
+        return _from_rank0(make, self._store, self._timeout, self.world_size)
 
     def share(self, items: Sequence[T], work: Callable[[Sequence[T]], list[U]]) -> Gathered:
         """``work`` of each rank's share of ``items`` (a contiguous range, by rank), gathered on
@@ -193,7 +201,6 @@ def _await_count(store: Any, key: str, count: int, timeout: float) -> None:
         PlanTimeoutError: not within ``timeout`` seconds.
     """
     start = time.monotonic()
-    pause = 0.01
     while (done := int(store.add(key, 0))) < count:
         waited = time.monotonic() - start
         if waited >= timeout:
@@ -202,8 +209,14 @@ def _await_count(store: Any, key: str, count: int, timeout: float) -> None:
                 f"share of planning within {timeout:.0f} s; set {PLAN_TIMEOUT_ENV} (seconds) to "
                 "wait longer"
             )
-        time.sleep(min(pause, timeout - waited))
-        pause = min(pause * 2, _POLL_MAX)
+        time.sleep(min(_pause(waited, count), timeout - waited))
+
+
+def _pause(waited: float, ranks: int) -> float:
+    """Seconds a rank that has waited ``waited`` seconds, one of ``ranks`` polling the store,
+    sleeps before it polls again."""
+    floor = _POLL_MIN * max(1.0, ranks / _POLL_RANKS)
+    return min(_POLL_MAX, max(floor, _POLL_SHARE * waited))
 
 
 def _default_store() -> Any:
@@ -221,8 +234,9 @@ def _announce(store: Any, key: str, value: bytes) -> None:
         store.set(key, value)
 
 
-def _await(store: Any, key: str, timeout: float) -> None:
-    """Poll ``key`` until rank 0 sets it, logging every `_LOG_EVERY` seconds.
+def _await(store: Any, key: str, timeout: float, ranks: int = 1) -> None:
+    """Poll ``key`` until rank 0 sets it, logging every `_LOG_EVERY` seconds (``ranks``: the
+    ranks polling it).
 
     Raises:
         PlanTimeoutError: not set within ``timeout`` seconds.
@@ -230,7 +244,6 @@ def _await(store: Any, key: str, timeout: float) -> None:
     rank = dist.get_rank()
     start = time.monotonic()
     logged = start
-    pause = 0.01
     while not store.check([key]):
         now = time.monotonic()
         waited = now - start
@@ -250,8 +263,7 @@ def _await(store: Any, key: str, timeout: float) -> None:
                 timeout,
                 PLAN_TIMEOUT_ENV,
             )
-        time.sleep(min(pause, timeout - waited))
-        pause = min(pause * 2, _POLL_MAX)
+        time.sleep(min(_pause(waited, ranks), timeout - waited))
     logger.debug("rank %d: rank 0 planned after %.1f s", rank, time.monotonic() - start)
 
 

@@ -129,3 +129,24 @@ def test_planning_parquet_logs_its_progress(
     lines = [r.getMessage() for r in caplog.records]
     assert any(line.startswith("planning: 600 of 600 Parquet footers read") for line in lines)
     assert lines[-1].startswith("planning: 600 Parquet footers read in ")
+
+
+@pytest.mark.parametrize("ranks", [1, 2, 64, 512, 4096, 100_000])
+def test_waiting_ranks_learn_soon_and_spare_the_store(ranks: int) -> None:
+    """Polls at the pauses `_pause` gives: a key set after ``t`` seconds is seen within about a
+    tenth more (plus one shortest pause), never more than a second late; the polls of all the
+    ranks together come at most ~6,400 a second (100 a second a rank for 64 ranks or fewer; one
+    a second a rank past 6,400 ranks)."""
+    shortest = broadcast._pause(0.0, ranks)
+    for t in [0.005, 0.05, 0.39, 1.0, 2.5, 30.0, 600.0]:
+        waited = 0.0
+        while waited < t:
+            waited += broadcast._pause(waited, ranks)
+        assert waited - t <= min(0.1 * t + shortest, 1.0) + 1e-9
+    polls, waited = 0, 0.0
+    while waited < 60.0:
+        pause = broadcast._pause(waited, ranks)
+        assert 0.01 <= pause <= 1.0
+        waited += pause
+        polls += 1
+    assert polls * ranks / 60.0 <= (100.0 * ranks if ranks <= 64 else max(6_400.0, ranks))

@@ -6,7 +6,6 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
 
 from ...fs import FileSystemSpec, ListedFile
 from ...fs.progress import Progress
@@ -15,6 +14,7 @@ from ...planning import Chunk
 from ..base import FormatPlan, Listing, Partition, ReadOptions
 from ..chunking import group_units, unit_chunks
 from ..names import warn_renamed
+from ..opening import each_file
 from ..schemas import FileSchema, check_schemas
 from .facts import FileFacts, read_facts
 from .leafless import read_options
@@ -23,7 +23,8 @@ from .tokens import Told, chunk_tokens
 __all__ = ["assemble", "read_all"]
 
 # Why these values, with the numbers measured: docs/adr/0019-format-measurements.md.
-# Files per planning task, at most (progress is counted per task; one file a task costs more).
+# Local files read at a time, at most (progress is counted a task at a time; the first tells
+# whether their reads wait, and threads read the rest).
 _TASK_FILES = 256
 # Local planning goes on in threads when the first task spent this share of its wall time waiting.
 _LOCAL_WAITING = 0.5
@@ -82,41 +83,37 @@ def assemble(
 
 
 def read_all(listing: Listing, fs: FileSystemSpec, options: ReadOptions) -> list[FileFacts]:
-    """The facts of each listed file, in order: read in tasks of up to `_TASK_FILES` files."""
+    """The facts of each listed file, in order: local files' in this thread, unless the first
+    task of files (up to `_TASK_FILES`) spent its time waiting; otherwise each in the next
+    free planning thread (`opening.each_file`)."""
     pairs = list(zip(listing.files, listing.partitions, strict=True))
-    per_task = max(1, min(_TASK_FILES, len(pairs) // (PLAN_THREADS * 4)))
-    tasks = [pairs[i : i + per_task] for i in range(0, len(pairs), per_task)]
     progress = Progress("Parquet footers read", len(pairs))
     native = None
     if len(pairs) >= _NATIVE_FILES or "pyarrow.dataset" in sys.modules:
         native = fs.native_reads()
 
-    def read(task: list[tuple[ListedFile, Partition]]) -> list[FileFacts]:
-        found = [read_facts(f, p, fs, options, native=native) for f, p in task]
+    def read(task: Sequence[tuple[ListedFile, Partition]]) -> list[FileFacts]:
+        found = [read_facts(*pair, fs, options, native=native) for pair in task]
         progress.add(len(found))
         return found
 
     facts: list[FileFacts] = []
-    if fs.is_local and tasks:
-        # A local footer walk holds the GIL, so threads only take turns: the rest of the tasks
-        # run here too unless the first spent its time waiting (a network mount, a cold disk).
+    rest = pairs
+    if fs.is_local and pairs:
+        # A local footer walk holds the GIL, so threads only take turns: the rest of the files
+        # are read here too (a task at a time, for the progress) unless the first task spent
+        # its time waiting (a network mount, a cold disk).
+        task = max(1, min(_TASK_FILES, len(pairs) // (PLAN_THREADS * 4)))
         wall, cpu = time.perf_counter(), time.thread_time()
-        facts.extend(read(tasks[0]))
+        facts.extend(read(pairs[:task]))
         wall, cpu = time.perf_counter() - wall, time.thread_time() - cpu
-        tasks = tasks[1:]
+        rest = pairs[task:]
         if wall - cpu < _LOCAL_WAITING * wall:
-            for task in tasks:
-                facts.extend(read(task))
-            tasks = []
-    if tasks:
-        pool = ThreadPoolExecutor(
-            max(1, min(PLAN_THREADS, len(tasks))), thread_name_prefix="tdu-plan"
-        )
-        try:
-            for found in pool.map(read, tasks):
-                facts.extend(found)
-        finally:  # on an error, the files not started yet are not read
-            pool.shutdown(wait=True, cancel_futures=True)
+            for start in range(0, len(rest), task):
+                facts.extend(read(rest[start : start + task]))
+            rest = []
+    if rest:  # on an error, the files not taken yet are not read
+        facts.extend(each_file(lambda pair: read([pair])[0], rest))
     progress.finish()
     return facts
 
