@@ -42,19 +42,21 @@ def each_file(
     are done (fixed tasks of 15 files each left 2,000 remote footers' last reads to a few
     threads: docs/benchmarks.md#planning-reads-each-footer-in-the-next-free-thread).
 
-    After a file fails, no file is taken any more; once the files taken are read, the error of
-    the first file (in order) that failed is raised: the one a read in order would meet.
+    After a file fails (or the caller is interrupted), no file is taken any more; once the
+    files taken are read, the error of the first file (in order) that failed is raised: the
+    one a read in order would meet.
     """
     total = len(files)
     out: list[Any] = [None] * total
     lock = threading.Lock()
     untaken = iter(range(total))
     failed: dict[int, BaseException] = {}
+    halt = threading.Event()
 
     def work() -> None:
-        while True:
+        while not halt.is_set():
             with lock:
-                i = None if failed else next(untaken, None)
+                i = next(untaken, None)
             if i is None:
                 return
             try:
@@ -62,12 +64,16 @@ def each_file(
             except BaseException as exc:  # raised below, in the caller's thread
                 with lock:
                     failed[i] = exc
-                return
+                halt.set()
 
     count = max(1, min(threads, total))
     with ThreadPoolExecutor(count, thread_name_prefix="tdu-plan") as pool:
-        for started in [pool.submit(work) for _ in range(count)]:
-            started.result()
+        try:
+            for started in [pool.submit(work) for _ in range(count)]:
+                started.result()
+        except BaseException:  # (a KeyboardInterrupt): the reads under way end, no others
+            halt.set()
+            raise
     if failed:
         raise failed[min(failed)]
     return out

@@ -5,6 +5,8 @@ them; `each_file`: planning's reads in threads, each taking the next file, in or
 from __future__ import annotations
 
 import random
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -86,3 +88,31 @@ def test_each_file_raises_the_first_failure_in_order_and_takes_no_more() -> None
     with pytest.raises(ValueError, match="three"):
         each_file(read, list(range(500)), threads=4)
     assert 7 in taken and len(taken) < 50  # no file taken once one failed (a few in flight)
+
+
+def test_an_interrupted_each_file_takes_no_more_files() -> None:
+    """Ctrl-C while planning: the reads under way end and no other file is read (run in a
+    process of its own: a SIGINT that came late would stop the test session)."""
+    script = """
+import os, signal, threading, time
+from torch_dataloader_utils.formats.opening import each_file
+read = []
+def slow(i):
+    read.append(i)
+    time.sleep(0.02)
+    return i
+main = threading.main_thread().ident
+threading.Timer(0.1, lambda: signal.pthread_kill(main, signal.SIGINT)).start()
+start = time.monotonic()
+try:
+    each_file(slow, list(range(1000)), threads=4)
+    print("done", len(read))
+except KeyboardInterrupt:
+    print("interrupted", len(read), round(time.monotonic() - start, 2))
+"""
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, check=True
+    ).stdout.split()
+    assert out[0] == "interrupted"
+    assert int(out[1]) < 200  # 1,000 files of 20 ms on 4 threads: 5 s had it read on
+    assert float(out[2]) < 2.0
